@@ -1,0 +1,75 @@
+"""Signed 8x8 -> 16 bit multiplier with a fixed three-stage pipeline.
+
+On ECP5 it is one MULT18X18D with its own input and output registers plus one fabric
+register; elsewhere (simulation, other families) it is behavioural with the same latency,
+so simulated cycle counts are the hardware's."""
+
+from amaranth import Cat, ClockSignal, Const, Instance, Module, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import MULTIPLIER_LATENCY
+
+
+class Int8Multiplier(wiring.Component):
+    """``p`` is ``a * b`` from ``MULTIPLIER_LATENCY`` enabled cycles earlier.
+
+    Every register advances only while ``en`` is high (a global stall).
+    """
+
+    a: In(signed(8))
+    b: In(signed(8))
+    en: In(1)
+    p: Out(signed(16))
+
+    latency = MULTIPLIER_LATENCY
+
+    def elaborate(self, platform):
+        m = Module()
+        if getattr(platform, "family", None) == "ecp5":
+            self._elaborate_ecp5(m)
+        else:
+            self._elaborate_generic(m)
+        return m
+
+    def _elaborate_generic(self, m):
+        a_reg = Signal(signed(8))
+        b_reg = Signal(signed(8))
+        product = Signal(signed(16))
+        with m.If(self.en):
+            m.d.sync += [a_reg.eq(self.a), b_reg.eq(self.b), product.eq(a_reg * b_reg),
+                         self.p.eq(product)]
+
+    def _elaborate_ecp5(self, m):
+        # Yosys infers MULT18X18D from `*` but keeps the registers in the fabric, which
+        # costs ~70 MHz; instantiating the primitive puts them inside the DSP block.
+        dsp_p = Signal(36)
+        a18 = Cat(self.a, self.a[7].replicate(10))
+        b18 = Cat(self.b, self.b[7].replicate(10))
+        ports = {}
+        for i in range(18):
+            ports[f"i_A{i}"] = a18[i]
+            ports[f"i_B{i}"] = b18[i]
+            ports[f"i_C{i}"] = Const(0, 1)
+            ports[f"i_SRIA{i}"] = Const(0, 1)
+            ports[f"i_SRIB{i}"] = Const(0, 1)
+        for i in range(36):
+            ports[f"o_P{i}"] = dsp_p[i]
+        for i in range(4):
+            ports[f"i_CLK{i}"] = ClockSignal() if i == 0 else Const(0, 1)
+            ports[f"i_CE{i}"] = self.en if i == 0 else Const(0, 1)
+            ports[f"i_RST{i}"] = Const(0, 1)
+        m.submodules.dsp = Instance(
+            "MULT18X18D",
+            p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+            p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+            p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
+            p_REG_PIPELINE_CLK="NONE", p_REG_INPUTC_CLK="NONE",
+            p_GSR="DISABLED", p_RESETMODE="SYNC", p_SOURCEB_MODE="B_SHIFT",
+            p_MULT_BYPASS="DISABLED", p_CAS_MATCH_REG="FALSE",
+            i_SIGNEDA=Const(1, 1), i_SIGNEDB=Const(1, 1),
+            i_SOURCEA=Const(0, 1), i_SOURCEB=Const(0, 1),
+            **ports,
+        )
+        with m.If(self.en):
+            m.d.sync += self.p.eq(dsp_p[:16])

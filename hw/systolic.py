@@ -1,0 +1,164 @@
+"""R x C output-stationary systolic GEMM array with stream interfaces.
+
+Dataflow (documented in docs/architecture.md): each ``operands`` beat carries one column
+of an A tile (R int8 values, one per output row) and one row of a B tile (C int8 values,
+one per output column) for the same k; ``last`` marks k = K-1. Rows of A enter skewed by
+their row index, columns of B by their column index, so PE(i, j) sees the pair for k at
+tick k + i + j. Each tile of R x C int32 results leaves on ``results`` as R beats of C
+values, row 0 first, ``last`` on row R-1. Tiling of larger M x N problems and zero padding
+of edge tiles are the feeder's job (``sw_driver.gemm_tiling``).
+
+Throughput: one beat (R*C MACs) per cycle while ``results`` keeps up; a tile with
+K < max(R, C) costs max(R, C) cycles (draining or the wavefront bound the rate).
+"""
+
+from amaranth import Array, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import ArrayConfig
+from .pe import ProcessingElement
+
+
+def operand_layout(rows, cols):
+    """Payload of one ``operands`` beat: A column, B row, end-of-tile flag."""
+    return data.StructLayout({
+        "a": data.ArrayLayout(signed(8), rows),
+        "b": data.ArrayLayout(signed(8), cols),
+        "last": 1,
+    })
+
+
+def result_layout(cols, acc_width):
+    """Payload of one ``results`` beat: one row of the output tile."""
+    return data.StructLayout({
+        "c": data.ArrayLayout(signed(acc_width), cols),
+        "last": 1,
+    })
+
+
+def _delayed(m, signal, ticks, en, name):
+    """``signal`` through ``ticks`` registers that advance while ``en``."""
+    for t in range(ticks):
+        reg = Signal.like(signal, name=f"{name}_d{t + 1}")
+        with m.If(en):
+            m.d.sync += reg.eq(signal)
+        signal = reg
+    return signal
+
+
+class SystolicArray(wiring.Component):
+    """int32 ``C = A @ B`` tiles from int8 operands, R*C MACs per cycle in steady state.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+        Rows, columns and accumulator width.
+    """
+
+    def __init__(self, config=None, *, rows=None, cols=None, acc_width=None):
+        if config is None:
+            kwargs = {k: v for k, v in
+                      (("rows", rows), ("cols", cols), ("acc_width", acc_width))
+                      if v is not None}
+            config = ArrayConfig(**kwargs)
+        elif not isinstance(config, ArrayConfig):
+            raise TypeError(f"config must be an ArrayConfig, not {config!r}")
+        self.config = config
+        super().__init__({
+            "operands": In(stream.Signature(operand_layout(config.rows, config.cols))),
+            "results": Out(stream.Signature(result_layout(config.cols, config.acc_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols = self.config.rows, self.config.cols
+
+        # The whole array moves in lockstep; it only stops when a finished tile would
+        # overwrite results that have not left yet.
+        advance = Signal()
+
+        # Input register: keeps ready free of combinational paths through the array.
+        beat = Signal(self.operands.payload.shape())
+        beat_full = Signal()
+        # Two tile ends enter at least `cols` ticks apart, so row i is complete before
+        # its column 0 ends the next tile (short-K tiles get bubbles instead).
+        since_last = Signal(range(cols + 1), init=cols)
+        may_enter = ~(beat.last & (since_last < cols))
+        take = advance & may_enter
+        entering = Signal()
+        m.d.comb += [
+            entering.eq(beat_full & take),
+            self.operands.ready.eq(~beat_full | take),
+        ]
+        with m.If(self.operands.valid & self.operands.ready):
+            m.d.sync += [beat.eq(self.operands.payload), beat_full.eq(1)]
+        with m.Elif(take):
+            m.d.sync += beat_full.eq(0)
+        with m.If(advance):
+            with m.If(entering & beat.last):
+                m.d.sync += since_last.eq(1)
+            with m.Elif(since_last < cols):
+                m.d.sync += since_last.eq(since_last + 1)
+
+        pes = [[ProcessingElement(acc_width=self.config.acc_width) for _ in range(cols)]
+               for _ in range(rows)]
+        for i in range(rows):
+            for j in range(cols):
+                pe = pes[i][j]
+                m.submodules[f"pe_{i}_{j}"] = pe
+                m.d.comb += pe.en.eq(advance)
+                if j == 0:
+                    m.d.comb += [
+                        pe.a_in.eq(_delayed(m, beat.a[i], i, advance, f"a{i}")),
+                        pe.valid_in.eq(_delayed(m, entering, i, advance, f"valid{i}")),
+                        pe.last_in.eq(_delayed(m, beat.last, i, advance, f"last{i}")),
+                    ]
+                else:
+                    left = pes[i][j - 1]
+                    m.d.comb += [pe.a_in.eq(left.a_out), pe.valid_in.eq(left.valid_out),
+                                 pe.last_in.eq(left.last_out)]
+                if i == 0:
+                    m.d.comb += pe.b_in.eq(_delayed(m, beat.b[j], j, advance, f"b{j}"))
+                else:
+                    m.d.comb += pe.b_in.eq(pes[i - 1][j].b_out)
+
+        # Row bookkeeping: `pending` from the first capture of a row (column 0) until it
+        # is read out, `full` once its last column has captured too.
+        cap_first = Signal(rows)
+        cap_last = Signal(rows)
+        pending = Signal(rows)
+        full = Signal(rows)
+        for i in range(rows):
+            m.d.comb += [cap_first[i].eq(pes[i][0].capture),
+                         cap_last[i].eq(pes[i][cols - 1].capture)]
+        m.d.comb += advance.eq(~(pending & cap_first).any())
+
+        # Drain: one row per cycle, in row order, into the registered output beat.
+        row = Signal(range(rows))
+        reading = Signal()
+        m.d.comb += reading.eq(full.bit_select(row, 1) & (~self.results.valid |
+                                                           self.results.ready))
+        with m.If(reading):
+            m.d.sync += [
+                self.results.valid.eq(1),
+                self.results.payload.last.eq(row == rows - 1),
+                row.eq(Mux(row == rows - 1, 0, row + 1)),
+            ]
+            for j in range(cols):
+                column = Array(pes[i][j].hold for i in range(rows))
+                m.d.sync += self.results.payload.c[j].eq(column[row])
+        with m.Elif(self.results.ready):
+            m.d.sync += self.results.valid.eq(0)
+
+        for i in range(rows):
+            read_now = reading & (row == i)
+            with m.If(cap_first[i] & advance):
+                m.d.sync += pending[i].eq(1)
+            with m.Elif(read_now):
+                m.d.sync += pending[i].eq(0)
+            with m.If(cap_last[i] & advance):
+                m.d.sync += full[i].eq(1)
+            with m.Elif(read_now):
+                m.d.sync += full[i].eq(0)
+        return m

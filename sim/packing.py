@@ -1,0 +1,63 @@
+"""Pack and unpack stream payloads as the flat bit vectors of the generated Verilog.
+
+Offsets come from the Amaranth layouts themselves, so the testbench can never disagree
+with the hardware about where a field lives."""
+
+from hw.systolic import operand_layout, result_layout
+
+
+def _field_bits(layout, name):
+    field = layout[name]
+    return field.offset, field.shape
+
+
+def _pack_array(values, shape):
+    elem = shape.elem_shape.width
+    mask = (1 << elem) - 1
+    word = 0
+    for index, value in enumerate(values):
+        word |= (int(value) & mask) << (index * elem)
+    return word
+
+
+def _unpack_array(word, shape):
+    elem = shape.elem_shape.width
+    mask = (1 << elem) - 1
+    values = []
+    for index in range(shape.length):
+        raw = (word >> (index * elem)) & mask
+        values.append(raw - (1 << elem) if raw >> (elem - 1) else raw)
+    return values
+
+
+class OperandPacker:
+    """int8 A column + B row + last -> the ``operands__payload`` integer."""
+
+    def __init__(self, rows, cols):
+        self.layout = operand_layout(rows, cols)
+        self.rows, self.cols = rows, cols
+
+    def pack(self, a_column, b_row, last):
+        if len(a_column) != self.rows or len(b_row) != self.cols:
+            raise ValueError(f"beat needs {self.rows} A values and {self.cols} B values, "
+                             f"got {len(a_column)} and {len(b_row)}")
+        a_off, a_shape = _field_bits(self.layout, "a")
+        b_off, b_shape = _field_bits(self.layout, "b")
+        last_off, _ = _field_bits(self.layout, "last")
+        return (_pack_array(a_column, a_shape) << a_off
+                | _pack_array(b_row, b_shape) << b_off
+                | int(bool(last)) << last_off)
+
+
+class ResultUnpacker:
+    """The ``results__payload`` integer -> (list of C signed values, last)."""
+
+    def __init__(self, cols, acc_width):
+        self.layout = result_layout(cols, acc_width)
+
+    def unpack(self, word):
+        c_off, c_shape = _field_bits(self.layout, "c")
+        last_off, _ = _field_bits(self.layout, "last")
+        width = c_shape.elem_shape.width * c_shape.length
+        return _unpack_array((word >> c_off) & ((1 << width) - 1), c_shape), \
+            bool((word >> last_off) & 1)

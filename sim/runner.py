@@ -1,0 +1,75 @@
+"""Build the array with Verilator and run cocotb testbenches on it (cocotb_tools.runner).
+
+Each configuration gets its own Verilog and Verilator build folder under ``build/``;
+builds are serialised with a file lock so parallel pytest workers can share them.
+"""
+
+import fcntl
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+from hw.config import ArrayConfig
+from hw.verilog import TOP_NAME, write_array_verilog
+from tessera.toolchain import VERILATOR_WARNING_FLAGS, apply_tool_env
+
+BUILD_ROOT = Path(os.environ.get("TESSERA_BUILD", "build"))
+
+
+@contextmanager
+def _locked(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def build_array(config, *, waves=False, build_root=BUILD_ROOT):
+    """Generate Verilog for ``config`` and compile it with Verilator for cocotb.
+
+    Returns ``(runner, build_dir)``. Waveforms need their own build (FST tracing)."""
+    from cocotb_tools.runner import get_runner
+
+    if not isinstance(config, ArrayConfig):
+        raise TypeError(f"config must be an ArrayConfig, not {config!r}")
+    apply_tool_env()
+    build_root = Path(build_root).resolve()
+    build_dir = build_root / config.name / ("verilator-fst" if waves else "verilator")
+    runner = get_runner("verilator")
+    with _locked(build_root / config.name / ".build.lock"):
+        source = write_array_verilog(config, build_root).resolve()
+        flags = list(VERILATOR_WARNING_FLAGS)
+        if waves:
+            flags.append("--trace-fst")
+        runner.build(sources=[source], hdl_toplevel=TOP_NAME, build_dir=build_dir,
+                     build_args=flags, waves=waves, log_file=build_dir / "build.log")
+    return runner, build_dir
+
+
+def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env=None,
+                  build_root=BUILD_ROOT, name=None):
+    """Run the cocotb test module ``module`` (e.g. ``"sim.tb_systolic"``) on ``config``.
+
+    Returns ``(results_xml, waves_path or None)``. Under pytest a failing cocotb test
+    raises; elsewhere read the XML with ``cocotb_tools.check_results.get_results``."""
+    runner, build_dir = build_array(config, waves=waves, build_root=build_root)
+    label = name or (testcase or "all")
+    test_dir = build_dir.parent / "runs" / f"{module.rsplit('.', 1)[-1]}-{label}"
+    test_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        "TESSERA_ROWS": str(config.rows),
+        "TESSERA_COLS": str(config.cols),
+        "TESSERA_ACC_WIDTH": str(config.acc_width),
+        "TESSERA_SEED": str(seed),
+        **(extra_env or {}),
+    }
+    results = runner.test(test_module=module, hdl_toplevel=TOP_NAME, testcase=testcase,
+                          seed=seed, extra_env=env, waves=waves, build_dir=build_dir,
+                          test_dir=test_dir, results_xml=str(test_dir / "results.xml"),
+                          log_file=test_dir / "sim.log",
+                          test_args=(["--trace-file", str(test_dir / "dump.fst")]
+                                     if waves else []))
+    return Path(results), (test_dir / "dump.fst") if waves else None
