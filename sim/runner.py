@@ -49,12 +49,19 @@ def build_array(config, *, waves=False, build_root=BUILD_ROOT):
     return runner, build_dir
 
 
+class TestbenchFailed(AssertionError):
+    """Some cocotb tests failed; the message names the log."""
+
+
 def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env=None,
-                  build_root=BUILD_ROOT, name=None):
+                  build_root=BUILD_ROOT, name=None, check=True):
     """Run the cocotb test module ``module`` (e.g. ``"sim.tb_systolic"``) on ``config``.
 
-    Returns ``(results_xml, waves_path or None)``. Under pytest a failing cocotb test
-    raises; elsewhere read the XML with ``cocotb_tools.check_results.get_results``."""
+    Returns ``(results_xml, waves_path or None)``. With ``check`` a failing cocotb test
+    raises :class:`TestbenchFailed` naming the simulation log (under pytest the cocotb
+    runner raises first, with the failing test names)."""
+    from cocotb_tools.check_results import get_results
+
     runner, build_dir = build_array(config, waves=waves, build_root=build_root)
     label = name or (testcase or "all")
     test_dir = build_dir.parent / "runs" / f"{module.rsplit('.', 1)[-1]}-{label}"
@@ -72,4 +79,9 @@ def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env
                           log_file=test_dir / "sim.log",
                           test_args=(["--trace-file", str(test_dir / "dump.fst")]
                                      if waves else []))
+    if check:
+        tests, failed = get_results(Path(results))
+        if failed or not tests:
+            raise TestbenchFailed(f"{failed} of {tests} cocotb tests failed in {module} on "
+                                  f"{config.name} (seed {seed}); log: {test_dir / 'sim.log'}")
     return Path(results), (test_dir / "dump.fst") if waves else None

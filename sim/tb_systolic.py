@@ -12,7 +12,7 @@ import os
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge
+from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
 from hw.config import ArrayConfig
 from models.gemm import gemm_int8
@@ -123,8 +123,19 @@ async def run_gemm(dut, config, a, b, rng, *, idle=0.0, stall=0.0, label=""):
     monitor = ResultMonitor(dut, config, rng, stall)
     plan = plan_gemm(a.shape, b.shape, config.rows, config.cols)
     receiving = cocotb.start_soon(monitor.receive(plan.result_beats, counter))
-    await driver.send(a, b, counter)
-    await receiving
+    # A hang is a failure with a message, never a test that runs forever: allow 10x the
+    # cycles the array needs even under the heaviest idle/stall pattern tested.
+    slowdown = 1.0 / ((1.0 - idle) * (1.0 - stall))
+    budget = int(10 * slowdown * (plan.beats + plan.tiles * 2 * (config.rows + config.cols)
+                                  + 100))
+    try:
+        await with_timeout(cocotb.start_soon(driver.send(a, b, counter)), budget * 10, "ns")
+        await with_timeout(receiving, budget * 10, "ns")
+    except TimeoutError as error:
+        raise AssertionError(
+            f"seed={_seed()} config={config.as_dict()} case={label}: no progress after "
+            f"{budget} cycles ({len(driver.accept_cycles)}/{plan.beats} beats accepted, "
+            f"{len(monitor.rows)}/{plan.result_beats} result rows received)") from error
     check_gemm(a, b, monitor, config, label)
     return driver, monitor
 
@@ -151,7 +162,7 @@ async def test_random_gemms(dut, traffic):
     config = _config()
     rng = np.random.default_rng([_seed(), len(name)])
     dut._log.info("seed=%d traffic=%s config=%s", _seed(), name, config.as_dict())
-    for label, a, b in random_problems(rng, config, int(os.environ.get("TESSERA_CASES", "4"))):
+    for label, a, b in random_problems(rng, config, int(os.environ.get("TESSERA_CASES", "12"))):
         await run_gemm(dut, config, a, b, rng, idle=idle, stall=stall, label=f"{name}/{label}")
 
 

@@ -1,0 +1,56 @@
+# Tessera's front door. Every target sets itself up first (`make setup`), then calls the
+# `tessera` command line, which is a thin layer over the Python packages.
+
+PY      := .venv/bin/python
+TESSERA := .venv/bin/tessera
+STAMP   := .venv/.setup-stamp
+R       ?= 8
+C       ?= 8
+BOARD   ?= ulx3s-85f
+SEED    ?= 1
+JOBS    ?= 2
+
+.PHONY: help setup test sim verilog bitstream bench demo lint clean
+
+help:
+	@echo "make setup                     .venv, pinned packages, PoCL (idempotent)"
+	@echo "make demo                      a random GEMM on the Verilator-simulated array, checked"
+	@echo "make test                      the whole test suite (pytest, cocotb on Verilator)"
+	@echo "make sim [TB=name] [WAVES=1]   cocotb/Verilator testbenches with a pass/fail table"
+	@echo "make verilog [R=8 C=8]         Verilog of the array into build/"
+	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
+	@echo "make bench                     benchmarks into bench/results/*.json"
+	@echo "make clean                     remove build/ and bench results"
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	@touch $@
+
+# pytest's exit code 5 means nothing was collected: that is a failure, not a pass.
+test: setup
+	@$(PY) -m pytest -n $(JOBS) -p no:cacheprovider; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
+	exit $$rc
+
+sim: setup
+	$(TESSERA) sim $(if $(TB),--tb $(TB)) $(if $(filter 1,$(WAVES)),--waves) --seed $(SEED)
+
+verilog: setup
+	$(TESSERA) verilog --rows $(R) --cols $(C)
+
+bitstream: setup
+	$(TESSERA) bitstream --board $(BOARD) --rows $(R) --cols $(C)
+
+bench: setup
+	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES)
+
+demo: setup
+	$(TESSERA) demo --rows $(R) --cols $(C)
+
+lint: setup
+	$(PY) -m ruff check .
+
+clean:
+	rm -rf build sim_build bench/results

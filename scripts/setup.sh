@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# `make setup`: .venv from nothing, pinned packages, Tessera itself (editable), and PoCL.
+# Idempotent; `make` only reruns it when requirements.txt, pyproject.toml or this file change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "setup: Tessera needs Python >= 3.11; '$PYTHON' is $("$PYTHON" --version 2>&1)." >&2
+    echo "       Install one and run: make setup PYTHON=python3.11" >&2
+    exit 1
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv with $("$PYTHON" --version)"
+    "$PYTHON" -m venv .venv
+fi
+echo "setup: installing pinned packages (requirements.txt)"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
+
+# PoCL gives OpenCL on the CPU. PyPI's pocl-binary-distribution fails on these CPUs
+# ("unknown target CPU 'generic'"), so we use Debian's pocl-opencl-icd.
+if .venv/bin/python -c 'import pyopencl as cl; assert cl.get_platforms()' >/dev/null 2>&1; then
+    echo "setup: OpenCL platform found"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing PoCL (Debian pocl-opencl-icd) for the OpenCL backend"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq pocl-opencl-icd ocl-icd-libopencl1 >/dev/null
+    .venv/bin/python -c 'import pyopencl as cl; print("setup: OpenCL platforms:", [p.name for p in cl.get_platforms()])'
+else
+    echo "setup: WARNING: no OpenCL platform. The OpenCL backend needs PoCL; as root on"
+    echo "       Debian/Ubuntu run: apt-get install pocl-opencl-icd ocl-icd-libopencl1"
+fi
+echo "setup: done"
