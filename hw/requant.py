@@ -1,0 +1,107 @@
+"""Streaming post-processing: bias, requantization and clamp, one result per cycle per lane.
+
+Implements ``models.requant.requantize`` applied to ``acc + bias``::
+
+    y = clamp(z + (((acc + bias) * M + 2**(n - 1)) >> n), lo, hi)
+
+with a 64-bit product and an arithmetic shift (ties toward +inf). ``acc + bias`` wraps at
+32 bits like the hardware accumulator it continues; the golden models refuse layers where
+that could happen, so inside the contract there is no wrap.
+"""
+
+from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import check_positive_int
+
+SHIFT_MIN, SHIFT_MAX = 1, 62  # models.requant.SHIFT_MIN/SHIFT_MAX (kept import-free here)
+
+
+def accumulator_layout(lanes, acc_width=32):
+    return data.StructLayout({"acc": data.ArrayLayout(signed(acc_width), lanes), "last": 1})
+
+
+def output_layout(lanes):
+    return data.StructLayout({"y": data.ArrayLayout(signed(8), lanes), "last": 1})
+
+
+class RequantParams(data.Struct):
+    """Per-layer constants shared by all lanes."""
+    zero_point: signed(8)
+    lo: signed(8)
+    hi: signed(8)
+
+
+class Requantizer(wiring.Component):
+    """``lanes`` int32 accumulators in, ``lanes`` int8 results out, fully pipelined.
+
+    Per-lane ``bias``, ``multiplier`` (M in [2^30, 2^31)) and ``shift`` (n in [1, 62]) are
+    static inputs for the output channels the lanes currently hold (the layer's control
+    logic sets them per column tile); ``params`` holds the output zero point and clamp.
+    The pipeline has ``LATENCY`` stages and stalls as a whole when ``results`` is not ready.
+
+    Parameters
+    ----------
+    lanes : int
+        Results per beat (the systolic array's columns).
+    acc_width : int
+        Width of the incoming accumulators.
+    """
+
+    LATENCY = 4
+
+    def __init__(self, *, lanes, acc_width=32):
+        self.lanes = check_positive_int("lanes", lanes, maximum=256)
+        self.acc_width = check_positive_int("acc_width", acc_width, maximum=32)
+        super().__init__({
+            "accumulators": In(stream.Signature(accumulator_layout(lanes, acc_width))),
+            "results": Out(stream.Signature(output_layout(lanes))),
+            "bias": In(data.ArrayLayout(signed(32), lanes)),
+            "multiplier": In(data.ArrayLayout(unsigned(31), lanes)),
+            "shift": In(data.ArrayLayout(unsigned(6), lanes)),
+            "params": In(RequantParams),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        # Every stage moves together while the output register can take a beat.
+        advance = Signal()
+        m.d.comb += [
+            advance.eq(~self.results.valid | self.results.ready),
+            self.accumulators.ready.eq(advance),
+        ]
+        valid = [Signal(name=f"valid{s}") for s in range(self.LATENCY)]
+        last = [Signal(name=f"last{s}") for s in range(self.LATENCY)]
+        with m.If(advance):
+            m.d.sync += [valid[0].eq(self.accumulators.valid),
+                         last[0].eq(self.accumulators.payload.last)]
+            for s in range(1, self.LATENCY):
+                m.d.sync += [valid[s].eq(valid[s - 1]), last[s].eq(last[s - 1])]
+        m.d.comb += [self.results.valid.eq(valid[-1]),
+                     self.results.payload.last.eq(last[-1])]
+
+        for lane in range(self.lanes):
+            total = Signal(signed(32), name=f"total{lane}")
+            product = Signal(signed(64), name=f"product{lane}")
+            shifted = Signal(signed(64), name=f"shifted{lane}")
+            result = Signal(signed(8), name=f"y{lane}")
+            shift = self.shift[lane]
+            # n = 0 is outside the contract; treat it as 1 so the rounding term stays 2^(n-1).
+            amount = Signal(range(SHIFT_MAX + 1), name=f"amount{lane}")
+            rounding = Signal(signed(64), name=f"rounding{lane}")
+            m.d.comb += [amount.eq(Mux(shift < SHIFT_MIN, SHIFT_MIN, shift)),
+                         rounding.eq(Const(1, 64) << (amount - 1)[:6])]
+            # 64-bit wide: z + shifted can exceed int8 by far before the clamp.
+            biased = Signal(signed(65), name=f"biased{lane}")
+            m.d.comb += biased.eq(shifted + self.params.zero_point)
+            with m.If(advance):
+                m.d.sync += [
+                    total.eq(self.accumulators.payload.acc[lane] + self.bias[lane]),
+                    product.eq(total * self.multiplier[lane]),
+                    shifted.eq((product + rounding) >> amount),
+                    result.eq(Mux(biased < self.params.lo, self.params.lo,
+                                  Mux(biased > self.params.hi, self.params.hi, biased))),
+                ]
+            m.d.comb += self.results.payload.y[lane].eq(result)
+        return m

@@ -1,0 +1,86 @@
+"""The streaming requantizer against models.requant.requantize (Amaranth simulator)."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.requant import Requantizer
+from models.requant import requantize
+from sim.streams import stream_get, stream_put
+
+
+def run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=None):
+    dut = Requantizer(lanes=lanes)
+    got, lasts = [], []
+
+    async def setup_and_feed(ctx):
+        ctx.set(dut.bias, [int(v) for v in bias])
+        ctx.set(dut.multiplier, [int(v) for v in multiplier])
+        ctx.set(dut.shift, [int(v) for v in shift])
+        ctx.set(dut.params, {"zero_point": zero_point, "lo": lo, "hi": hi})
+        for index, row in enumerate(acc):
+            await stream_put(ctx, dut.accumulators,
+                             {"acc": [int(v) for v in row], "last": index == len(acc) - 1})
+
+    async def drain(ctx):
+        for _ in range(len(acc)):
+            while stall_rng is not None and stall_rng.random() < 0.3:
+                await ctx.tick()
+            payload = await stream_get(ctx, dut.results)
+            got.append([int(v) for v in payload.y])
+            lasts.append(bool(payload.last))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(setup_and_feed)
+    sim.add_testbench(drain)
+    sim.run()
+    assert lasts == [False] * (len(acc) - 1) + [True]
+    return np.array(got, dtype=np.int64)
+
+
+def expected(acc, bias, multiplier, shift, zero_point, lo, hi):
+    total = (acc.astype(np.int64) + bias).astype(np.int32)
+    return requantize(total, multiplier, shift, zero_point, lo, hi, axis=1).astype(np.int64)
+
+
+def compare(got, want, seed, label):
+    if not np.array_equal(got, want):
+        index = tuple(int(i) for i in np.argwhere(got != want)[0])
+        raise AssertionError(f"seed={seed} {label}: first difference at {list(index)}: "
+                             f"RTL {got[index]} != golden {want[index]}")
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_random_requantization(lanes, rng, seed):
+    beats = 40
+    acc = rng.integers(-2**20, 2**20, (beats, lanes), dtype=np.int64)
+    bias = rng.integers(-2**16, 2**16, lanes)
+    multiplier = rng.integers(2**30, 2**31, lanes)
+    shift = rng.integers(20, 40, lanes)
+    zero_point, lo, hi = int(rng.integers(-128, 128)), -128, 127
+    got = run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi,
+                          stall_rng=rng)
+    compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
+            f"lanes={lanes} zero_point={zero_point}")
+
+
+def test_extremes(seed):
+    # acc at the int32 limits, M near 2^31, shifts 1 and 40+, zero points -128 and 127,
+    # results that saturate, and a ReLU6-style clamp.
+    acc = np.array([[2**31 - 1, -2**31, 0, 1], [-1, 12345, -12345, 2**30],
+                    [7, -7, 2**31 - 1, -2**31]], dtype=np.int64)
+    bias = np.array([0, 0, 0, -1])
+    multiplier = np.array([2**31 - 1, 2**30, 2**31 - 1, 2**30 + 12345])
+    shift = np.array([1, 62, 40, 45])
+    for zero_point, lo, hi in ((-128, -128, 127), (127, -128, 127), (-128, -128, -32)):
+        got = run_requantizer(4, acc, bias, multiplier, shift, zero_point, lo, hi)
+        compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
+                f"extremes z={zero_point} lo={lo} hi={hi}")
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="lanes must be a positive integer, not 0"):
+        Requantizer(lanes=0)
+    with pytest.raises(ValueError, match="acc_width must be at most 32, not 48"):
+        Requantizer(lanes=2, acc_width=48)
