@@ -9,13 +9,13 @@ with a 64-bit product and an arithmetic shift (ties toward +inf). ``acc + bias``
 that could happen, so inside the contract there is no wrap.
 """
 
-from amaranth import Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import check_positive_int
-
-SHIFT_MIN, SHIFT_MAX = 1, 62  # models.requant.SHIFT_MIN/SHIFT_MAX (kept import-free here)
+from .fixedpoint import clamp, rounding_shift
+from .pipeline import lockstep_pipeline
 
 
 def accumulator_layout(lanes, acc_width=32):
@@ -65,43 +65,18 @@ class Requantizer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # Every stage moves together while the output register can take a beat.
-        advance = Signal()
-        m.d.comb += [
-            advance.eq(~self.results.valid | self.results.ready),
-            self.accumulators.ready.eq(advance),
-        ]
-        valid = [Signal(name=f"valid{s}") for s in range(self.LATENCY)]
-        last = [Signal(name=f"last{s}") for s in range(self.LATENCY)]
-        with m.If(advance):
-            m.d.sync += [valid[0].eq(self.accumulators.valid),
-                         last[0].eq(self.accumulators.payload.last)]
-            for s in range(1, self.LATENCY):
-                m.d.sync += [valid[s].eq(valid[s - 1]), last[s].eq(last[s - 1])]
-        m.d.comb += [self.results.valid.eq(valid[-1]),
-                     self.results.payload.last.eq(last[-1])]
-
+        advance = lockstep_pipeline(m, self.accumulators, self.results, self.LATENCY)
         for lane in range(self.lanes):
             total = Signal(signed(32), name=f"total{lane}")
-            product = Signal(signed(64), name=f"product{lane}")
-            shifted = Signal(signed(64), name=f"shifted{lane}")
-            result = Signal(signed(8), name=f"y{lane}")
-            shift = self.shift[lane]
-            # n = 0 is outside the contract; treat it as 1 so the rounding term stays 2^(n-1).
-            amount = Signal(range(SHIFT_MAX + 1), name=f"amount{lane}")
-            rounding = Signal(signed(64), name=f"rounding{lane}")
-            m.d.comb += [amount.eq(Mux(shift < SHIFT_MIN, SHIFT_MIN, shift)),
-                         rounding.eq(Const(1, 64) << (amount - 1)[:6])]
-            # 64-bit wide: z + shifted can exceed int8 by far before the clamp.
+            with m.If(advance):
+                m.d.sync += total.eq(self.accumulators.payload.acc[lane] + self.bias[lane])
+            shifted = rounding_shift(m, total, self.multiplier[lane], self.shift[lane],
+                                     en=advance, name=f"lane{lane}")
+            # 65 bits: z + shifted can exceed int8 by far before the clamp.
             biased = Signal(signed(65), name=f"biased{lane}")
+            result = Signal(signed(8), name=f"y{lane}")
             m.d.comb += biased.eq(shifted + self.params.zero_point)
             with m.If(advance):
-                m.d.sync += [
-                    total.eq(self.accumulators.payload.acc[lane] + self.bias[lane]),
-                    product.eq(total * self.multiplier[lane]),
-                    shifted.eq((product + rounding) >> amount),
-                    result.eq(Mux(biased < self.params.lo, self.params.lo,
-                                  Mux(biased > self.params.hi, self.params.hi, biased))),
-                ]
+                m.d.sync += result.eq(clamp(biased, self.params.lo, self.params.hi))
             m.d.comb += self.results.payload.y[lane].eq(result)
         return m

@@ -1,0 +1,41 @@
+"""Fixed-point building blocks shared by the post-processing units.
+
+``rounding_shift`` is the hardware twin of ``models.requant.rounding_shift``:
+``(value * M + 2**(n - 1)) >> n`` with an exact product and an arithmetic shift, so the
+result is rounded to nearest with ties toward +inf.
+"""
+
+from amaranth import Const, Mux, Signal, signed
+
+SHIFT_MIN, SHIFT_MAX = 1, 62  # as models.requant.SHIFT_MIN / SHIFT_MAX
+
+
+def rounding_shift(m, value, multiplier, shift, *, en, name):
+    """Two register stages computing ``(value * multiplier + 2**(shift-1)) >> shift``.
+
+    Stage 1 registers the exact product, stage 2 the rounded, shifted result; both
+    advance while ``en``. ``shift`` below 1 is outside the contract and treated as 1 so
+    the rounding term stays an integer. Returns the stage-2 register (64-bit signed).
+    """
+    width = len(value) + len(multiplier) + 1
+    product = Signal(signed(width), name=f"{name}_product")
+    amount = Signal(range(SHIFT_MAX + 1), name=f"{name}_amount")
+    rounding = Signal(signed(64), name=f"{name}_rounding")
+    result = Signal(signed(64), name=f"{name}_shifted")
+    # The shift amount for stage 2 must be the one that goes with the registered product;
+    # parameters are static during a layer, so the current value is the right one.
+    m.d.comb += [
+        amount.eq(Mux(shift < SHIFT_MIN, SHIFT_MIN, shift)),
+        rounding.eq(Const(1, 64) << (amount - 1)[:6]),
+    ]
+    with m.If(en):
+        m.d.sync += [
+            product.eq(value * multiplier),
+            result.eq((product + rounding) >> amount),
+        ]
+    return result
+
+
+def clamp(value, lo, hi):
+    """``min(max(value, lo), hi)`` as an expression."""
+    return Mux(value < lo, lo, Mux(value > hi, hi, value))

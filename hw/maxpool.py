@@ -1,0 +1,98 @@
+"""Streaming 2x2 / stride 2 max pool, fused after requantization.
+
+Input: the pixels of one feature map (``lanes`` channels each) in row-major order; output:
+the pooled pixels in row-major order. Even rows leave the max of each horizontal pair in a
+line buffer (block RAM, ``max_width // 2`` words); odd rows finish the 2x2 maximum. An odd
+last column or row has no partner and is dropped, as ONNX MaxPool with ``ceil_mode=0``
+does. Exact: the result is ``models.pool.max_pool2d(x, 2, 2)``.
+"""
+
+from amaranth import Module, Mux, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import check_positive_int
+
+
+def pixel_layout(lanes):
+    return data.StructLayout({"x": data.ArrayLayout(signed(8), lanes), "last": 1})
+
+
+def _max(a, b):
+    return Mux(a > b, a, b)
+
+
+class MaxPool2x2(wiring.Component):
+    """2x2 max pooling with stride 2 over a row-major pixel stream.
+
+    Parameters
+    ----------
+    lanes : int
+        Channels per pixel beat.
+    max_width : int
+        Widest feature map the line buffer holds.
+    """
+
+    def __init__(self, *, lanes, max_width=64):
+        self.lanes = check_positive_int("lanes", lanes, maximum=256)
+        self.max_width = check_positive_int("max_width", max_width, maximum=4096)
+        if max_width < 2:
+            raise ValueError(f"max_width must be at least 2, not {max_width!r}")
+        super().__init__({
+            "pixels": In(stream.Signature(pixel_layout(lanes))),
+            "pooled": Out(stream.Signature(pixel_layout(lanes))),
+            "width": In(range(max_width + 1)),
+            "height": In(range(1 << 16)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.lanes
+        m.submodules.line = line = memory.Memory(
+            shape=data.ArrayLayout(signed(8), lanes), depth=self.max_width // 2, init=[])
+        write = line.write_port()
+        read = line.read_port(domain="sync")
+
+        x = Signal(range(self.max_width + 1))
+        y = Signal(16)
+        pair_max = Signal(data.ArrayLayout(signed(8), lanes))  # max of the even-x pixel
+        pixel = self.pixels.payload.x
+        take = Signal()
+        m.d.comb += [
+            self.pixels.ready.eq(~self.pooled.valid | self.pooled.ready),
+            take.eq(self.pixels.valid & self.pixels.ready),
+        ]
+        odd_x, odd_y = x[0], y[0]
+        # A pixel pairs up only when its partner column exists (drops an odd last column).
+        paired = odd_x | (x + 1 < self.width)
+        last_row_pair = y + 1 == (self.height & ~1)
+        m.d.comb += [
+            read.addr.eq(x >> 1),
+            read.en.eq(take & odd_y & ~odd_x),
+            write.addr.eq(x >> 1),
+            write.en.eq(take & ~odd_y & odd_x),
+        ]
+        for lane in range(lanes):
+            m.d.comb += write.data[lane].eq(_max(pair_max[lane], pixel[lane]))
+        with m.If(take):
+            with m.If(~odd_x):
+                m.d.sync += pair_max.eq(pixel)
+            # End of a frame: restart the counters for the next one (next channel group).
+            with m.If(x + 1 == self.width):
+                m.d.sync += x.eq(0)
+                m.d.sync += y.eq(Mux(y + 1 == self.height, 0, y + 1))
+            with m.Else():
+                m.d.sync += x.eq(x + 1)
+            with m.If(odd_y & odd_x & paired):
+                m.d.sync += [
+                    self.pooled.valid.eq(1),
+                    self.pooled.payload.last.eq(last_row_pair & (x + 2 > self.width - 1)),
+                ]
+                for lane in range(lanes):
+                    m.d.sync += self.pooled.payload.x[lane].eq(
+                        _max(_max(read.data[lane], pair_max[lane]), pixel[lane]))
+            with m.Elif(self.pooled.ready):
+                m.d.sync += self.pooled.valid.eq(0)
+        with m.Elif(self.pooled.ready):
+            m.d.sync += self.pooled.valid.eq(0)
+        return m
