@@ -1,0 +1,206 @@
+"""The accelerator's register map: one Python description, from which the RTL decoder
+(``hw/csr.py``), the driver's constants (``sw_driver/regs.py``), the C header
+(``sim/twin/tessera_regs.h``) and ``docs/register-map.md`` are all generated.
+
+Plain Python (no Amaranth import), so the driver can read it without the HDL.
+Run ``python -m hw.regmap`` to regenerate the files; ``tests/test_regmap.py`` fails when
+any of them is stale.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ID_VALUE = 0x54455353  # "TESS"
+MAP_VERSION = (0 << 16) | 1
+
+# Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
+# W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
+# and cleared by writing 1.
+ACCESS = ("RO", "RW", "W1P", "W1C")
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    lsb: int
+    width: int
+    doc: str
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    offset: int
+    access: str
+    doc: str
+    fields: tuple = field(default=())
+
+    def __post_init__(self):
+        if self.access not in ACCESS:
+            raise ValueError(f"register {self.name}: access must be one of {ACCESS}, "
+                             f"not {self.access!r}")
+        if self.offset % 4:
+            raise ValueError(f"register {self.name}: offset {self.offset:#x} is not "
+                             f"32-bit aligned")
+        used = 0
+        for f in self.fields:
+            mask = ((1 << f.width) - 1) << f.lsb
+            if f.lsb + f.width > 32 or used & mask:
+                raise ValueError(f"register {self.name}: field {f.name} overlaps or "
+                                 f"exceeds 32 bits")
+            used |= mask
+
+
+def _whole(doc):
+    return (Field("value", 0, 32, doc),)
+
+
+REGISTERS = (
+    Register("ID", 0x000, "RO", f"Identifies a Tessera accelerator: {ID_VALUE:#010x}",
+             _whole('"TESS"')),
+    Register("VERSION", 0x004, "RO", "Register map version", (
+        Field("minor", 0, 16, "minor version"), Field("major", 16, 16, "major version"))),
+    Register("CONFIG", 0x008, "RO", "Build parameters of the compute array", (
+        Field("rows", 0, 8, "array rows R"), Field("cols", 8, 8, "array columns C"),
+        Field("acc_width", 16, 8, "accumulator bits"))),
+    Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in bytes per copy",
+             _whole("bytes")),
+    Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C bytes",
+             _whole("words")),
+    Register("CTRL", 0x020, "W1P", "Control strobes", (
+        Field("start", 0, 1, "start the layer in the descriptor registers"),
+        Field("soft_reset", 1, 1, "abort and return to idle"))),
+    Register("STATUS", 0x024, "W1C", "Layer status (busy is read-only)", (
+        Field("busy", 0, 1, "a layer is running"),
+        Field("done", 1, 1, "the last layer finished; write 1 to clear"),
+        Field("error", 2, 1, "the last layer failed; write 1 to clear"))),
+    Register("IRQ_ENABLE", 0x028, "RW", "Raise the interrupt line on these status bits", (
+        Field("done", 0, 1, "interrupt when done"), Field("error", 1, 1, "on error"))),
+    Register("ERROR_CODE", 0x02C, "RO", "Why the last layer failed (0: no error)",
+             _whole("code")),
+    Register("OPCODE", 0x040, "RW", "Layer operation (see sw_driver.regs.Opcode)",
+             _whole("opcode")),
+    Register("PERF_CYCLES", 0x080, "RO", "Cycles since reset (wraps)", _whole("cycles")),
+    Register("PERF_BUSY", 0x084, "RO", "Cycles spent busy", _whole("cycles")),
+    Register("PERF_MACS_LO", 0x088, "RO", "Multiply-accumulates issued, low word",
+             _whole("MACs")),
+    Register("PERF_MACS_HI", 0x08C, "RO", "Multiply-accumulates issued, high word",
+             _whole("MACs")),
+    Register("PERF_STALLS", 0x090, "RO", "Busy cycles in which the array did not advance",
+             _whole("cycles")),
+)
+
+# Layer operations, shared by the hardware's `m.Case`s and the driver's descriptors.
+OPCODES = {"NOP": 0, "GEMM": 1, "CONV": 2, "DEPTHWISE": 3, "DENSE": 4, "POOL": 5, "ADD": 6}
+
+
+def _check_map(registers):
+    offsets = {}
+    for reg in registers:
+        if reg.offset in offsets:
+            raise ValueError(f"registers {offsets[reg.offset]} and {reg.name} share offset "
+                             f"{reg.offset:#x}")
+        offsets[reg.offset] = reg.name
+
+
+_check_map(REGISTERS)
+
+
+def by_name():
+    return {reg.name: reg for reg in REGISTERS}
+
+
+def python_module():
+    """Text of ``sw_driver/regs.py``."""
+    lines = ['"""Register offsets and fields of the Tessera accelerator.',
+             "", "Generated from hw/regmap.py by `python -m hw.regmap`; do not edit.", '"""',
+             "", "import enum", "", f"ID_VALUE = {ID_VALUE:#010x}",
+             f"MAP_VERSION = {MAP_VERSION:#x}", "", "",
+             "class Reg(enum.IntEnum):", '    """Register byte offsets."""', ""]
+    for reg in REGISTERS:
+        lines.append(f"    {reg.name} = {reg.offset:#05x}  # {reg.access}: {reg.doc}")
+    lines += ["", ""]
+    for reg in REGISTERS:
+        for f in reg.fields:
+            if f.width == 32:
+                continue
+            prefix = f"{reg.name}_{f.name.upper()}"
+            lines.append(f"{prefix}_SHIFT = {f.lsb}")
+            lines.append(f"{prefix}_MASK = {((1 << f.width) - 1) << f.lsb:#x}")
+    lines += ["", "", "class Opcode(enum.IntEnum):", '    """Layer operations."""', ""]
+    lines += [f"    {name} = {value}" for name, value in OPCODES.items()]
+    return "\n".join(lines) + "\n"
+
+
+def c_header():
+    """Text of ``sim/twin/tessera_regs.h``."""
+    lines = ["/* Register map of the Tessera accelerator.",
+             " * Generated from hw/regmap.py by `python -m hw.regmap`; do not edit. */",
+             "#ifndef TESSERA_REGS_H", "#define TESSERA_REGS_H", "",
+             f"#define TESSERA_ID_VALUE 0x{ID_VALUE:08x}u",
+             f"#define TESSERA_MAP_VERSION 0x{MAP_VERSION:x}u", ""]
+    for reg in REGISTERS:
+        lines.append(f"#define TESSERA_{reg.name} 0x{reg.offset:03x}u /* {reg.access} */")
+        for f in reg.fields:
+            if f.width == 32:
+                continue
+            prefix = f"TESSERA_{reg.name}_{f.name.upper()}"
+            lines.append(f"#define {prefix}_SHIFT {f.lsb}")
+            lines.append(f"#define {prefix}_MASK 0x{((1 << f.width) - 1) << f.lsb:x}u")
+    lines.append("")
+    for name, value in OPCODES.items():
+        lines.append(f"#define TESSERA_OP_{name} {value}")
+    lines += ["", "#endif /* TESSERA_REGS_H */"]
+    return "\n".join(lines) + "\n"
+
+
+def markdown():
+    """Text of ``docs/register-map.md``."""
+    lines = ["# Register map", "",
+             "Generated from `hw/regmap.py` by `python -m hw.regmap`; do not edit. The same",
+             "description generates the RTL decoder (`hw/csr.py`), the driver's constants",
+             "(`sw_driver/regs.py`) and the C header (`sim/twin/tessera_regs.h`).", "",
+             "Access: RO read-only; RW read-write; W1P writing 1 to a bit pulses it for one",
+             "cycle; W1C bits are set by the hardware and cleared by writing 1.", "",
+             "| offset | name | access | bits | description |",
+             "|---|---|---|---|---|"]
+    for reg in REGISTERS:
+        lines.append(f"| `{reg.offset:#05x}` | `{reg.name}` | {reg.access} | | {reg.doc} |")
+        for f in reg.fields:
+            if f.width == 32:
+                continue
+            bits = f"{f.lsb}" if f.width == 1 else f"{f.lsb + f.width - 1}:{f.lsb}"
+            lines.append(f"| | `.{f.name}` | | {bits} | {f.doc} |")
+    lines += ["", "## Opcodes", "", "| value | operation |", "|---|---|"]
+    lines += [f"| {value} | `{name}` |" for name, value in OPCODES.items()]
+    return "\n".join(lines) + "\n"
+
+
+ROOT = Path(__file__).resolve().parent.parent
+GENERATED = {
+    "sw_driver/regs.py": python_module,
+    "sim/twin/tessera_regs.h": c_header,
+    "docs/register-map.md": markdown,
+}
+
+
+def stale_files(root=ROOT):
+    """Generated files whose text differs from what the map generates now."""
+    stale = []
+    for relative, generate in GENERATED.items():
+        path = Path(root) / relative
+        if not path.exists() or path.read_text() != generate():
+            stale.append(relative)
+    return stale
+
+
+def write_all(root=ROOT):
+    for relative, generate in GENERATED.items():
+        path = Path(root) / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(generate())
+        print(f"wrote {relative}")
+
+
+if __name__ == "__main__":
+    write_all()
