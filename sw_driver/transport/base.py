@@ -1,0 +1,61 @@
+"""The Transport interface: 32-bit CSRs and two DMA streams, with timeouts."""
+
+from abc import ABC, abstractmethod
+
+from sw_driver.errors import TesseraError
+
+
+class TransportError(TesseraError):
+    """The device could not be reached or answered wrongly; the message names it."""
+
+
+class TransportTimeout(TransportError):
+    """The device did not answer within the timeout (reported, never waited on forever)."""
+
+
+class Transport(ABC):
+    """Register and stream access to one accelerator.
+
+    Offsets are byte offsets of 32-bit registers (``sw_driver.regs.Reg``). DMA moves whole
+    32-bit words: host-to-device transfers end with ``last`` on their final word.
+    """
+
+    #: seconds a DMA transfer may take before :class:`TransportTimeout`
+    timeout = 1.0
+
+    @abstractmethod
+    def csr_read(self, offset):
+        """Read the 32-bit register at byte ``offset``."""
+
+    @abstractmethod
+    def csr_write(self, offset, value):
+        """Write the 32-bit register at byte ``offset``."""
+
+    @abstractmethod
+    def dma_write(self, data):
+        """Send ``data`` (bytes-like, a multiple of 4 bytes) to the device."""
+
+    @abstractmethod
+    def dma_read(self, nbytes):
+        """Receive exactly ``nbytes`` (a multiple of 4) from the device."""
+
+    def close(self):
+        """Release the device."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def check_word_multiple(what, nbytes):
+    if nbytes % 4:
+        raise ValueError(f"{what} must be a whole number of 32-bit words, got {nbytes} bytes")
+
+
+def check_csr(offset, value=0):
+    if not isinstance(offset, int) or offset < 0 or offset % 4:
+        raise ValueError(f"CSR offset must be a non-negative multiple of 4, not {offset!r}")
+    if not isinstance(value, int) or not 0 <= value < 2**32:
+        raise ValueError(f"CSR value must be an unsigned 32-bit integer, not {value!r}")
