@@ -1,0 +1,5 @@
+"""Tessera host runtime: import QDQ ONNX models and run them on Tessera's providers."""
+
+from .session import InferenceSession
+
+__all__ = ["InferenceSession"]

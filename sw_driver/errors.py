@@ -1,0 +1,75 @@
+"""Exceptions raised by the host runtime.
+
+Every error the runtime raises on purpose is a :class:`TesseraError`, so a caller can catch
+one class; the subclasses say which stage refused (loading, importing, placing, running) and
+their messages name the file, node, layer or input concerned.
+"""
+
+__all__ = [
+    "InputError",
+    "LayerError",
+    "MissingInitializerError",
+    "ModelLoadError",
+    "NotQuantizedError",
+    "PlacementError",
+    "QuantizationError",
+    "TesseraError",
+    "UnknownProviderError",
+    "UnsupportedModelError",
+    "UnsupportedOperatorError",
+]
+
+
+class TesseraError(Exception):
+    """Base class of every error raised on purpose by ``sw_driver``."""
+
+
+class ModelLoadError(TesseraError):
+    """The file or bytes are not a readable, valid ONNX model (missing, truncated, corrupt)."""
+
+
+class MissingInitializerError(ModelLoadError):
+    """A node reads a tensor that no initializer, graph input or node provides."""
+
+
+class UnsupportedModelError(TesseraError):
+    """The model is valid ONNX but outside what the importer can turn into integer layers."""
+
+
+class UnsupportedOperatorError(UnsupportedModelError):
+    """The model uses operators Tessera does not run.
+
+    Attributes
+    ----------
+    nodes : list of (str, str)
+        Every unsupported node as ``(name, op_type)``, in graph order.
+    """
+
+    def __init__(self, message, nodes):
+        super().__init__(message)
+        self.nodes = list(nodes)
+
+
+class NotQuantizedError(UnsupportedModelError):
+    """A float model, or a float region, where a QDQ (QuantizeLinear/DequantizeLinear) one is
+    required."""
+
+
+class QuantizationError(UnsupportedModelError):
+    """Quantization parameters that the integer contract cannot represent exactly."""
+
+
+class UnknownProviderError(TesseraError, ValueError):
+    """A provider name that is not in :data:`sw_driver.providers.PROVIDERS`."""
+
+
+class PlacementError(TesseraError):
+    """No provider in the session's list can run a layer."""
+
+
+class InputError(TesseraError, ValueError):
+    """A feed with a wrong name, shape, dtype or non-finite values."""
+
+
+class LayerError(TesseraError):
+    """A layer failed while running (e.g. an int32 accumulator overflow)."""

@@ -1,0 +1,222 @@
+"""The integer layer graph: what the importer produces and the providers run.
+
+Every quantization parameter is folded in: int8 weights (symmetric per output channel),
+int32 bias at scale ``s_x * s_w[c]``, per-channel fixed-point multiplier and shift from
+:func:`models.requant.quantize_multiplier`, zero points, and a fused Relu/Clip expressed as
+the requantization clamp ``[lo, hi]``. Tensors between layers are int8 NCHW (with the
+scale and zero point of the layer that produced them) except around :class:`Quantize`,
+:class:`Dequantize` and :class:`Softmax`, which work on float32.
+
+Each layer names its input tensors and its one output tensor, so a :class:`Graph` is a list
+of layers in an order where every input is produced before it is read.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "Add",
+    "AveragePool",
+    "Conv",
+    "Dense",
+    "Dequantize",
+    "Flatten",
+    "GlobalAveragePool",
+    "Graph",
+    "Layer",
+    "MaxPool",
+    "Quantize",
+    "Reshape",
+    "Softmax",
+    "TensorInfo",
+]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """A model input or output, like onnxruntime's ``NodeArg``.
+
+    Attributes
+    ----------
+    name : str
+    shape : list of (int or str or None)
+        Fixed dimensions as ints, symbolic ones (e.g. the batch ``"N"``) as strings.
+    type : str
+        ONNX type string, e.g. ``"tensor(float)"``.
+    """
+
+    name: str
+    shape: list
+    type: str = "tensor(float)"
+
+
+@dataclass(eq=False)
+class Layer:
+    """Base of every layer: a unique ``name``, input tensor names and one output name."""
+
+    name: str
+    inputs: tuple
+    output: str
+
+    @property
+    def op(self):
+        """The layer kind, e.g. ``"Conv"`` (the class name)."""
+        return type(self).__name__
+
+
+@dataclass(eq=False)
+class Requantized(Layer):
+    """Mixin fields of a layer whose int32 result is requantized per output channel.
+
+    ``y = clamp(y_zero_point + ((acc * multiplier[c] + 2**(shift[c]-1)) >> shift[c]),
+    lo, hi)``, see :func:`models.requant.requantize`.
+    """
+
+    weight: np.ndarray = None
+    bias: np.ndarray = None
+    x_zero_point: int = 0
+    multiplier: np.ndarray = None
+    shift: np.ndarray = None
+    y_zero_point: int = 0
+    lo: int = -128
+    hi: int = 127
+
+
+@dataclass(eq=False)
+class Conv(Requantized):
+    """2-D convolution, int8 ``weight`` (O, C/groups, kh, kw); depthwise when groups == C.
+
+    ``padding`` is ``(top, left, bottom, right)`` (ONNX ``pads`` order).
+    """
+
+    stride: tuple = (1, 1)
+    padding: tuple = (0, 0, 0, 0)
+    dilation: tuple = (1, 1)
+    groups: int = 1
+
+
+@dataclass(eq=False)
+class Dense(Requantized):
+    """Fully connected layer (ONNX Gemm or MatMul), int8 ``weight`` (O, K).
+
+    The input is (..., K); every leading dimension is treated as batch.
+    """
+
+
+@dataclass(eq=False)
+class MaxPool(Layer):
+    """Max pooling; output keeps the input's scale and zero point (exact)."""
+
+    kernel: tuple = (1, 1)
+    stride: tuple = (1, 1)
+    padding: tuple = (0, 0, 0, 0)
+
+
+@dataclass(eq=False)
+class AveragePool(Layer):
+    """Average pooling requantized to the output's scale (:func:`models.pool.avg_pool2d`)."""
+
+    kernel: tuple = (1, 1)
+    stride: tuple = (1, 1)
+    padding: tuple = (0, 0, 0, 0)
+    count_include_pad: bool = False
+    x_scale: float = 1.0
+    x_zero_point: int = 0
+    y_scale: float = 1.0
+    y_zero_point: int = 0
+    lo: int = -128
+    hi: int = 127
+
+
+@dataclass(eq=False)
+class GlobalAveragePool(Layer):
+    """Mean over H and W (:func:`models.pool.global_avg_pool`)."""
+
+    x_scale: float = 1.0
+    x_zero_point: int = 0
+    y_scale: float = 1.0
+    y_zero_point: int = 0
+    lo: int = -128
+    hi: int = 127
+
+
+@dataclass(eq=False)
+class Add(Layer):
+    """Residual add of two int8 tensors (:func:`models.eltwise.add`).
+
+    ``constant`` holds the int8 second operand when it is an initializer rather than a
+    tensor (then ``inputs`` has one name).
+    """
+
+    a_scale: float = 1.0
+    a_zero_point: int = 0
+    b_scale: float = 1.0
+    b_zero_point: int = 0
+    y_scale: float = 1.0
+    y_zero_point: int = 0
+    lo: int = -128
+    hi: int = 127
+    constant: np.ndarray = None
+
+
+@dataclass(eq=False)
+class Flatten(Layer):
+    """ONNX Flatten of an int8 tensor: ``(d0 * ... * d[axis-1], d[axis] * ...)``."""
+
+    axis: int = 1
+
+
+@dataclass(eq=False)
+class Reshape(Layer):
+    """ONNX Reshape of an int8 tensor; ``shape`` may hold 0 (copy) and one -1 (infer)."""
+
+    shape: tuple = ()
+
+
+@dataclass(eq=False)
+class Softmax(Layer):
+    """Float32 softmax along ``axis``.
+
+    With ``coerce_2d`` (ONNX opset < 13) the input is viewed as 2-D, ``(d0 * ... *
+    d[axis-1], d[axis] * ...)``, and normalised over the second dimension.
+    """
+
+    axis: int = -1
+    coerce_2d: bool = False
+
+
+@dataclass(eq=False)
+class Quantize(Layer):
+    """float32 -> int8 like ONNX QuantizeLinear (round half to even, saturate)."""
+
+    scale: float = 1.0
+    zero_point: int = 0
+
+
+@dataclass(eq=False)
+class Dequantize(Layer):
+    """int8 -> float32 like ONNX DequantizeLinear: ``(q - zero_point) * scale``."""
+
+    scale: float = 1.0
+    zero_point: int = 0
+
+
+@dataclass(eq=False)
+class Graph:
+    """An imported model: layers in execution order plus the model's inputs and outputs.
+
+    Attributes
+    ----------
+    layers : list of Layer
+    inputs, outputs : list of TensorInfo
+        The float tensors a caller feeds and receives, in the model's order.
+    source : str
+        Where the model came from (a path, or ``"<bytes>"``), for messages.
+    """
+
+    layers: list
+    inputs: list
+    outputs: list
+    source: str = "<bytes>"
+    metadata: dict = field(default_factory=dict)

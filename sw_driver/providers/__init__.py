@@ -1,0 +1,21 @@
+"""Execution providers: one file per backend behind :class:`~.base.Provider`.
+
+:data:`PROVIDERS` maps the names accepted by ``InferenceSession(providers=[...])`` to
+provider classes; other backends register themselves here (``"opencl"``, ``"sim"``,
+``"pcie"``) by adding an entry.
+"""
+
+from .base import Provider
+from .cpu import CPUProvider
+
+__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "Provider"]
+
+#: Provider name -> class. Instances are created per session, with no arguments.
+PROVIDERS = {
+    "cpu": CPUProvider,
+}
+
+#: onnxruntime's names, accepted so that code written for onnxruntime runs unchanged.
+ALIASES = {
+    "CPUExecutionProvider": "cpu",
+}
