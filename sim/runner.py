@@ -1,7 +1,10 @@
-"""Build the array with Verilator and run cocotb testbenches on it (cocotb_tools.runner).
+"""Build a design with Verilator and run cocotb testbenches on it (cocotb_tools.runner).
 
-Each configuration gets its own Verilog and Verilator build folder under ``build/``;
-builds are serialised with a file lock so parallel pytest workers can share them.
+The design is the systolic array for an ``ArrayConfig``; a configuration object with
+``make_top()`` and ``top_name`` (e.g. ``hw.conv_config.ConvEngineConfig``) names its own top
+instead, and its ``env()`` adds to the testbench environment. Each configuration gets its
+own Verilog and Verilator build folder, ``build/<config.name>/``; builds are serialised with
+a file lock so parallel pytest workers can share them.
 """
 
 import fcntl
@@ -27,24 +30,43 @@ def _locked(path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _top_name(config):
+    return config.top_name if hasattr(config, "make_top") else TOP_NAME
+
+
+def _write_verilog(config, build_root):
+    """``build/<config.name>/<top>.v``, rewritten only when it changes (keeps builds cached)."""
+    if not hasattr(config, "make_top"):
+        return write_array_verilog(config, build_root)
+    from amaranth.back import verilog
+
+    path = Path(build_root) / config.name / f"{config.top_name}.v"
+    text = verilog.convert(config.make_top(), name=config.top_name, emit_src=False)
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
 def build_array(config, *, waves=False, build_root=BUILD_ROOT):
     """Generate Verilog for ``config`` and compile it with Verilator for cocotb.
 
     Returns ``(runner, build_dir)``. Waveforms need their own build (FST tracing)."""
     from cocotb_tools.runner import get_runner
 
-    if not isinstance(config, ArrayConfig):
-        raise TypeError(f"config must be an ArrayConfig, not {config!r}")
+    if not isinstance(config, ArrayConfig) and not hasattr(config, "make_top"):
+        raise TypeError(f"config must be an ArrayConfig or name its top (make_top), "
+                        f"not {config!r}")
     apply_tool_env()
     build_root = Path(build_root).resolve()
     build_dir = build_root / config.name / ("verilator-fst" if waves else "verilator")
     runner = get_runner("verilator")
     with _locked(build_root / config.name / ".build.lock"):
-        source = write_array_verilog(config, build_root).resolve()
+        source = _write_verilog(config, build_root).resolve()
         flags = list(VERILATOR_WARNING_FLAGS)
         if waves:
             flags.append("--trace-fst")
-        runner.build(sources=[source], hdl_toplevel=TOP_NAME, build_dir=build_dir,
+        runner.build(sources=[source], hdl_toplevel=_top_name(config), build_dir=build_dir,
                      build_args=flags, waves=waves, log_file=build_dir / "build.log")
     return runner, build_dir
 
@@ -71,9 +93,10 @@ def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env
         "TESSERA_COLS": str(config.cols),
         "TESSERA_ACC_WIDTH": str(config.acc_width),
         "TESSERA_SEED": str(seed),
+        **(config.env() if hasattr(config, "env") else {}),
         **(extra_env or {}),
     }
-    results = runner.test(test_module=module, hdl_toplevel=TOP_NAME, testcase=testcase,
+    results = runner.test(test_module=module, hdl_toplevel=_top_name(config), testcase=testcase,
                           seed=seed, extra_env=env, waves=waves, build_dir=build_dir,
                           test_dir=test_dir, results_xml=str(test_dir / "results.xml"),
                           log_file=test_dir / "sim.log",

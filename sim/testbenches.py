@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 
 from hw.config import ArrayConfig
+from hw.conv_config import ConvEngineConfig
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,11 @@ TESTBENCHES = {
                    ArrayConfig(rows=1, cols=1), ArrayConfig(rows=4, cols=2)),
                   "systolic GEMM array vs golden GEMM: random shapes, extremes, "
                   "backpressure, steady-state throughput"),
+        Testbench("conv", "sim.tb_conv",
+                  (ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
+                                    weight_depth=1024, max_col_tiles=8),),
+                  "convolution engine vs golden conv2d + requantize: random layers, "
+                  "extremes, backpressure, cycles per layer vs ideal"),
     )
 }
 

@@ -1,0 +1,213 @@
+"""The convolution engine: buffers, implicit-im2col address generator, systolic array and
+requantizer, running one int8 convolution layer per ``start``.
+
+```
+ act_in ──► R copies of the activation buffer (HWC) ─┐  a[R]: x, or x_zero_point outside
+ weight_in ─► weight buffer (C int8 per word) ───────┼─► operands ─► SystolicArray
+ param_in ──► per-column-tile bias/M/n table         │                    │ results
+ descriptor, start ─► AddressGenerator ──────────────┘      drop rows past the last pixel
+                                                             ▼
+                                          Requantizer (bias', M, n of the column tile)
+                                                             ▼
+                                                  output {y[C] int8, last}
+```
+
+The host folds the activation zero point into the bias (``bias' = bias - z_x * sum(w)``,
+``sw_driver.conv_lowering``), so the array multiplies raw int8 activations and padding
+positions are fed ``z_x``. Loop order: column tiles outer, pixel groups, then
+``k = (u, v, c)``; output beats come in the same order, one per output pixel (C channels of
+the current column tile), the rows of the last group past the last pixel dropped.
+
+Loading: each of ``act_in``, ``weight_in``, ``param_in`` writes its buffer from address 0
+upwards; a beat with ``last`` rewinds its pointer (so does ``start``). They are ready only
+while the engine is not ``busy`` (no double buffering yet). ``done`` rises with the last
+output beat and stays high until the next ``start``. The descriptor is latched at ``start``.
+"""
+
+from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .addrgen import AddressGenerator, address_width, descriptor_layout
+from .conv_config import ConvEngineConfig
+from .requant import Requantizer, output_layout
+from .systolic import SystolicArray
+
+
+def activation_load_layout():
+    return data.StructLayout({"x": signed(8), "last": 1})
+
+
+def weight_load_layout(cols):
+    return data.StructLayout({"w": data.ArrayLayout(signed(8), cols), "last": 1})
+
+
+def param_word_layout(cols):
+    """One column tile's requantization constants (one entry of the parameter table)."""
+    return data.StructLayout({
+        "bias": data.ArrayLayout(signed(32), cols),
+        "multiplier": data.ArrayLayout(unsigned(31), cols),
+        "shift": data.ArrayLayout(unsigned(6), cols),
+    })
+
+
+def param_load_layout(cols):
+    return data.StructLayout({"word": param_word_layout(cols), "last": 1})
+
+
+class ConvEngine(wiring.Component):
+    """One int8 convolution layer (bit-exact with ``models.conv`` + ``models.requant``).
+
+    Parameters
+    ----------
+    config : ConvEngineConfig
+        Array size and buffer depths.
+    """
+
+    def __init__(self, config=None):
+        if config is None:
+            config = ConvEngineConfig()
+        if not isinstance(config, ConvEngineConfig):
+            raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
+        self.config = config
+        cols = config.cols
+        super().__init__({
+            "descriptor": In(descriptor_layout()),
+            "start": In(1),
+            "busy": Out(1),
+            "done": Out(1),
+            "act_in": In(stream.Signature(activation_load_layout())),
+            "weight_in": In(stream.Signature(weight_load_layout(cols))),
+            "param_in": In(stream.Signature(param_load_layout(cols))),
+            "output": Out(stream.Signature(output_layout(cols))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        rows, cols = cfg.rows, cfg.cols
+
+        desc = Signal(descriptor_layout())
+        busy = Signal()
+        launch = Signal()  # one cycle after start: the latched descriptor is valid
+        m.d.sync += launch.eq(0)
+        with m.If(self.start & ~busy):
+            m.d.sync += [desc.eq(self.descriptor), busy.eq(1), self.done.eq(0),
+                         launch.eq(1)]
+        m.d.comb += self.busy.eq(busy)
+
+        # --- Buffers -----------------------------------------------------------------
+        # R identical copies of the activation buffer, written together, so that each
+        # array row has its own read port (R different pixels per cycle, any stride and
+        # padding, no bank conflicts). Costs R times the block RAM of one copy.
+        act_ptr = Signal(address_width(cfg.act_depth))
+        act_mems = []
+        for r in range(rows):
+            mem = Memory(shape=signed(8), depth=cfg.act_depth, init=[])
+            m.submodules[f"act_buffer{r}"] = mem
+            wr = mem.write_port()
+            m.d.comb += [wr.addr.eq(act_ptr), wr.data.eq(self.act_in.payload.x),
+                         wr.en.eq(self.act_in.valid & self.act_in.ready)]
+            act_mems.append(mem)
+        m.submodules.weight_buffer = weight_mem = Memory(
+            shape=data.ArrayLayout(signed(8), cols), depth=cfg.weight_depth, init=[])
+        m.submodules.param_table = param_mem = Memory(
+            shape=param_word_layout(cols), depth=cfg.max_col_tiles, init=[])
+        weight_ptr = Signal(address_width(cfg.weight_depth))
+        param_ptr = Signal(address_width(cfg.max_col_tiles))
+        weight_wr = weight_mem.write_port()
+        param_wr = param_mem.write_port()
+        m.d.comb += [
+            weight_wr.addr.eq(weight_ptr), weight_wr.data.eq(self.weight_in.payload.w),
+            weight_wr.en.eq(self.weight_in.valid & self.weight_in.ready),
+            param_wr.addr.eq(param_ptr), param_wr.data.eq(self.param_in.payload.word),
+            param_wr.en.eq(self.param_in.valid & self.param_in.ready),
+        ]
+        for port, ptr in ((self.act_in, act_ptr), (self.weight_in, weight_ptr),
+                          (self.param_in, param_ptr)):
+            m.d.comb += port.ready.eq(~busy)
+            with m.If(port.valid & port.ready):
+                m.d.sync += ptr.eq(Mux(port.payload.last, 0, ptr + 1))
+            with m.If(self.start & ~busy):
+                m.d.sync += ptr.eq(0)
+
+        # --- Address generator -> buffer reads -> array operands ------------------------
+        m.submodules.addrgen = addrgen = AddressGenerator(cfg)
+        m.submodules.array = array = SystolicArray(cfg.array)
+        m.d.comb += [addrgen.descriptor.eq(desc), addrgen.start.eq(launch)]
+
+        # Read stage: the memories' own output registers hold the beat while the array
+        # stalls (read enable low), so this stage adds no extra data registers.
+        read_valid, read_inside, read_last = Signal(), Signal(rows), Signal()
+        advance = ~read_valid | array.operands.ready
+        m.d.comb += addrgen.beats.ready.eq(advance)
+        with m.If(advance):
+            m.d.sync += [read_valid.eq(addrgen.beats.valid),
+                         read_inside.eq(addrgen.beats.payload.inside),
+                         read_last.eq(addrgen.beats.payload.last)]
+        for r, mem in enumerate(act_mems):
+            rd = mem.read_port()
+            m.d.comb += [rd.addr.eq(addrgen.beats.payload.addr[r]), rd.en.eq(advance),
+                         array.operands.payload.a[r].eq(
+                             Mux(read_inside[r], rd.data, desc.x_zero_point))]
+        weight_rd = weight_mem.read_port()
+        m.d.comb += [
+            weight_rd.addr.eq(addrgen.beats.payload.w_addr), weight_rd.en.eq(advance),
+            array.operands.payload.b.eq(weight_rd.data),
+            array.operands.payload.last.eq(read_last),
+            array.operands.valid.eq(read_valid),
+        ]
+
+        # --- Array results -> requantizer -> output --------------------------------------
+        m.submodules.requant = requant = Requantizer(lanes=cols)
+        row = Signal(range(rows))
+        group, tile = Signal(16), Signal(16)
+        last_group = group == desc.pixel_groups - 1
+        row_valid = ~last_group | (row < desc.last_rows)
+        layer_last = (tile == desc.col_tiles - 1) & last_group & (row == desc.last_rows - 1)
+
+        # The requantizer's per-lane constants are static inputs: they change between
+        # column tiles only once the previous tile's rows have left its pipeline.
+        need_params = Signal()
+        param_wait = Signal()  # the table read for `tile` is one cycle old only after this
+        in_flight = Signal(range(Requantizer.LATENCY + 2))
+        params = Signal(param_word_layout(cols))
+        param_rd = param_mem.read_port()
+        m.d.comb += param_rd.addr.eq(tile)
+        m.d.sync += param_wait.eq(0)
+        entered = requant.accumulators.valid & requant.accumulators.ready
+        left = self.output.valid & self.output.ready
+        m.d.sync += in_flight.eq(in_flight + entered - left)
+        with m.If(need_params & ~param_wait & (in_flight == 0)):
+            m.d.sync += [params.eq(param_rd.data), need_params.eq(0)]
+
+        m.d.comb += [
+            requant.accumulators.payload.acc.eq(array.results.payload.c),
+            requant.accumulators.payload.last.eq(layer_last),
+            requant.accumulators.valid.eq(array.results.valid & row_valid & ~need_params),
+            array.results.ready.eq(~need_params & (~row_valid | requant.accumulators.ready)),
+            requant.bias.eq(params.bias),
+            requant.multiplier.eq(params.multiplier),
+            requant.shift.eq(params.shift),
+            requant.params.zero_point.eq(desc.y_zero_point),
+            requant.params.lo.eq(desc.lo),
+            requant.params.hi.eq(desc.hi),
+        ]
+        with m.If(array.results.valid & array.results.ready):
+            m.d.sync += row.eq(row + 1)
+            with m.If(row == rows - 1):
+                m.d.sync += row.eq(0)
+                with m.If(~last_group):
+                    m.d.sync += group.eq(group + 1)
+                with m.Else():
+                    m.d.sync += [group.eq(0), tile.eq(tile + 1),
+                                 need_params.eq(1), param_wait.eq(1)]
+        with m.If(self.start & ~busy):
+            m.d.sync += [row.eq(0), group.eq(0), tile.eq(0),
+                         need_params.eq(1), param_wait.eq(1)]
+
+        wiring.connect(m, requant.results, wiring.flipped(self.output))
+        with m.If(left & self.output.payload.last):
+            m.d.sync += [busy.eq(0), self.done.eq(1)]
+        return m

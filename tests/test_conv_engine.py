@@ -1,0 +1,222 @@
+"""The convolution engine: lowering and address order (fast), RTL on Verilator (slow)."""
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from hw.addrgen import AddressGenerator, address_width
+from hw.config import ArrayConfig
+from hw.conv_config import ConvEngineConfig
+from models.conv import conv2d, conv_output_size
+from models.requant import requantize
+from sim.runner import run_testbench
+from sw_driver.conv_lowering import (
+    assemble_output,
+    engine_reference,
+    fold_zero_point,
+    lower_conv2d,
+    make_descriptor,
+)
+
+SMALL = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=1024, weight_depth=512,
+                         max_col_tiles=8)
+#: The RTL configuration: big enough for the 3x3, 16 -> 16 channel, 16x16 benchmark layer.
+RTL = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096, weight_depth=1024,
+                       max_col_tiles=8)
+
+
+def random_layer(rng, *, kernel=None, stride=None, depthwise=False, batch=1):
+    """A random layer inside SMALL's limits (odd sizes, channels not multiples of 4)."""
+    k = kernel or int(rng.choice([1, 2, 3, 5, 7]))
+    s = stride or int(rng.choice([1, 2]))
+    pads = tuple(int(rng.integers(0, k // 2 + 1)) for _ in range(4))
+    c_in = int(rng.integers(1, 7))
+    c_out = c_in if depthwise else int(rng.integers(1, 11))
+    # Any size with an output (H + top + bottom >= k), odd ones included.
+    h = int(rng.integers(max(1, k - pads[0] - pads[2]), 10))
+    w = int(rng.integers(max(1, k - pads[1] - pads[3]), 10))
+    x = rng.integers(-128, 128, (batch, c_in, h, w), dtype=np.int8)
+    wt = rng.integers(-128, 128, (c_out, 1 if depthwise else c_in, k, k), dtype=np.int8)
+    return dict(x=x, w=wt, stride=s, padding=pads, groups=c_in if depthwise else 1)
+
+
+def golden(layer, bias, multiplier, shift, zx, zy, lo=-128, hi=127):
+    acc = conv2d(layer["x"], layer["w"], bias, x_zero_point=zx, stride=layer["stride"],
+                 padding=layer["padding"], groups=layer["groups"])
+    return requantize(acc, multiplier, shift, zy, lo, hi)
+
+
+def compare(got, want, seed, label):
+    if not np.array_equal(got, want):
+        index = tuple(int(i) for i in np.argwhere(got != want)[0])
+        raise AssertionError(f"seed={seed} {label}: first difference at {list(index)}: "
+                             f"engine {got[index]} != golden {want[index]}")
+
+
+# --- Lowering: zero point folding, padding, stride, depthwise ---------------------------
+
+@pytest.mark.parametrize("zx", [-128, 127, 0, 37])
+def test_lowering_matches_golden(zx, rng, seed):
+    for trial in range(12):
+        layer = random_layer(rng, depthwise=trial % 4 == 3, batch=1 + trial % 2)
+        o = layer["w"].shape[0]
+        bias = rng.integers(-2**20, 2**20, o).astype(np.int32)
+        multiplier = rng.integers(2**30, 2**31, o)
+        shift = rng.integers(8, 40, o)
+        zy = int(rng.integers(-128, 128))
+        want = golden(layer, bias, multiplier, shift, zx, zy)
+        passes = lower_conv2d(layer["x"], layer["w"], bias, multiplier, shift, x_zero_point=zx,
+                              y_zero_point=zy, stride=layer["stride"],
+                              padding=layer["padding"], groups=layer["groups"], config=SMALL)
+        got = assemble_output(passes, [engine_reference(p) for p in passes], o)
+        compare(got, want, seed, f"zx={zx} trial={trial} x={layer['x'].shape} "
+                f"w={layer['w'].shape} stride={layer['stride']} pads={layer['padding']}")
+
+
+def test_fold_zero_point_wraps_exactly():
+    # bias near the int32 limit and z_x = -128: the folded bias wraps, the result does not.
+    w = np.full((1, 1, 1, 1), 127, np.int8)
+    bias = np.array([2**31 - 100], np.int32)
+    folded = fold_zero_point(w, bias, -128)
+    assert int(folded[0]) == 2**31 - 100 + 128 * 127 - 2**32
+    x = np.full((1, 1, 1, 1), -128, np.int8)
+    acc = conv2d(x, w, bias, x_zero_point=-128)
+    hw_acc = (int(folded[0]) + (-128) * 127 + 2**31) % 2**32 - 2**31
+    assert hw_acc == int(acc[0, 0, 0, 0]) == 2**31 - 100
+
+
+def test_extreme_requantization_and_clamp(rng, seed):
+    layer = random_layer(rng, kernel=3, stride=1)
+    o = layer["w"].shape[0]
+    bias = rng.integers(-2**24, 2**24, o).astype(np.int32)
+    multiplier = np.where(np.arange(o) % 2, 2**31 - 1, 2**30)
+    shift = np.where(np.arange(o) % 3 == 0, 1, 45)
+    for zx, zy, lo, hi in ((-128, 127, -128, 127), (127, -128, -128, 127), (5, -3, -3, 60)):
+        want = golden(layer, bias, multiplier, shift, zx, zy, lo, hi)
+        passes = lower_conv2d(layer["x"], layer["w"], bias, multiplier, shift, x_zero_point=zx,
+                              y_zero_point=zy, lo=lo, hi=hi, stride=1,
+                              padding=layer["padding"], config=SMALL)
+        got = assemble_output(passes, [engine_reference(p) for p in passes], o)
+        compare(got, want, seed, f"extremes zx={zx} zy={zy} lo={lo} hi={hi}")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(w_shape=(4, 2, 9, 9)), r"'bad': kernel 9x9 exceeds the conv engine's maximum of 7x7"),
+    (dict(dilation=2), r"'bad': dilation \(2, 2\) is not supported"),
+    (dict(groups=2, w_shape=(4, 1, 3, 3)), r"'bad': groups=2 is not supported"),
+    (dict(stride=3), r"'bad': stride \(3, 3\) is not supported"),
+    (dict(padding=2), r"'bad': padding \(2, 2, 2, 2\) exceeds .* half the kernel \(1, 1\)"),
+    (dict(x_shape=(1, 2, 30, 30)), r"activations 2x30x30 = 1800 exceed the activation "
+                                   r"buffer of 1024"),
+    (dict(w_shape=(36, 2, 1, 1), padding=0), r"36 output channels need 9 column tiles, "
+                                             r"more than the engine's 8"),
+    (dict(w_shape=(24, 2, 7, 7)), r"6 column tiles x K=98 = 588 words, more than the "
+                                  r"weight buffer's 512"),
+])
+def test_lowering_refuses_what_the_engine_cannot_run(change, message):
+    x = np.zeros(change.get("x_shape", (1, 2, 8, 8)), np.int8)
+    w = np.zeros(change.get("w_shape", (4, 2, 3, 3)), np.int8)
+    with pytest.raises(ValueError, match=message):
+        lower_conv2d(x, w, None, 2**30, 10, x_zero_point=0, y_zero_point=0,
+                     stride=change.get("stride", 1), padding=change.get("padding", 1),
+                     dilation=change.get("dilation", 1), groups=change.get("groups", 1),
+                     config=SMALL, name="bad")
+
+
+def test_config_checks():
+    with pytest.raises(ValueError, match="act_depth must be a positive integer, not 0"):
+        ConvEngineConfig(act_depth=0)
+    with pytest.raises(ValueError, match="array.acc_width must be 32, not 24"):
+        ConvEngineConfig(array=ArrayConfig(acc_width=24))
+    with pytest.raises(TypeError, match="config must be a ConvEngineConfig, not 3"):
+        AddressGenerator(3)
+
+
+# --- Address generator order (Amaranth simulator) ---------------------------------------
+
+def expected_addresses(desc, config, out_size):
+    """Beats by the direct formula (not the hardware's incremental one)."""
+    rows, mask = config.rows, (1 << address_width(config.act_depth)) - 1
+    c_in, h, w = desc["in_channels"], desc["in_height"], desc["in_width"]
+    kh, kw, s = desc["kernel_h"], desc["kernel_w"], desc["stride"]
+    oh, ow = out_size
+    k_total = c_in * kh * kw
+    beats = []
+    for t in range(desc["col_tiles"]):
+        for g in range(desc["pixel_groups"]):
+            for k in range(k_total):
+                u, rest = divmod(k, kw * c_in)
+                v, c = divmod(rest, c_in)
+                addrs, inside = [], []
+                for r in range(rows):
+                    i, j = divmod(g * rows + r, ow)
+                    iy, ix = i * s + u - desc["pad_top"], j * s + v - desc["pad_left"]
+                    ok = 0 <= iy < h and 0 <= ix < w
+                    inside.append(ok)
+                    addrs.append(((iy * w + ix) * c_in + c) & mask if ok else None)
+                beats.append((addrs, inside, t * k_total + k, k == k_total - 1))
+    return beats
+
+
+def run_address_generator(config, desc, count, rng):
+    dut = AddressGenerator(config)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.descriptor, desc)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        while len(got) < count:
+            ready = rng.random() < 0.7
+            ctx.set(dut.beats.ready, ready)
+            await ctx.delay(1e-9)
+            if ready and ctx.get(dut.beats.valid):
+                p = ctx.get(dut.beats.payload)
+                got.append(([int(a) for a in p.addr],
+                            [bool((int(p.inside) >> r) & 1) for r in range(config.rows)],
+                            int(p.w_addr), bool(p.last)))
+            await ctx.tick()
+        ctx.set(dut.beats.ready, 1)
+        for _ in range(4):
+            await ctx.tick()
+        assert not ctx.get(dut.busy) and not ctx.get(dut.beats.valid), "extra beats"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return got
+
+
+@pytest.mark.parametrize("kernel, stride, pads, c_in, size, c_out", [
+    (3, 1, (1, 1, 1, 1), 2, (5, 6), 5),   # padding all round, two column tiles
+    (7, 2, (3, 2, 0, 3), 1, (9, 7), 3),   # large kernel, stride 2, asymmetric pads
+    (1, 2, (0, 0, 0, 0), 3, (5, 5), 4),   # 1x1, stride 2: OW = 3 < R wraps in a group
+    (2, 1, (1, 0, 1, 1), 2, (3, 2), 1),   # even kernel, OW = 3, one output channel
+])
+def test_address_generator_order(kernel, stride, pads, c_in, size, c_out, rng):
+    top, left, bottom, right = pads
+    oh = conv_output_size(size[0], kernel, stride, top, bottom)
+    ow = conv_output_size(size[1], kernel, stride, left, right)
+    desc = make_descriptor(config=SMALL, in_channels=c_in, in_size=size,
+                           kernel=(kernel, kernel), stride=stride, pad_top=top, pad_left=left,
+                           out_size=(oh, ow), col_tiles=-(-c_out // SMALL.cols),
+                           x_zero_point=0, y_zero_point=0, lo=-128, hi=127)
+    want = expected_addresses(desc, SMALL, (oh, ow))
+    got = run_address_generator(SMALL, desc, len(want), rng)
+    for index, ((w_addrs, w_in, w_w, w_last), (g_addrs, g_in, g_w, g_last)) in \
+            enumerate(zip(want, got, strict=True)):
+        assert (w_in, w_w, w_last) == (g_in, g_w, g_last), \
+            f"beat {index}: want inside/w_addr/last {w_in, w_w, w_last}, got {g_in, g_w, g_last}"
+        for r, (a, b) in enumerate(zip(w_addrs, g_addrs, strict=True)):
+            assert a is None or a == b, f"beat {index} row {r}: address {b}, want {a}"
+
+
+# --- RTL on Verilator ---------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_conv_engine_against_golden(seed):
+    print(f"seed={seed} config={RTL.as_dict()}")
+    # Under pytest, the cocotb runner raises when any cocotb test fails.
+    run_testbench("sim.tb_conv", RTL, seed=seed, name=f"pytest-{seed}")
