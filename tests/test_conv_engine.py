@@ -67,7 +67,7 @@ def test_lowering_matches_golden(zx, rng, seed):
         want = golden(layer, bias, multiplier, shift, zx, zy)
         passes = lower_conv2d(layer["x"], layer["w"], bias, multiplier, shift, x_zero_point=zx,
                               y_zero_point=zy, stride=layer["stride"],
-                              padding=layer["padding"], groups=layer["groups"], config=SMALL)
+                              padding=layer["padding"], groups=layer["groups"], config=RTL)
         got = assemble_output(passes, [engine_reference(p) for p in passes], o)
         compare(got, want, seed, f"zx={zx} trial={trial} x={layer['x'].shape} "
                 f"w={layer['w'].shape} stride={layer['stride']} pads={layer['padding']}")
@@ -95,7 +95,7 @@ def test_extreme_requantization_and_clamp(rng, seed):
         want = golden(layer, bias, multiplier, shift, zx, zy, lo, hi)
         passes = lower_conv2d(layer["x"], layer["w"], bias, multiplier, shift, x_zero_point=zx,
                               y_zero_point=zy, lo=lo, hi=hi, stride=1,
-                              padding=layer["padding"], config=SMALL)
+                              padding=layer["padding"], config=RTL)
         got = assemble_output(passes, [engine_reference(p) for p in passes], o)
         compare(got, want, seed, f"extremes zx={zx} zy={zy} lo={lo} hi={hi}")
 
@@ -215,8 +215,17 @@ def test_address_generator_order(kernel, stride, pads, c_in, size, c_out, rng):
 
 # --- RTL on Verilator ---------------------------------------------------------------------
 
+RTL_CONFIGS = [
+    RTL,
+    # Non-square with an odd R: R % OW and R // OW take other values, rows != cols.
+    ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=4096, weight_depth=1024,
+                     max_col_tiles=8),
+]
+
+
 @pytest.mark.slow
-def test_conv_engine_against_golden(seed):
-    print(f"seed={seed} config={RTL.as_dict()}")
+@pytest.mark.parametrize("config", RTL_CONFIGS, ids=lambda c: c.name)
+def test_conv_engine_against_golden(config, seed):
+    print(f"seed={seed} config={config.as_dict()}")
     # Under pytest, the cocotb runner raises when any cocotb test fails.
-    run_testbench("sim.tb_conv", RTL, seed=seed, name=f"pytest-{seed}")
+    run_testbench("sim.tb_conv", config, seed=seed, name=f"pytest-{seed}")
