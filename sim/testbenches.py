@@ -22,8 +22,10 @@ TESTBENCHES = {
                   "systolic GEMM array vs golden GEMM: random shapes, extremes, "
                   "backpressure, steady-state throughput"),
         Testbench("conv", "sim.tb_conv",
-                  (ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
-                                    weight_depth=1024, max_col_tiles=8),),
+                  tuple(ConvEngineConfig(array=array, act_depth=4096, weight_depth=1024,
+                                         max_col_tiles=8)
+                        for array in (ArrayConfig(rows=4, cols=4), ArrayConfig(rows=3, cols=5),
+                                      ArrayConfig(rows=8, cols=8))),
                   "convolution engine vs golden conv2d + requantize: random layers, "
                   "extremes, backpressure, cycles per layer vs ideal"),
     )
