@@ -81,6 +81,10 @@ class ConvEngine(wiring.Component):
             "weight_in": In(stream.Signature(weight_load_layout(cols))),
             "param_in": In(stream.Signature(param_load_layout(cols))),
             "output": Out(stream.Signature(output_layout(cols))),
+            # For the performance counters: an operand beat (R*C MACs) entered the array,
+            # or one waited for the array.
+            "issued": Out(1),
+            "stalled": Out(1),
         })
 
     def elaborate(self, platform):
@@ -157,6 +161,8 @@ class ConvEngine(wiring.Component):
             array.operands.payload.b.eq(weight_rd.data),
             array.operands.payload.last.eq(read_last),
             array.operands.valid.eq(read_valid),
+            self.issued.eq(read_valid & array.operands.ready),
+            self.stalled.eq(read_valid & ~array.operands.ready),
         ]
 
         # --- Array results -> requantizer -> output --------------------------------------

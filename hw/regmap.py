@@ -10,6 +10,8 @@ any of them is stale.
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .conv_config import DESCRIPTOR_FIELDS
+
 ID_VALUE = 0x54455353  # "TESS"
 MAP_VERSION = (0 << 16) | 1
 
@@ -63,10 +65,12 @@ REGISTERS = (
     Register("CONFIG", 0x008, "RO", "Build parameters of the compute array", (
         Field("rows", 0, 8, "array rows R"), Field("cols", 8, 8, "array columns C"),
         Field("acc_width", 16, 8, "accumulator bits"))),
-    Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in bytes per copy",
-             _whole("bytes")),
-    Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C bytes",
+    Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
+             _whole("elements")),
+    Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
              _whole("words")),
+    Register("PARAM_DEPTH", 0x014, "RO", "Column tiles of bias/multiplier/shift held",
+             _whole("column tiles")),
     Register("CTRL", 0x020, "W1P", "Control strobes", (
         Field("start", 0, 1, "start the layer in the descriptor registers"),
         Field("soft_reset", 1, 1, "abort and return to idle"))),
@@ -80,9 +84,12 @@ REGISTERS = (
              _whole("code")),
     Register("OPCODE", 0x040, "RW", "Layer operation (see sw_driver.regs.Opcode)",
              _whole("opcode")),
-    Register("GEMM_K", 0x044, "RW", "GEMM: operand beats per output tile (K >= 1)",
-             _whole("K")),
-    Register("GEMM_TILES", 0x048, "RW", "GEMM: output tiles in the layer", _whole("tiles")),
+    Register("LOAD_PARAMS", 0x050, "RW", "Column-tile parameter entries the host-to-device "
+             "stream carries first", _whole("entries")),
+    Register("LOAD_WEIGHTS", 0x054, "RW", "Weight words (C int8 each) that follow",
+             _whole("words")),
+    Register("LOAD_ACT", 0x058, "RW", "Activation elements (int8, HWC) that follow, "
+             "packed 4 per 32-bit word", _whole("elements")),
     Register("PERF_CYCLES", 0x080, "RO", "Cycles since reset (wraps)", _whole("cycles")),
     Register("PERF_BUSY", 0x084, "RO", "Cycles spent busy", _whole("cycles")),
     Register("PERF_MACS_LO", 0x088, "RO", "Multiply-accumulates issued, low word",
@@ -91,6 +98,12 @@ REGISTERS = (
              _whole("MACs")),
     Register("PERF_STALLS", 0x090, "RO", "Busy cycles in which the array did not advance",
              _whole("cycles")),
+    # The convolution descriptor, one register per field of hw.conv_config.DESCRIPTOR_FIELDS
+    # (each field is the low bits of its register; signed fields are two's complement).
+    *(Register(f"CONV_{name.upper()}", 0x100 + 4 * index, "RW",
+               f"Convolution descriptor: {meaning} ({'signed ' if signed else ''}{width} bits)",
+               _whole(name))
+      for index, (name, width, signed, meaning) in enumerate(DESCRIPTOR_FIELDS)),
 )
 
 # Layer operations, shared by the hardware's `m.Case`s and the driver's descriptors.

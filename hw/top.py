@@ -1,33 +1,54 @@
-"""The accelerator top: CSR port, host-to-device and device-to-host DMA streams, interrupt.
+"""The accelerator top: CSR port, host-to-device and device-to-host DMA streams, interrupt,
+around the convolution engine (``hw/conv_engine.py``).
 
-For now the engine is the systolic GEMM array: the host sends operand beats over the
-host-to-device stream (each beat packed as R bytes of A then C bytes of B, padded to whole
-32-bit words), the array computes ``GEMM_TILES`` tiles of ``GEMM_K`` beats, and each tile's
-R rows of C int32 results come back on the device-to-host stream, ``last`` on the final
-word of the layer. Port names at the Verilog top (``csr__addr``, ``h2c__payload``, ...)
-map one-to-one onto an AXI4-Lite / AXI4-Stream bridge such as XDMA in stream mode.
+A layer pass is one ``start`` (opcode ``CONV``; depthwise and dense layers are lowered to it
+by the driver, ``sw_driver.conv_lowering``). After the start, the host-to-device stream
+carries, in this order and each padded to whole 32-bit words:
+
+1. ``LOAD_PARAMS`` column-tile entries of bias / multiplier / shift (the engine's
+   ``param_word_layout``, little-endian bit order),
+2. ``LOAD_WEIGHTS`` weight words of C int8,
+3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word;
+
+then the engine runs and the device-to-host stream returns one beat of C int8 per output
+pixel and column tile (``ceil(C / 4)`` words each), ``last`` on the final word.
+Port names at the Verilog top (``csr__addr``, ``h2c__payload``, ...) map one-to-one onto an
+AXI4-Lite / AXI4-Stream bridge such as XDMA in stream mode.
 """
 
-from amaranth import Module, ResetInserter, Signal
+from amaranth import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import ArrayConfig
+from .conv_config import DESCRIPTOR_FIELDS, ConvEngineConfig
+from .conv_engine import ConvEngine, param_word_layout
 from .csr import CsrBank, csr_bus_signature
 from .regmap import ID_VALUE, MAP_VERSION, OPCODES
-from .systolic import SystolicArray
 
 ERROR_BAD_OPCODE = 1
 ERROR_BAD_DESCRIPTOR = 2
+ERROR_FORCED = 0xEE  # the twin's injected error flag
 
 
 def word_layout():
     return data.StructLayout({"data": 32, "last": 1})
 
 
-def words_per_beat(config):
-    """32-bit words carrying one operand beat (R + C bytes, padded)."""
-    return -(-(config.rows + config.cols) // 4)
+def words_for(bits):
+    return -(-bits // 32)
+
+
+def param_words(cols):
+    """32-bit words per column-tile parameter entry on the host-to-device stream."""
+    return words_for(param_word_layout(cols).size)
+
+
+def weight_words(cols):
+    return words_for(8 * cols)
+
+
+def output_words(cols):
+    return words_for(8 * cols)
 
 
 class AcceleratorTop(wiring.Component):
@@ -35,17 +56,14 @@ class AcceleratorTop(wiring.Component):
 
     Parameters
     ----------
-    config : ArrayConfig
-        The compute array's build parameters (published in the ``CONFIG`` register).
+    config : ConvEngineConfig
+        Array size and buffer depths (published in the ``CONFIG`` and ``*_DEPTH`` registers).
     """
 
     def __init__(self, config=None):
-        self.config = config or ArrayConfig()
-        if not isinstance(self.config, ArrayConfig):
-            raise TypeError(f"config must be an ArrayConfig, not {config!r}")
-        if self.config.acc_width != 32:
-            raise ValueError(f"the accelerator top returns 32-bit results; acc_width must "
-                             f"be 32, not {self.config.acc_width!r}")
+        self.config = config or ConvEngineConfig()
+        if not isinstance(self.config, ConvEngineConfig):
+            raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
         super().__init__({
             "csr": In(csr_bus_signature()),
             "h2c": In(stream.Signature(word_layout())),
@@ -61,93 +79,133 @@ class AcceleratorTop(wiring.Component):
         rows, cols = cfg.rows, cfg.cols
         m.submodules.csr = csr = CsrBank()
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
-
         soft_reset = csr.ctrl[1]
-        m.submodules.array = array = ResetInserter(soft_reset)(SystolicArray(cfg))
+        m.submodules.engine = engine = ResetInserter(soft_reset)(ConvEngine(cfg))
 
-        busy = Signal()
-        beats_left_in_tile = Signal(32)
-        rows_left = Signal(32)  # result rows still to send in this layer
-
-        # Constant and live registers.
         m.d.comb += [
             csr.id.eq(ID_VALUE),
             csr.version.eq(MAP_VERSION),
-            csr.config.eq(rows | (cols << 8) | (cfg.acc_width << 16)),
-            csr.act_depth.eq(0),
-            csr.weight_depth.eq(0),
-            csr.status_live.eq(busy),
+            csr.config.eq(rows | (cols << 8) | (cfg.array.acc_width << 16)),
+            csr.act_depth.eq(cfg.act_depth),
+            csr.weight_depth.eq(cfg.weight_depth),
+            csr.param_depth.eq(cfg.max_col_tiles),
             self.irq.eq(((csr.status >> 1) & csr.irq_enable & 0b11).any()),
         ]
+        for name, _, _, _ in DESCRIPTOR_FIELDS:
+            field = getattr(engine.descriptor, name)
+            m.d.comb += field.eq(getattr(csr, f"conv_{name}")[:len(field)])
 
-        # Start: check the descriptor, then run until the last result word has left.
-        start = csr.ctrl[0] & ~busy
+        # --- Sequencer: check, load the three buffers, run, send results ---------------
+        busy = Signal()
+        phase = Signal(range(4))  # 0 params, 1 weights, 2 activations, 3 running
+        left = Signal(32)         # entries / words / elements left in this load phase
         error_code = Signal(32)
-        m.d.comb += csr.error_code.eq(error_code)
         set_done, set_error = Signal(), Signal()
-        m.d.comb += csr.status_set.eq((set_done << 1) | (set_error << 2))
+        m.d.comb += [
+            csr.status_live.eq(busy),
+            csr.error_code.eq(error_code),
+            csr.status_set.eq((set_done << 1) | (set_error << 2)),
+        ]
+        start = csr.ctrl[0] & ~busy
         with m.If(soft_reset):
             m.d.sync += busy.eq(0)
         with m.Elif(self.dbg_force_error):
-            m.d.sync += [busy.eq(0), error_code.eq(0xEE)]
+            m.d.sync += [busy.eq(0), error_code.eq(ERROR_FORCED)]
             m.d.comb += set_error.eq(1)
         with m.Elif(start):
-            with m.If(csr.opcode != OPCODES["GEMM"]):
+            with m.If(csr.opcode != OPCODES["CONV"]):
                 m.d.sync += error_code.eq(ERROR_BAD_OPCODE)
                 m.d.comb += set_error.eq(1)
-            with m.Elif((csr.gemm_k == 0) | (csr.gemm_tiles == 0)):
+            with m.Elif((csr.load_params == 0) | (csr.load_weights == 0)
+                        | (csr.load_act == 0) | (csr.conv_col_tiles == 0)
+                        | (csr.conv_pixel_groups == 0)):
                 m.d.sync += error_code.eq(ERROR_BAD_DESCRIPTOR)
                 m.d.comb += set_error.eq(1)
             with m.Else():
-                m.d.sync += [busy.eq(1), error_code.eq(0),
-                             beats_left_in_tile.eq(csr.gemm_k),
-                             rows_left.eq(csr.gemm_tiles * rows)]
+                m.d.sync += [busy.eq(1), error_code.eq(0), phase.eq(0),
+                             left.eq(csr.load_params)]
 
-        # Host-to-device words -> operand beats.
-        per_beat = words_per_beat(cfg)
-        gathered = Signal(per_beat * 32)
-        count = Signal(range(per_beat + 1))
-        beat_ready = count == per_beat
-        m.d.comb += self.h2c.ready.eq(busy & ~beat_ready)
+        # Host-to-device words gathered into parameter entries and weight words.
+        per_param, per_weight = param_words(cols), weight_words(cols)
+        gathered = Signal(32 * max(per_param, per_weight))
+        count = Signal(range(max(per_param, per_weight) + 1))
+        needed = Signal.like(count)
+        m.d.comb += needed.eq(Mux(phase == 0, per_param, per_weight))
+        loading_wide = busy & (phase < 2)
+        wide_full = count == needed
+        final = left == 1
+        m.d.comb += [
+            engine.param_in.payload.word.eq(gathered),
+            engine.param_in.payload.last.eq(final),
+            engine.param_in.valid.eq(loading_wide & (phase == 0) & wide_full),
+            engine.weight_in.payload.w.eq(gathered),
+            engine.weight_in.payload.last.eq(final),
+            engine.weight_in.valid.eq(loading_wide & (phase == 1) & wide_full),
+        ]
+        # Activations: four bytes per word.
+        act_word = Signal(32)
+        act_held = Signal()
+        act_byte = Signal(2)
+        m.d.comb += [
+            engine.act_in.payload.x.eq(act_word.word_select(act_byte, 8)),
+            engine.act_in.payload.last.eq(final),
+            engine.act_in.valid.eq(busy & (phase == 2) & act_held),
+        ]
+        with m.Switch(phase):
+            with m.Case(0, 1):
+                m.d.comb += self.h2c.ready.eq(busy & ~wide_full)
+            with m.Case(2):
+                m.d.comb += self.h2c.ready.eq(busy & ~act_held)
         with m.If(self.h2c.valid & self.h2c.ready):
-            m.d.sync += [gathered.eq((gathered >> 32) | (self.h2c.payload.data
-                                                         << (32 * (per_beat - 1)))),
-                         count.eq(count + 1)]
-        beat_bytes = gathered[:8 * (rows + cols)]
-        m.d.comb += [
-            array.operands.valid.eq(beat_ready),
-            array.operands.payload.a.eq(beat_bytes[:8 * rows]),
-            array.operands.payload.b.eq(beat_bytes[8 * rows:]),
-            array.operands.payload.last.eq(beats_left_in_tile == 1),
-        ]
-        with m.If(array.operands.valid & array.operands.ready):
-            m.d.sync += [count.eq(0),
-                         beats_left_in_tile.eq(beats_left_in_tile - 1)]
-            with m.If(beats_left_in_tile == 1):
-                m.d.sync += beats_left_in_tile.eq(csr.gemm_k)
-        with m.If(soft_reset):
-            m.d.sync += count.eq(0)
+            with m.If(phase < 2):
+                m.d.sync += [gathered.word_select(count, 32).eq(self.h2c.payload.data),
+                             count.eq(count + 1)]
+            with m.Else():
+                m.d.sync += [act_word.eq(self.h2c.payload.data), act_held.eq(1),
+                             act_byte.eq(0)]
 
-        # Result rows -> device-to-host words, C per row.
-        row = Signal(data.ArrayLayout(32, cols))
-        word = Signal(range(cols + 1))
-        final_row = Signal()
+        loaded = ((engine.param_in.valid & engine.param_in.ready)
+                  | (engine.weight_in.valid & engine.weight_in.ready))
+        with m.If(loaded):
+            m.d.sync += [count.eq(0), left.eq(left - 1)]
+            with m.If(final):
+                with m.If(phase == 0):
+                    m.d.sync += [phase.eq(1), left.eq(csr.load_weights)]
+                with m.Else():
+                    m.d.sync += [phase.eq(2), left.eq(csr.load_act)]
+        launch = Signal()
+        m.d.sync += launch.eq(0)
+        with m.If(engine.act_in.valid & engine.act_in.ready):
+            m.d.sync += [left.eq(left - 1), act_byte.eq(act_byte + 1)]
+            with m.If((act_byte == 3) | final):
+                m.d.sync += act_held.eq(0)
+            with m.If(final):
+                m.d.sync += [phase.eq(3), launch.eq(1)]
+        m.d.comb += engine.start.eq(launch)
+        with m.If(soft_reset | start):
+            m.d.sync += [count.eq(0), act_held.eq(0)]
+
+        # Engine output beats -> device-to-host words.
+        per_out = output_words(cols)
+        beat = Signal(32 * per_out)
+        words_left = Signal(range(per_out + 1))
+        final_beat = Signal()
         m.d.comb += [
-            array.results.ready.eq(word == 0),
-            self.c2h.valid.eq(word != 0),
-            self.c2h.payload.data.eq(row[0]),
-            self.c2h.payload.last.eq(final_row & (word == 1)),
+            engine.output.ready.eq(words_left == 0),
+            self.c2h.valid.eq(words_left != 0),
+            self.c2h.payload.data.eq(beat[:32]),
+            self.c2h.payload.last.eq(final_beat & (words_left == 1)),
         ]
-        with m.If(array.results.valid & array.results.ready):
-            m.d.sync += [row.eq(array.results.payload.c), word.eq(cols),
-                         final_row.eq(rows_left == 1), rows_left.eq(rows_left - 1)]
+        with m.If(engine.output.valid & engine.output.ready):
+            m.d.sync += [beat.eq(engine.output.payload.y), words_left.eq(per_out),
+                         final_beat.eq(engine.output.payload.last)]
         with m.If(self.c2h.valid & self.c2h.ready):
-            m.d.sync += [row.eq(row.as_value() >> 32), word.eq(word - 1)]
+            m.d.sync += [beat.eq(beat >> 32), words_left.eq(words_left - 1)]
             with m.If(self.c2h.payload.last):
                 m.d.sync += busy.eq(0)
                 m.d.comb += set_done.eq(1)
         with m.If(soft_reset):
-            m.d.sync += word.eq(0)
+            m.d.sync += words_left.eq(0)
 
         # Performance counters.
         cycles, busy_cycles, stalls = Signal(32), Signal(32), Signal(32)
@@ -155,9 +213,9 @@ class AcceleratorTop(wiring.Component):
         m.d.sync += cycles.eq(cycles + 1)
         with m.If(busy):
             m.d.sync += busy_cycles.eq(busy_cycles + 1)
-            with m.If(array.operands.valid & ~array.operands.ready):
-                m.d.sync += stalls.eq(stalls + 1)
-        with m.If(array.operands.valid & array.operands.ready):
+        with m.If(engine.stalled):
+            m.d.sync += stalls.eq(stalls + 1)
+        with m.If(engine.issued):
             m.d.sync += macs.eq(macs + rows * cols)
         m.d.comb += [
             csr.perf_cycles.eq(cycles), csr.perf_busy.eq(busy_cycles),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.config import ArrayConfig
+from hw.conv_config import ConvEngineConfig
 from tessera.toolchain import VERILATOR_WARNING_FLAGS, tool_env
 
 from .runner import BUILD_ROOT, _locked
@@ -66,12 +66,13 @@ def _source_key(config, flags):
 def build_twin(config, *, waves=False, build_root=BUILD_ROOT, log=print):
     """Path of the twin's shared library for ``config`` (with waveform support when
     ``waves``), building it when not cached."""
-    if not isinstance(config, ArrayConfig):
-        raise TypeError(f"config must be an ArrayConfig, not {config!r}")
+    if not isinstance(config, ConvEngineConfig):
+        raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
     flags = FLAGS + (TRACE_FLAGS if waves else [])
     variant = "-fst" if waves else ""
     folder = (Path(build_root).resolve() / "twin"
-              / f"{config.name}{variant}-{_source_key(config, flags)}")
+              / f"{config.array.name}-x{config.act_depth}-w{config.weight_depth}"
+                f"-t{config.max_col_tiles}{variant}-{_source_key(config, flags)}")
     library = folder / "obj" / "libtwin.so"
     if library.exists():
         return library
@@ -131,7 +132,7 @@ class Twin:
 
     Parameters
     ----------
-    config : ArrayConfig
+    config : ConvEngineConfig
         Build parameters; the library is built on first use and cached.
     waves : str or Path, optional
         Write an FST waveform of everything simulated to this file.
@@ -139,7 +140,7 @@ class Twin:
 
     def __init__(self, config=None, *, waves=None, build_root=BUILD_ROOT, log=print):
         self._handle = None
-        self.config = config or ArrayConfig()
+        self.config = config or ConvEngineConfig()
         library = build_twin(self.config, waves=bool(waves), build_root=build_root, log=log)
         self._lib = _bind(ctypes.CDLL(str(library)))
         self._handle = self._lib.twin_new()

@@ -1,7 +1,9 @@
 """The accelerator as the driver sees it: discover, program a layer, run it, read back.
 
 Everything here speaks only to a :class:`sw_driver.transport.Transport`, so the same code
-runs on the Verilator twin and on a board.
+runs on the Verilator twin and on a board. Layers are lowered to engine passes by
+``sw_driver.conv_lowering``; each pass is one descriptor, one ``start`` and one DMA
+exchange in the order ``hw/top.py`` documents.
 """
 
 from dataclasses import dataclass
@@ -9,9 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from hw.config import ArrayConfig
+from hw.conv_config import DESCRIPTOR_FIELDS, ConvEngineConfig
 from sw_driver import regs
+from sw_driver.conv_lowering import assemble_output, lower_conv2d
 from sw_driver.errors import TesseraError
-from sw_driver.gemm_tiling import assemble_results, operand_beats, plan_gemm
 from sw_driver.regs import Opcode, Reg
 from sw_driver.transport.base import TransportError
 
@@ -24,11 +27,24 @@ class AcceleratorError(TesseraError):
 
 @dataclass(frozen=True)
 class Counters:
-    """Performance counters after a layer (deltas over the layer)."""
-    cycles: int
-    busy: int
-    macs: int
-    stalls: int
+    """Performance counter deltas over one layer."""
+    cycles: int = 0
+    busy: int = 0
+    macs: int = 0
+    stalls: int = 0
+
+    def __add__(self, other):
+        return Counters(*(a + b for a, b in zip(
+            (self.cycles, self.busy, self.macs, self.stalls),
+            (other.cycles, other.busy, other.macs, other.stalls), strict=True)))
+
+
+def _words(data, words_per_item):
+    """int8 rows -> little-endian bytes, each row padded to ``words_per_item`` words."""
+    rows = np.asarray(data, dtype=np.int8).reshape(len(data), -1).view(np.uint8)
+    padded = np.zeros((rows.shape[0], 4 * words_per_item), np.uint8)
+    padded[:, :rows.shape[1]] = rows
+    return padded.tobytes()
 
 
 class Accelerator:
@@ -41,18 +57,121 @@ class Accelerator:
 
     def __init__(self, transport):
         self.transport = transport
-        ident = transport.csr_read(Reg.ID)
+        read = transport.csr_read
+        ident = read(Reg.ID)
         if ident != regs.ID_VALUE:
             raise AcceleratorError(f"no Tessera accelerator: ID register reads {ident:#010x}, "
                                    f"expected {regs.ID_VALUE:#010x}")
-        version = transport.csr_read(Reg.VERSION)
+        version = read(Reg.VERSION)
         if version >> 16 != regs.MAP_VERSION >> 16:
             raise AcceleratorError(f"register map version {version >> 16}.{version & 0xffff} "
                                    f"is not supported by this driver ({regs.MAP_VERSION:#x})")
-        word = transport.csr_read(Reg.CONFIG)
-        self.config = ArrayConfig(rows=word & 0xFF, cols=(word >> 8) & 0xFF,
-                                  acc_width=(word >> 16) & 0xFF)
+        word = read(Reg.CONFIG)
+        array = ArrayConfig(rows=word & 0xFF, cols=(word >> 8) & 0xFF,
+                            acc_width=(word >> 16) & 0xFF)
+        self.config = ConvEngineConfig(array=array, act_depth=read(Reg.ACT_DEPTH),
+                                       weight_depth=read(Reg.WEIGHT_DEPTH),
+                                       max_col_tiles=read(Reg.PARAM_DEPTH))
         transport.csr_write(Reg.IRQ_ENABLE, 0b11)
+        self.last_counters = Counters()
+
+    # --- layers -----------------------------------------------------------------------
+
+    def conv2d(self, x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
+               lo=-128, hi=127, stride=1, padding=0, groups=1, name="conv"):
+        """``requantize(conv2d(x, w, bias), ...)`` on the device (``models`` semantics);
+        ``groups`` equal to the channel count makes it depthwise."""
+        passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=x_zero_point,
+                              y_zero_point=y_zero_point, lo=lo, hi=hi, stride=stride,
+                              padding=padding, groups=groups, config=self.config, name=name)
+        total = Counters()
+        outputs = []
+        for engine_pass in passes:
+            beats, counters = self.run_pass(engine_pass)
+            outputs.append(beats)
+            total = total + counters
+        self.last_counters = total
+        return assemble_output(passes, outputs, w.shape[0])
+
+    def depthwise_conv2d(self, x, w, bias, multiplier, shift, **options):
+        """Depthwise convolution: ``w`` has shape (C, 1, kh, kw)."""
+        return self.conv2d(x, w, bias, multiplier, shift, groups=x.shape[1], **options)
+
+    def dense(self, x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point, lo=-128,
+              hi=127, name="dense"):
+        """``requantize(dense(x, w, bias), ...)``: x (N, K), w (O, K) -> (N, O) int8.
+
+        The batch becomes the pixels of a 1 x N image with K channels and a 1x1 kernel, so
+        N samples fill the array's rows instead of one sample per pass.
+        """
+        x = np.asarray(x)
+        if x.ndim != 2 or np.ndim(w) != 2:
+            raise ValueError(f"layer {name!r}: dense expects x (N, K) and w (O, K), got "
+                             f"{x.shape} and {np.shape(w)}")
+        image = np.ascontiguousarray(x.T).reshape(1, x.shape[1], 1, x.shape[0])
+        kernel = np.asarray(w).reshape(w.shape[0], w.shape[1], 1, 1)
+        out = self.conv2d(image, kernel, bias, multiplier, shift, x_zero_point=x_zero_point,
+                          y_zero_point=y_zero_point, lo=lo, hi=hi, name=name)
+        return out[0, :, 0, :].T.copy()
+
+    # --- one engine pass --------------------------------------------------------------
+
+    def run_pass(self, engine_pass):
+        """Program, run and read back one :class:`~sw_driver.conv_lowering.EnginePass`.
+
+        Returns ``(beats, counters)`` with beats of shape (output_beats, C) int8.
+        """
+        from hw.conv_engine import param_word_layout
+        from hw.top import output_words, param_words, weight_words
+
+        cols = self.config.cols
+        t = self.transport
+        p = engine_pass
+        layout = param_word_layout(cols)
+        entries = []
+        for tile in range(p.bias.shape[0]):
+            value = 0
+            for field, values in (("bias", p.bias), ("multiplier", p.multiplier),
+                                  ("shift", p.shift)):
+                offset, shape = layout[field].offset, layout[field].shape
+                width = shape.elem_shape.width
+                for lane in range(cols):
+                    value |= (int(values[tile, lane]) & ((1 << width) - 1)) \
+                        << (offset + lane * width)
+            entries.append(value.to_bytes(4 * param_words(cols), "little"))
+        activations = p.activations.astype(np.int8).tobytes()
+        activations += bytes(-len(activations) % 4)
+
+        before = self.counters()
+        t.csr_write(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK)
+        t.csr_write(Reg.OPCODE, Opcode.CONV)
+        for field_name, _, _, _ in DESCRIPTOR_FIELDS:
+            t.csr_write(Reg[f"CONV_{field_name.upper()}"],
+                        int(p.descriptor[field_name]) & 0xFFFFFFFF)
+        t.csr_write(Reg.LOAD_PARAMS, len(entries))
+        t.csr_write(Reg.LOAD_WEIGHTS, p.weights.shape[0])
+        t.csr_write(Reg.LOAD_ACT, p.activations.size)
+        t.csr_write(Reg.CTRL, regs.CTRL_START_MASK)
+        t.dma_write(b"".join(entries) + _words(p.weights, weight_words(cols)) + activations)
+        per_beat = output_words(cols)
+        try:
+            raw = t.dma_read(p.output_beats * per_beat * 4)
+        except TransportError as error:
+            status = t.csr_read(Reg.STATUS)
+            if status & regs.STATUS_ERROR_MASK:
+                self._fail(p.name, status)
+            self.reset()
+            raise AcceleratorError(
+                f"layer pass {p.name!r} timed out: {error}; status was "
+                f"{self._describe_status(status)}; the device has been reset") from error
+        self._check_finished(p.name)
+        after = self.counters()
+        beats = np.frombuffer(raw, np.int8).reshape(p.output_beats, 4 * per_beat)[:, :cols]
+        delta = Counters(after.cycles - before.cycles, after.busy - before.busy,
+                         after.macs - before.macs, after.stalls - before.stalls)
+        return beats, delta
+
+    # --- status -----------------------------------------------------------------------
 
     def counters(self):
         read = self.transport.csr_read
@@ -66,45 +185,6 @@ class Accelerator:
         self.transport.abort_dma()
         self.transport.csr_write(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK)
 
-    def gemm(self, a, b, *, name="gemm"):
-        """int32 ``a @ b`` for int8 matrices, computed on the device.
-
-        Returns ``(result, counters)``; raises :class:`AcceleratorError` naming ``name`` if
-        the device reports an error or stops answering (the device is reset first).
-        """
-        rows, cols = self.config.rows, self.config.cols
-        plan = plan_gemm(np.shape(a), np.shape(b), rows, cols)
-        words_per_beat = -(-(rows + cols) // 4)
-        beats = np.zeros((plan.beats, 4 * words_per_beat), np.uint8)
-        for index, (a_col, b_row, _) in enumerate(operand_beats(a, b, rows, cols)):
-            beats[index, :rows] = a_col.view(np.uint8)
-            beats[index, rows:rows + cols] = b_row.view(np.uint8)
-        before = self.counters()
-        t = self.transport
-        t.csr_write(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK)
-        t.csr_write(Reg.OPCODE, Opcode.GEMM)
-        t.csr_write(Reg.GEMM_K, plan.k)
-        t.csr_write(Reg.GEMM_TILES, plan.tiles)
-        t.csr_write(Reg.CTRL, regs.CTRL_START_MASK)
-        t.dma_write(beats.tobytes())
-        try:
-            raw = t.dma_read(plan.result_beats * cols * 4)
-        except TransportError as error:
-            status = t.csr_read(Reg.STATUS)
-            if status & regs.STATUS_ERROR_MASK:
-                self._fail(name, status)
-            self.reset()
-            raise AcceleratorError(
-                f"layer {name!r} (GEMM {plan.m}x{plan.k}x{plan.n}) timed out: {error}; "
-                f"status was {self._describe_status(status)}; the device has been reset"
-            ) from error
-        self._check_finished(name)
-        after = self.counters()
-        result = assemble_results(np.frombuffer(raw, np.int32).reshape(-1, cols), plan)
-        return result, Counters(*(x - y for x, y in zip(
-            (after.cycles, after.busy, after.macs, after.stalls),
-            (before.cycles, before.busy, before.macs, before.stalls), strict=True)))
-
     def _check_finished(self, name):
         status = self.transport.csr_read(Reg.STATUS)
         if status & regs.STATUS_ERROR_MASK or not status & regs.STATUS_DONE_MASK:
@@ -114,8 +194,8 @@ class Accelerator:
         code = self.transport.csr_read(Reg.ERROR_CODE)
         self.reset()
         raise AcceleratorError(
-            f"layer {name!r} failed: status {self._describe_status(status)}, error code "
-            f"{code} ({ERROR_NAMES.get(code, 'unknown')}); the device has been reset")
+            f"layer pass {name!r} failed: status {self._describe_status(status)}, error "
+            f"code {code} ({ERROR_NAMES.get(code, 'unknown')}); the device has been reset")
 
     @staticmethod
     def _describe_status(status):

@@ -1,24 +1,28 @@
-"""The Verilator twin through the driver: discovery, GEMM layers bit-exact, faults."""
+"""The Verilator twin through the driver: discovery, conv / depthwise / dense layers
+bit-exact with the golden models, faults reported and recovered from, waveforms."""
 
 import numpy as np
 import pytest
 
 from hw.config import ArrayConfig
-from models.gemm import gemm_int8
+from hw.conv_config import ConvEngineConfig
+from models.conv import conv2d, dense, depthwise_conv2d
+from models.requant import requantize
 from sim.twin import Fault, Twin
 from sw_driver import regs
 from sw_driver.accelerator import Accelerator, AcceleratorError
 from sw_driver.regs import Opcode, Reg
 from sw_driver.transport.sim import SimTransport
 
-CONFIG = ArrayConfig(rows=4, cols=4)
+CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
+                          weight_depth=512, max_col_tiles=8)
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def transport():
-    transport = SimTransport.open(CONFIG, cycle_budget=100_000)
+    transport = SimTransport.open(CONFIG, cycle_budget=400_000)
     yield transport
     transport.close()
 
@@ -30,13 +34,12 @@ def accelerator(transport):
     return accelerator
 
 
-def random_gemm(rng, m, k, n):
-    return (rng.integers(-128, 128, (m, k), dtype=np.int8),
-            rng.integers(-128, 128, (k, n), dtype=np.int8))
+def requant_params(rng, channels):
+    return (rng.integers(-2**14, 2**14, channels).astype(np.int32),
+            rng.integers(2**30, 2**31, channels), rng.integers(12, 22, channels))
 
 
-def check(got, a, b, seed, label):
-    want = gemm_int8(a, b)
+def check(got, want, seed, label):
     if not np.array_equal(got, want):
         index = tuple(int(i) for i in np.argwhere(got != want)[0])
         raise AssertionError(f"seed={seed} {label}: first difference at {list(index)}: "
@@ -48,31 +51,70 @@ def test_discovery(accelerator):
     assert accelerator.transport.csr_read(Reg.ID) == regs.ID_VALUE
 
 
-def test_gemm_layers_bit_exact(accelerator, rng, seed):
-    for m, k, n in [(1, 1, 1), (5, 9, 7), (16, 40, 12), (4, 300, 4)]:
-        a, b = random_gemm(rng, m, k, n)
-        got, counters = accelerator.gemm(a, b, name=f"gemm{m}x{k}x{n}")
-        check(got, a, b, seed, f"{m}x{k}x{n}")
-        tiles = -(-m // 4) * -(-n // 4)
-        assert counters.macs == tiles * k * 16, f"seed={seed}: MAC counter {counters}"
-        assert counters.busy >= tiles * max(k, 4), f"seed={seed}: busy counter {counters}"
+@pytest.mark.parametrize("shape", [
+    # (N, C_in, H, W, C_out, k, stride, pad, x_zp, y_zp)
+    (1, 3, 9, 7, 6, 3, 1, 1, -128, 5),
+    (2, 5, 8, 8, 4, 1, 2, 0, 127, -128),
+    (1, 2, 11, 11, 9, 5, 2, 2, 0, 0),
+])
+def test_conv_layers_bit_exact(accelerator, shape, rng, seed):
+    n, c, h, w, o, k, stride, pad, x_zp, y_zp = shape
+    x = rng.integers(-128, 128, (n, c, h, w), dtype=np.int8)
+    weights = rng.integers(-128, 128, (o, c, k, k), dtype=np.int8)
+    bias, mult, shift = requant_params(rng, o)
+    got = accelerator.conv2d(x, weights, bias, mult, shift, x_zero_point=x_zp,
+                             y_zero_point=y_zp, lo=y_zp, hi=127, stride=stride,
+                             padding=pad, name="conv")
+    want = requantize(conv2d(x, weights, bias, x_zero_point=x_zp, stride=stride,
+                             padding=pad), mult, shift, y_zp, y_zp, 127)
+    check(got, want, seed, f"conv {shape}")
+    counters = accelerator.last_counters
+    assert counters.macs > 0 and counters.busy > 0, f"seed={seed}: counters {counters}"
+
+
+def test_depthwise_layer_bit_exact(accelerator, rng, seed):
+    x = rng.integers(-128, 128, (1, 6, 7, 7), dtype=np.int8)
+    weights = rng.integers(-128, 128, (6, 1, 3, 3), dtype=np.int8)
+    bias, mult, shift = requant_params(rng, 6)
+    got = accelerator.depthwise_conv2d(x, weights, bias, mult, shift, x_zero_point=-3,
+                                       y_zero_point=2, stride=2, padding=1, name="dw")
+    want = requantize(depthwise_conv2d(x, weights, bias, x_zero_point=-3, stride=2,
+                                       padding=1), mult, shift, 2)
+    check(got, want, seed, "depthwise")
+
+
+def test_dense_layer_bit_exact(accelerator, rng, seed):
+    x = rng.integers(-128, 128, (7, 40), dtype=np.int8)
+    weights = rng.integers(-128, 128, (10, 40), dtype=np.int8)
+    bias, mult, shift = requant_params(rng, 10)
+    got = accelerator.dense(x, weights, bias, mult, shift, x_zero_point=17, y_zero_point=-1)
+    want = requantize(dense(x, weights, bias, x_zero_point=17), mult, shift, -1)
+    check(got, want, seed, "dense")
+
+
+def small_layer(rng):
+    x = rng.integers(-128, 128, (1, 4, 6, 6), dtype=np.int8)
+    weights = rng.integers(-128, 128, (4, 4, 3, 3), dtype=np.int8)
+    bias, mult, shift = requant_params(rng, 4)
+    want = requantize(conv2d(x, weights, bias, x_zero_point=0, padding=1), mult, shift, 0)
+    return (x, weights, bias, mult, shift), want
 
 
 @pytest.mark.parametrize("fault, message", [
-    (Fault.DROP_WORD, r"layer 'faulty' \(GEMM 8x24x8\) timed out: .*status was busy"),
-    (Fault.STUCK_BUSY, r"layer 'faulty' \(GEMM 8x24x8\) timed out: .*status was busy"),
-    (Fault.ERROR, r"layer 'faulty' failed: .*error code 238 \(error flag raised\)"),
+    (Fault.DROP_WORD, r"layer pass 'faulty.*' timed out: .*status was busy.*reset"),
+    (Fault.STUCK_BUSY, r"layer pass 'faulty.*' timed out: .*status was busy.*reset"),
+    (Fault.ERROR, r"layer pass 'faulty.*' failed: .*error code 238 \(error flag raised\)"),
 ])
 def test_faults_are_reported_and_the_device_recovers(accelerator, transport, fault,
                                                      message, rng, seed):
-    a, b = random_gemm(rng, 8, 24, 8)
+    args, want = small_layer(rng)
     transport.twin.inject_fault(fault)
     with pytest.raises(AcceleratorError, match=message):
-        accelerator.gemm(a, b, name="faulty")
+        accelerator.conv2d(*args, x_zero_point=0, y_zero_point=0, padding=1, name="faulty")
     transport.twin.inject_fault(Fault.NONE)
     # The next layer runs correctly on the reset device.
-    got, _ = accelerator.gemm(a, b, name="after-fault")
-    check(got, a, b, seed, f"after {fault.name}")
+    got = accelerator.conv2d(*args, x_zero_point=0, y_zero_point=0, padding=1)
+    check(got, want, seed, f"after {fault.name}")
 
 
 def poll_status(transport, reads=10):
@@ -84,17 +126,15 @@ def poll_status(transport, reads=10):
     return status
 
 
-def test_bad_descriptor_sets_an_error_code(accelerator, transport):
-    transport.csr_write(Reg.OPCODE, Opcode.GEMM)
-    transport.csr_write(Reg.GEMM_K, 0)
-    transport.csr_write(Reg.GEMM_TILES, 1)
+def test_bad_descriptor_and_opcode_set_error_codes(accelerator, transport):
+    transport.csr_write(Reg.OPCODE, Opcode.CONV)
+    transport.csr_write(Reg.LOAD_PARAMS, 0)
     transport.csr_write(Reg.CTRL, regs.CTRL_START_MASK)
     assert poll_status(transport) & regs.STATUS_ERROR_MASK
     assert transport.csr_read(Reg.ERROR_CODE) == 2
     assert transport.twin.irq  # errors raise the interrupt when enabled
     transport.csr_write(Reg.STATUS, regs.STATUS_ERROR_MASK)
-    transport.csr_write(Reg.OPCODE, Opcode.CONV)  # not built into this top yet
-    transport.csr_write(Reg.GEMM_K, 1)
+    transport.csr_write(Reg.OPCODE, Opcode.POOL)  # pooling runs on the host for now
     transport.csr_write(Reg.CTRL, regs.CTRL_START_MASK)
     assert poll_status(transport) & regs.STATUS_ERROR_MASK
     assert transport.csr_read(Reg.ERROR_CODE) == 1
@@ -103,12 +143,11 @@ def test_bad_descriptor_sets_an_error_code(accelerator, transport):
 
 
 def test_waveform_is_written(tmp_path, rng, seed):
-    path = tmp_path / "gemm.fst"
+    path = tmp_path / "conv.fst"
     twin = Twin(CONFIG, waves=path)
     accelerator = Accelerator(SimTransport(twin))
-    a, b = random_gemm(rng, 4, 8, 4)
-    got, _ = accelerator.gemm(a, b)
+    args, want = small_layer(rng)
+    got = accelerator.conv2d(*args, x_zero_point=0, y_zero_point=0, padding=1)
     twin.close()
-    check(got, a, b, seed, "with waves")
+    check(got, want, seed, "with waves")
     assert path.stat().st_size > 1000
-    assert path.read_bytes()[:1] == b"\x00"  # an FST header block
