@@ -7,6 +7,7 @@ from amaranth.sim import Simulator
 from hw.addrgen import AddressGenerator, address_width
 from hw.config import ArrayConfig
 from hw.conv_config import ConvEngineConfig
+from hw.conv_engine import ConvEngine
 from models.conv import conv2d, conv_output_size
 from models.requant import requantize
 from sim.runner import run_testbench
@@ -130,6 +131,8 @@ def test_config_checks():
         ConvEngineConfig(array=ArrayConfig(acc_width=24))
     with pytest.raises(TypeError, match="config must be a ConvEngineConfig, not 3"):
         AddressGenerator(3)
+    with pytest.raises(TypeError, match="config must be a ConvEngineConfig, not 'x'"):
+        ConvEngine("x")
 
 
 # --- Address generator order (Amaranth simulator) ---------------------------------------
