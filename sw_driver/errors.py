@@ -12,6 +12,7 @@ __all__ = [
     "ModelLoadError",
     "NotQuantizedError",
     "PlacementError",
+    "ProviderUnavailableError",
     "QuantizationError",
     "TesseraError",
     "UnknownProviderError",
@@ -65,6 +66,15 @@ class UnknownProviderError(TesseraError, ValueError):
 
 class PlacementError(TesseraError):
     """No provider in the session's list can run a layer."""
+
+
+class ProviderUnavailableError(TesseraError, RuntimeError):
+    """A provider cannot run on this machine at all (no driver, no device, no kernels).
+
+    When the session lists other providers it drops this one with a warning and falls back;
+    when none is left the error propagates. The cause (``__cause__``) is the backend's own
+    exception.
+    """
 
 
 class InputError(TesseraError, ValueError):

@@ -1,10 +1,17 @@
 """``InferenceSession``: onnxruntime's API over Tessera's integer layers and providers."""
 
 import time
+import warnings
 
 import numpy as np
 
-from .errors import InputError, LayerError, PlacementError, UnknownProviderError
+from .errors import (
+    InputError,
+    LayerError,
+    PlacementError,
+    ProviderUnavailableError,
+    UnknownProviderError,
+)
 from .importer import import_model
 from .providers import ALIASES, PROVIDERS, Provider
 
@@ -16,7 +23,7 @@ _DTYPES = {"tensor(float)": np.float32}
 def _make_providers(providers):
     if isinstance(providers, (str, Provider)):
         providers = [providers]
-    made = []
+    made, unavailable = [], []
     for item in providers:
         if isinstance(item, Provider):
             made.append(item)
@@ -26,7 +33,16 @@ def _make_providers(providers):
             known = sorted(PROVIDERS) + sorted(ALIASES)
             raise UnknownProviderError(
                 f"unknown provider {item!r}; known providers: {', '.join(known)}")
-        made.append(PROVIDERS[name]())
+        try:
+            made.append(PROVIDERS[name]())
+        except ProviderUnavailableError as exc:
+            unavailable.append((name, exc))
+    if unavailable and not made:
+        raise unavailable[0][1]
+    for name, exc in unavailable:
+        # Listing several providers is the user's way of saying "this one, else that one".
+        warnings.warn(f"provider {name!r} is unavailable and is skipped; the session uses "
+                      f"{[p.name for p in made]}: {exc}", RuntimeWarning, stacklevel=3)
     if not made:
         raise UnknownProviderError(
             f"providers must name at least one of: {', '.join(sorted(PROVIDERS))}")
@@ -59,7 +75,9 @@ class InferenceSession:
     providers : list of (str or Provider), optional
         Tried in this order for each layer; the first that supports a layer runs it.
         Names come from :data:`sw_driver.providers.PROVIDERS` (``"cpu"``, and
-        ``"CPUExecutionProvider"`` as an alias). Default ``["cpu"]``.
+        ``"CPUExecutionProvider"`` as an alias). Default ``["cpu"]``. A provider that cannot
+        run on this machine (:class:`~sw_driver.errors.ProviderUnavailableError`) is skipped
+        with a ``RuntimeWarning`` when others are listed; alone, its error propagates.
 
     Raises
     ------
@@ -72,6 +90,14 @@ class InferenceSession:
         self._graph = import_model(path_or_bytes)
         self._placement = [(layer, *_place(layer, self._providers, self._graph.source))
                            for layer in self._graph.layers]
+        # Optional hook: a device provider that sees the whole placement can keep a tensor
+        # on its device when every consumer runs there too (and it is not a model output).
+        placed = [(layer, provider) for layer, provider, _ in self._placement]
+        outputs = {o.name for o in self._graph.outputs}
+        for provider in self._providers:
+            prepare = getattr(provider, "prepare", None)
+            if prepare is not None:
+                prepare(placed, outputs)
         self._profile = []
 
     @property

@@ -7,12 +7,16 @@ provider classes; other backends register themselves here (``"opencl"``, ``"sim"
 
 from .base import Provider
 from .cpu import CPUProvider
+from .gpu import GPUProvider
+from .opencl import OpenCLProvider
 
-__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "Provider"]
+__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "GPUProvider", "OpenCLProvider", "Provider"]
 
 #: Provider name -> class. Instances are created per session, with no arguments.
 PROVIDERS = {
     "cpu": CPUProvider,
+    "opencl": OpenCLProvider,
+    "gpu": GPUProvider,
 }
 
 #: onnxruntime's names, accepted so that code written for onnxruntime runs unchanged.

@@ -1,0 +1,65 @@
+"""The "gpu" provider: the "opencl" provider restricted to an OpenCL GPU device.
+
+Same kernels, caching and bit-identical results as :mod:`.opencl`; the only difference is
+the device: a GPU, or nothing. Where no OpenCL GPU exists, constructing it raises
+:class:`~sw_driver.errors.ProviderUnavailableError` saying so, and a session that lists
+other providers falls back to them with a warning. (CuPy, which ``design.md`` names as an
+alternative, is not implemented: its integer kernels would need their own proof of
+exactness.)
+"""
+
+import os
+
+from .opencl import OpenCLProvider, cl, unavailable
+
+__all__ = ["GPUProvider"]
+
+
+class GPUProvider(OpenCLProvider):
+    """Tessera's layers on an OpenCL GPU, bit-identical to the "cpu" provider.
+
+    Parameters
+    ----------
+    device : str, pyopencl.Device or None
+        As for :class:`~.opencl.OpenCLProvider` (argument, else ``TESSERA_OPENCL_DEVICE``,
+        else the first GPU); the device chosen must be a GPU.
+
+    Raises
+    ------
+    ProviderUnavailableError
+        No OpenCL GPU on this machine (the message starts "no GPU" and lists the devices
+        there are), the chosen device is not a GPU, or OpenCL cannot be used at all.
+    """
+
+    name = "gpu"
+
+    def _make_runtime(self, device):
+        # Imported here: this module must import (and say why not) without pyopencl.
+        from ..opencl import (
+            NoPlatformError,
+            OpenCLRuntime,
+            describe_devices,
+            list_devices,
+            select_device,
+        )
+        from ..opencl.device import ENV_VARIABLE
+
+        try:
+            devices = list_devices()
+        except NoPlatformError as exc:
+            raise unavailable(self.name, f"no GPU: {exc}") from exc
+        gpus = [dev for _, dev in devices if dev.type & cl.device_type.GPU]
+        if not gpus:
+            raise unavailable(
+                self.name, f"no GPU: this machine has no OpenCL GPU device (and CuPy "
+                f"support is not implemented); providers=['opencl'] runs on the OpenCL "
+                f"devices present:\n{describe_devices(devices)}")
+        if device is None and not os.environ.get(ENV_VARIABLE):
+            device = gpus[0]
+        chosen = select_device(device)
+        if not chosen.type & cl.device_type.GPU:
+            raise unavailable(
+                self.name, f"the selected device {chosen.name.strip()!r} (argument or "
+                f"{ENV_VARIABLE}) is not a GPU; GPUs present: "
+                f"{', '.join(repr(d.name.strip()) for d in gpus)}")
+        return OpenCLRuntime(chosen)
