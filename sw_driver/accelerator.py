@@ -47,6 +47,61 @@ def _words(data, words_per_item):
     return padded.tobytes()
 
 
+@dataclass(frozen=True)
+class PassProgram:
+    """What the host does for one engine pass, independent of how it reaches the device:
+    the register writes (ending with the start), the host-to-device bytes, and how many
+    bytes come back. The driver runs it over a Transport; the cocotb system testbench
+    (``sim/tb_system.py``) runs the very same program against the RTL."""
+
+    name: str
+    csr_writes: tuple
+    h2c: bytes
+    c2h_bytes: int
+    output_beats: int
+    cols: int
+
+    def decode(self, raw):
+        """Device-to-host bytes -> output beats, shape (output_beats, C) int8."""
+        per_beat = self.c2h_bytes // self.output_beats
+        beats = np.frombuffer(raw, np.int8).reshape(self.output_beats, per_beat)
+        return beats[:, :self.cols]
+
+
+def pass_program(engine_pass, config):
+    """The :class:`PassProgram` of one :class:`~sw_driver.conv_lowering.EnginePass` on an
+    accelerator with ``config`` (the stream format ``hw/top.py`` documents)."""
+    from hw.conv_engine import param_word_layout
+    from hw.top import output_words, param_words, weight_words
+
+    p, cols = engine_pass, config.cols
+    layout = param_word_layout(cols)
+    entries = []
+    for tile in range(p.bias.shape[0]):
+        value = 0
+        for field, values in (("bias", p.bias), ("multiplier", p.multiplier),
+                              ("shift", p.shift)):
+            offset, shape = layout[field].offset, layout[field].shape
+            width = shape.elem_shape.width
+            for lane in range(cols):
+                value |= (int(values[tile, lane]) & ((1 << width) - 1)) \
+                    << (offset + lane * width)
+        entries.append(value.to_bytes(4 * param_words(cols), "little"))
+    activations = p.activations.astype(np.int8).tobytes()
+    activations += bytes(-len(activations) % 4)
+    writes = [(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK),
+              (Reg.OPCODE, Opcode.CONV)]
+    writes += [(Reg[f"CONV_{name.upper()}"], int(p.descriptor[name]) & 0xFFFFFFFF)
+               for name, _, _, _ in DESCRIPTOR_FIELDS]
+    writes += [(Reg.LOAD_PARAMS, len(entries)), (Reg.LOAD_WEIGHTS, p.weights.shape[0]),
+               (Reg.LOAD_ACT, p.activations.size), (Reg.CTRL, regs.CTRL_START_MASK)]
+    return PassProgram(
+        name=p.name, csr_writes=tuple((int(o), int(v)) for o, v in writes),
+        h2c=b"".join(entries) + _words(p.weights, weight_words(cols)) + activations,
+        c2h_bytes=p.output_beats * output_words(cols) * 4, output_beats=p.output_beats,
+        cols=cols)
+
+
 class Accelerator:
     """One Tessera accelerator behind ``transport``.
 
@@ -121,55 +176,27 @@ class Accelerator:
 
         Returns ``(beats, counters)`` with beats of shape (output_beats, C) int8.
         """
-        from hw.conv_engine import param_word_layout
-        from hw.top import output_words, param_words, weight_words
-
-        cols = self.config.cols
+        program = pass_program(engine_pass, self.config)
         t = self.transport
-        p = engine_pass
-        layout = param_word_layout(cols)
-        entries = []
-        for tile in range(p.bias.shape[0]):
-            value = 0
-            for field, values in (("bias", p.bias), ("multiplier", p.multiplier),
-                                  ("shift", p.shift)):
-                offset, shape = layout[field].offset, layout[field].shape
-                width = shape.elem_shape.width
-                for lane in range(cols):
-                    value |= (int(values[tile, lane]) & ((1 << width) - 1)) \
-                        << (offset + lane * width)
-            entries.append(value.to_bytes(4 * param_words(cols), "little"))
-        activations = p.activations.astype(np.int8).tobytes()
-        activations += bytes(-len(activations) % 4)
-
         before = self.counters()
-        t.csr_write(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK)
-        t.csr_write(Reg.OPCODE, Opcode.CONV)
-        for field_name, _, _, _ in DESCRIPTOR_FIELDS:
-            t.csr_write(Reg[f"CONV_{field_name.upper()}"],
-                        int(p.descriptor[field_name]) & 0xFFFFFFFF)
-        t.csr_write(Reg.LOAD_PARAMS, len(entries))
-        t.csr_write(Reg.LOAD_WEIGHTS, p.weights.shape[0])
-        t.csr_write(Reg.LOAD_ACT, p.activations.size)
-        t.csr_write(Reg.CTRL, regs.CTRL_START_MASK)
-        t.dma_write(b"".join(entries) + _words(p.weights, weight_words(cols)) + activations)
-        per_beat = output_words(cols)
+        for offset, value in program.csr_writes:
+            t.csr_write(offset, value)
+        t.dma_write(program.h2c)
         try:
-            raw = t.dma_read(p.output_beats * per_beat * 4)
+            raw = t.dma_read(program.c2h_bytes)
         except TransportError as error:
             status = t.csr_read(Reg.STATUS)
             if status & regs.STATUS_ERROR_MASK:
-                self._fail(p.name, status)
+                self._fail(program.name, status)
             self.reset()
             raise AcceleratorError(
-                f"layer pass {p.name!r} timed out: {error}; status was "
+                f"layer pass {program.name!r} timed out: {error}; status was "
                 f"{self._describe_status(status)}; the device has been reset") from error
-        self._check_finished(p.name)
+        self._check_finished(program.name)
         after = self.counters()
-        beats = np.frombuffer(raw, np.int8).reshape(p.output_beats, 4 * per_beat)[:, :cols]
         delta = Counters(after.cycles - before.cycles, after.busy - before.busy,
                          after.macs - before.macs, after.stalls - before.stalls)
-        return beats, delta
+        return program.decode(raw), delta
 
     # --- status -----------------------------------------------------------------------
 
