@@ -54,8 +54,11 @@ def twin_layer(layer):
         if not np.array_equal(got, want):
             raise AssertionError("twin result differs from the golden model")
         cycles = accelerator.last_counters.cycles
+        accelerator.reset()  # clears `done`, so the interrupt does not end the run early
         pure_start = time.perf_counter()
-        transport.twin.run(cycles)  # the same number of cycles with no host work around
+        ran = transport.twin.run(cycles)  # the same cycles with no host work around them
+        if ran != cycles:
+            raise AssertionError(f"the idle run stopped after {ran} of {cycles} cycles")
         pure = time.perf_counter() - pure_start
         rates.append(cycles / wall)
         overheads.append(max(0.0, 1.0 - pure / wall))

@@ -98,6 +98,8 @@ REGISTERS = (
              _whole("MACs")),
     Register("PERF_STALLS", 0x090, "RO", "Busy cycles in which the array did not advance",
              _whole("cycles")),
+    Register("PERF_COMPUTE", 0x094, "RO", "Busy cycles after loading: the engine computing "
+             "and sending results", _whole("cycles")),
     # The convolution descriptor, one register per field of hw.conv_config.DESCRIPTOR_FIELDS
     # (each field is the low bits of its register; signed fields are two's complement).
     *(Register(f"CONV_{name.upper()}", 0x100 + 4 * index, "RW",

@@ -208,11 +208,13 @@ class AcceleratorTop(wiring.Component):
             m.d.sync += words_left.eq(0)
 
         # Performance counters.
-        cycles, busy_cycles, stalls = Signal(32), Signal(32), Signal(32)
+        cycles, busy_cycles, stalls, compute = Signal(32), Signal(32), Signal(32), Signal(32)
         macs = Signal(64)
         m.d.sync += cycles.eq(cycles + 1)
         with m.If(busy):
             m.d.sync += busy_cycles.eq(busy_cycles + 1)
+            with m.If(phase == 3):
+                m.d.sync += compute.eq(compute + 1)
         with m.If(engine.stalled):
             m.d.sync += stalls.eq(stalls + 1)
         with m.If(engine.issued):
@@ -220,6 +222,6 @@ class AcceleratorTop(wiring.Component):
         m.d.comb += [
             csr.perf_cycles.eq(cycles), csr.perf_busy.eq(busy_cycles),
             csr.perf_macs_lo.eq(macs[:32]), csr.perf_macs_hi.eq(macs[32:]),
-            csr.perf_stalls.eq(stalls),
+            csr.perf_stalls.eq(stalls), csr.perf_compute.eq(compute),
         ]
         return m

@@ -32,11 +32,16 @@ class Counters:
     busy: int = 0
     macs: int = 0
     stalls: int = 0
+    compute: int = 0  # busy cycles after loading (computing and sending results)
+
+    def _values(self):
+        return (self.cycles, self.busy, self.macs, self.stalls, self.compute)
 
     def __add__(self, other):
-        return Counters(*(a + b for a, b in zip(
-            (self.cycles, self.busy, self.macs, self.stalls),
-            (other.cycles, other.busy, other.macs, other.stalls), strict=True)))
+        return Counters(*(a + b for a, b in zip(self._values(), other._values(), strict=True)))
+
+    def __sub__(self, other):
+        return Counters(*(a - b for a, b in zip(self._values(), other._values(), strict=True)))
 
 
 def _words(data, words_per_item):
@@ -193,10 +198,7 @@ class Accelerator:
                 f"layer pass {program.name!r} timed out: {error}; status was "
                 f"{self._describe_status(status)}; the device has been reset") from error
         self._check_finished(program.name)
-        after = self.counters()
-        delta = Counters(after.cycles - before.cycles, after.busy - before.busy,
-                         after.macs - before.macs, after.stalls - before.stalls)
-        return program.decode(raw), delta
+        return program.decode(raw), self.counters() - before
 
     # --- status -----------------------------------------------------------------------
 
@@ -204,7 +206,7 @@ class Accelerator:
         read = self.transport.csr_read
         return Counters(cycles=read(Reg.PERF_CYCLES), busy=read(Reg.PERF_BUSY),
                         macs=read(Reg.PERF_MACS_LO) | read(Reg.PERF_MACS_HI) << 32,
-                        stalls=read(Reg.PERF_STALLS))
+                        stalls=read(Reg.PERF_STALLS), compute=read(Reg.PERF_COMPUTE))
 
     def reset(self):
         """Abort whatever runs and clear the status, leaving the device ready."""

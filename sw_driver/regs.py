@@ -31,6 +31,7 @@ class Reg(enum.IntEnum):
     PERF_MACS_LO = 0x088  # RO: Multiply-accumulates issued, low word
     PERF_MACS_HI = 0x08c  # RO: Multiply-accumulates issued, high word
     PERF_STALLS = 0x090  # RO: Busy cycles in which the array did not advance
+    PERF_COMPUTE = 0x094  # RO: Busy cycles after loading: the engine computing and sending results
     CONV_IN_CHANNELS = 0x100  # RW: Convolution descriptor: C_in (16 bits)
     CONV_IN_HEIGHT = 0x104  # RW: Convolution descriptor: H (16 bits)
     CONV_IN_WIDTH = 0x108  # RW: Convolution descriptor: W (16 bits)
