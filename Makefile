@@ -21,6 +21,9 @@ help:
 	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
 	@echo "make bench                     benchmarks into bench/results/*.json"
 	@echo "make clean                     remove build/ and bench results"
+	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
+	@echo "make quantize [MODEL=x.onnx] [CALIB=digits|x.npy] [METHOD=minmax] [OUT=y.onnx]"
+	@echo "make zoo / make zoo-digits     random zoo models into build/zoo / retrain the digits CNN"
 
 setup: $(STAMP)
 
@@ -54,3 +57,28 @@ lint: setup
 
 clean:
 	rm -rf build sim_build bench/results
+
+# -- host runtime: run a model, quantize one, (re)build the zoo -----------------------------
+# `make run` alone runs the shipped digits model on the digits test split (with accuracy).
+DIGITS_QDQ := models/zoo/digits_qdq.onnx
+CALIB      ?= digits
+METHOD     ?= minmax
+OUT        ?= build/zoo/digits_tessera_qdq.onnx
+
+.PHONY: run quantize zoo zoo-digits
+
+run: setup
+	$(TESSERA) run $(or $(MODEL),$(DIGITS_QDQ)) $(if $(BACKEND),--providers $(BACKEND)) \
+	  $(if $(DATASET),--dataset $(DATASET),$(if $(or $(MODEL),$(INPUT)),,--dataset digits)) \
+	  $(if $(INPUT),--input $(INPUT)) $(if $(BATCH),--batch $(BATCH)) \
+	  $(if $(filter 1,$(PROFILE)),--profile)
+
+quantize: setup
+	$(TESSERA) quantize $(or $(MODEL),models/zoo/digits_float.onnx) --calibration $(CALIB) \
+	  --method $(METHOD) -o $(OUT)
+
+zoo: setup
+	$(TESSERA) zoo
+
+zoo-digits: setup
+	$(TESSERA) zoo --digits

@@ -143,6 +143,228 @@ def cmd_demo(args):
     return 0
 
 
+# -- host runtime: run, quantize, zoo --------------------------------------------------------
+
+class _UsageError(Exception):
+    """A bad argument of the runtime commands, reported in one line."""
+
+
+def _one_line(error):
+    return " ".join(str(error).split())
+
+
+def _fail(error):
+    # Plain stderr, not rich: messages hold "[1, 8, 8]" (markup) and must not wrap.
+    print(f"error: {_one_line(error)}", file=sys.stderr)
+    return 2
+
+
+def _run_inputs(args, session):
+    """(array of model inputs, labels or None) for `tessera run`."""
+    import numpy as np
+
+    inputs = session.get_inputs()
+    if len(inputs) != 1:
+        raise _UsageError(f"the model has {len(inputs)} inputs; `tessera run` feeds "
+                          f"single-input models")
+    shape = inputs[0].shape or []
+    if args.dataset:
+        if args.dataset != "digits":
+            raise _UsageError(f"unknown dataset {args.dataset!r}; known: digits")
+        from models.zoo import load_digits_split
+
+        _, _, x, y = load_digits_split()
+        return x, y
+    if args.input:
+        try:
+            x = np.load(args.input, allow_pickle=False)
+        except OSError as exc:
+            raise _UsageError(f"cannot read input {args.input!r}: "
+                              f"{exc.strerror or exc}") from exc
+        except ValueError as exc:
+            raise _UsageError(f"{args.input!r} is not a .npy array file: {exc}") from exc
+        if x.dtype.kind not in "fiu":
+            raise _UsageError(f"{args.input!r} holds {x.dtype} values, not numbers")
+        if shape and x.ndim == len(shape) - 1:
+            x = x[None]  # one sample without its batch axis
+        return x.astype(np.float32, copy=False), None
+    fixed = shape[1:]
+    if not shape or not all(isinstance(d, int) and d > 0 for d in fixed):
+        raise _UsageError(f"input {inputs[0].name!r} has shape {shape}; give --input FILE.npy")
+    from models.zoo import random_models
+
+    rng = np.random.default_rng(args.seed)
+    if fixed == list(random_models.INPUT_SHAPE):
+        return random_models.random_inputs(rng, args.samples), None
+    return rng.standard_normal((args.samples, *fixed)).astype(np.float32), None
+
+
+def _profile_table(totals, batches, full):
+    table = Table(title=f"per-layer profile (sum over {batches} batch(es))")
+    for column in ("layer", "op", "provider"):
+        table.add_column(column, overflow="fold")
+    for column in ("time ms", "share", "bytes") + (("ms/batch",) if full else ()):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("reason", overflow="fold")
+    grand = sum(entry["seconds"] for entry in totals.values()) or 1.0
+    for name, entry in totals.items():
+        reason = entry["reason"]
+        if not full:
+            # The chosen provider's own reason; --profile shows who declined first.
+            # The reason is the longest text: shortened here so the table fits 80 columns.
+            reason = reason.rsplit("then ", 1)[-1].split(": ", 1)[-1]
+            reason = reason if len(reason) <= 28 else reason[:27] + "…"
+        row = [name, entry["op"], entry["provider"], f"{entry['seconds'] * 1e3:.2f}",
+               f"{entry['seconds'] / grand:.0%}", f"{entry['bytes']:,}"]
+        if full:
+            row.append(f"{entry['seconds'] * 1e3 / batches:.3f}")
+        table.add_row(*row, reason)
+    return table
+
+
+def cmd_run(args):
+    import numpy as np
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from sw_driver import InferenceSession
+    from sw_driver.errors import TesseraError
+
+    try:
+        if args.batch < 1:
+            raise _UsageError(f"--batch must be a positive integer, not {args.batch}")
+        providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+        session = InferenceSession(args.model, providers=providers)
+        x, labels = _run_inputs(args, session)
+        name = session.get_inputs()[0].name
+        if len(x) == 0:
+            raise _UsageError("the input holds no samples")
+        outputs, totals, batches = [], {}, 0
+        started = time.perf_counter()
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+            task = bar.add_task(f"{args.model}: batches", total=-(-len(x) // args.batch))
+            for start in range(0, len(x), args.batch):
+                outputs.append(session.run(None, {name: x[start:start + args.batch]})[0])
+                batches += 1
+                for entry in session.profile():
+                    total = totals.setdefault(entry["layer"], dict(entry, seconds=0.0,
+                                                                   bytes=0))
+                    total["seconds"] += entry["seconds"]
+                    total["bytes"] += entry["bytes"]
+                bar.advance(task)
+        wall = time.perf_counter() - started
+    except (TesseraError, _UsageError) as error:
+        return _fail(error)
+    y = np.concatenate(outputs)
+    console.print(_profile_table(totals, batches, args.profile))
+    console.print(f"{len(x)} samples in {batches} batch(es) of up to {args.batch} on "
+                  f"{','.join(session.get_providers())}: {wall:.2f} s "
+                  f"({len(x) / wall:.0f} samples/s); output {list(y.shape)} {y.dtype}")
+    if labels is not None:
+        accuracy = float((y.reshape(len(y), -1).argmax(axis=1) == labels).mean())
+        console.print(f"accuracy on {args.dataset} (test split, {len(labels)} samples): "
+                      f"{accuracy:.2%}")
+    if args.output:
+        np.save(args.output, y)
+        console.print(f"outputs written to {args.output}")
+    return 0
+
+
+def cmd_quantize(args):
+    import numpy as np
+
+    from sw_driver.errors import TesseraError
+    from sw_driver.quantize import quantize_file
+
+    try:
+        if args.calibration == "digits":
+            from models.zoo import load_digits_split
+
+            data = load_digits_split()[0]
+        else:
+            try:
+                data = np.load(args.calibration, allow_pickle=False)
+            except OSError as exc:
+                raise _UsageError(f"cannot read calibration data {args.calibration!r}: "
+                                  f"{exc.strerror or exc}") from exc
+            except ValueError as exc:
+                raise _UsageError(f"{args.calibration!r} is not a .npy array file: "
+                                  f"{exc}") from exc
+        started = time.perf_counter()
+        out = quantize_file(args.model, args.output, data, method=args.method,
+                            percentile=args.percentile)
+    except (TesseraError, _UsageError) as error:
+        return _fail(error)
+    console.print(f"{args.model} -> {out} ({out.stat().st_size:,} bytes): {args.method} "
+                  f"calibration on {len(data)} samples in {time.perf_counter() - started:.2f} s")
+    if args.calibration == "digits":
+        _digits_report(args.model, out)
+    return 0
+
+
+def _digits_report(float_path, qdq_path):
+    """Float (onnxruntime) and int8 (Tessera CPU) accuracy on the digits test split."""
+    import onnxruntime as ort
+
+    from models.zoo import load_digits_split
+    from sw_driver import InferenceSession
+
+    _, _, x, y = load_digits_split()
+    reference = ort.InferenceSession(str(float_path), providers=["CPUExecutionProvider"])
+    name = reference.get_inputs()[0].name
+    float_acc = (reference.run(None, {name: x})[0].argmax(axis=1) == y).mean()
+    int8_acc = (InferenceSession(qdq_path).run(None, {name: x})[0].argmax(axis=1) == y).mean()
+    console.print(f"digits test split: float {float_acc:.2%}, Tessera int8 {int8_acc:.2%}")
+
+
+def cmd_zoo(args):
+    from models.zoo import digits, random_models
+
+    if args.digits:
+        paths = digits.export(verbose=True)
+    else:
+        paths = [p for name in random_models.MODELS for p in random_models.build(name,
+                                                                                 args.out)]
+    for path in paths:
+        console.print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    return 0
+
+
+def _add_runtime_commands(sub):
+    p = sub.add_parser("run", help="run an int8 QDQ model on Tessera's providers, profiled")
+    p.add_argument("model", help="QDQ ONNX model")
+    p.add_argument("--providers", default="cpu",
+                   help="comma-separated, tried in order per layer (default %(default)s)")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--input", help=".npy array [N, ...] (or one sample without N)")
+    source.add_argument("--dataset", help="a zoo data set's test split, with accuracy: digits")
+    p.add_argument("--batch", type=int, default=64, help="samples per run (default %(default)s)")
+    p.add_argument("--samples", type=int, default=256,
+                   help="random samples when neither --input nor --dataset (default "
+                        "%(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random samples")
+    p.add_argument("--profile", action="store_true",
+                   help="full placement reasons and per-batch times in the table")
+    p.add_argument("-o", "--output", help="save the outputs as .npy")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("quantize", help="float ONNX -> QDQ int8 ONNX with Tessera's quantizer")
+    p.add_argument("model", help="float ONNX model")
+    p.add_argument("--calibration", required=True,
+                   help="'digits' (the training split) or a .npy array [N, ...]")
+    p.add_argument("--method", choices=["minmax", "percentile"], default="minmax")
+    p.add_argument("--percentile", type=float, default=99.99,
+                   help="for --method percentile (default %(default)s)")
+    p.add_argument("-o", "--output", required=True, help="QDQ model to write")
+    p.set_defaults(func=cmd_quantize)
+
+    p = sub.add_parser("zoo", help="write the random zoo models into build/zoo/")
+    p.add_argument("--out", default="build/zoo")
+    p.add_argument("--digits", action="store_true",
+                   help="instead retrain the digits CNN and rewrite models/zoo/digits_*.onnx")
+    p.set_defaults(func=cmd_zoo)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="tessera", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -175,6 +397,8 @@ def build_parser():
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--seed", type=int, default=2026)
     p.set_defaults(func=cmd_demo)
+
+    _add_runtime_commands(sub)
     return parser
 
 
