@@ -3,6 +3,9 @@
 Offsets come from the Amaranth layouts themselves, so the testbench can never disagree
 with the hardware about where a field lives."""
 
+from amaranth import Shape
+from amaranth.lib import data
+
 from hw.systolic import operand_layout, result_layout
 
 
@@ -61,3 +64,39 @@ class ResultUnpacker:
         width = c_shape.elem_shape.width * c_shape.length
         return _unpack_array((word >> c_off) & ((1 << width) - 1), c_shape), \
             bool((word >> last_off) & 1)
+
+
+def pack_struct(layout, values):
+    """Flat integer of a ``data.StructLayout`` payload from ``{field: value}``; array fields
+    take sequences, missing fields are zero."""
+    layout = data.Layout.cast(layout)
+    word = 0
+    for name, field in layout:
+        if name not in values:
+            continue
+        shape = field.shape
+        if isinstance(shape, data.ArrayLayout):
+            bits = _pack_array(values[name], shape)
+        else:
+            width = Shape.cast(shape).width
+            bits = int(values[name]) & ((1 << width) - 1)
+        word |= bits << field.offset
+    return word
+
+
+def unpack_struct(layout, word):
+    """``{field: value}`` from the flat integer of a ``data.StructLayout`` payload (signed
+    fields and array elements sign-extended)."""
+    layout = data.Layout.cast(layout)
+    values = {}
+    for name, field in layout:
+        shape = field.shape
+        if isinstance(shape, data.ArrayLayout):
+            size = shape.elem_shape.width * shape.length
+            values[name] = _unpack_array((word >> field.offset) & ((1 << size) - 1), shape)
+        else:
+            shape = Shape.cast(shape)
+            width = shape.width
+            raw = (word >> field.offset) & ((1 << width) - 1)
+            values[name] = raw - (1 << width) if shape.signed and raw >> (width - 1) else raw
+    return values
