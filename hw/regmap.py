@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .conv_config import DESCRIPTOR_FIELDS
+from .eltwise_config import ADD_PARAM_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
 MAP_VERSION = (0 << 16) | 1
@@ -71,6 +72,8 @@ REGISTERS = (
              _whole("words")),
     Register("PARAM_DEPTH", 0x014, "RO", "Column tiles of bias/multiplier/shift held",
              _whole("column tiles")),
+    Register("POOL_MAX_WIDTH", 0x018, "RO", "Widest feature map the 2x2 max pool takes",
+             _whole("pixels")),
     Register("CTRL", 0x020, "W1P", "Control strobes", (
         Field("start", 0, 1, "start the layer in the descriptor registers"),
         Field("soft_reset", 1, 1, "abort and return to idle"))),
@@ -90,6 +93,16 @@ REGISTERS = (
              _whole("words")),
     Register("LOAD_ACT", 0x058, "RW", "Activation elements (int8, HWC) that follow, "
              "packed 4 per 32-bit word", _whole("elements")),
+    Register("POOL_ENABLE", 0x060, "RW", "CONV: fuse a 2x2 / stride 2 max pool after "
+             "requantization", _whole("1 to pool")),
+    Register("POOL_WIDTH", 0x064, "RW", "CONV with pool, POOL: feature map width",
+             _whole("pixels")),
+    Register("POOL_HEIGHT", 0x068, "RW", "CONV with pool, POOL: feature map height",
+             _whole("pixels")),
+    Register("POOL_FRAMES", 0x06C, "RW", "Feature maps (channel groups of C) pooled in turn",
+             _whole("frames")),
+    Register("STREAM_BEATS", 0x070, "RW", "POOL, ADD: input beats on the host-to-device "
+             "stream (one pixel of C channels, or C pairs for ADD)", _whole("beats")),
     Register("PERF_CYCLES", 0x080, "RO", "Cycles since reset (wraps)", _whole("cycles")),
     Register("PERF_BUSY", 0x084, "RO", "Cycles spent busy", _whole("cycles")),
     Register("PERF_MACS_LO", 0x088, "RO", "Multiply-accumulates issued, low word",
@@ -106,10 +119,16 @@ REGISTERS = (
                f"Convolution descriptor: {meaning} ({'signed ' if signed else ''}{width} bits)",
                _whole(name))
       for index, (name, width, signed, meaning) in enumerate(DESCRIPTOR_FIELDS)),
+    # The residual-add parameters, one register per field of ADD_PARAM_FIELDS.
+    *(Register(f"ADD_{name.upper()}", 0x180 + 4 * index, "RW",
+               f"Residual add: {meaning} ({'signed ' if signed else ''}{width} bits)",
+               _whole(name))
+      for index, (name, width, signed, meaning) in enumerate(ADD_PARAM_FIELDS)),
 )
 
 # Layer operations, shared by the hardware's `m.Case`s and the driver's descriptors.
-OPCODES = {"NOP": 0, "GEMM": 1, "CONV": 2, "DEPTHWISE": 3, "DENSE": 4, "POOL": 5, "ADD": 6}
+# Depthwise and dense layers are lowered to CONV by the driver (sw_driver.conv_lowering).
+OPCODES = {"NOP": 0, "CONV": 1, "POOL": 2, "ADD": 3}
 
 
 def _check_map(registers):

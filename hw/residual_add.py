@@ -14,6 +14,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .config import check_positive_int
+from .eltwise_config import ADD_PARAM_FIELDS
 from .fixedpoint import clamp, rounding_shift
 from .pipeline import lockstep_pipeline
 
@@ -32,19 +33,11 @@ def sum_layout(lanes):
     return data.StructLayout({"y": data.ArrayLayout(signed(8), lanes), "last": 1})
 
 
-class AddParams(data.Struct):
-    """Per-layer constants (``models.eltwise.add_multipliers`` and the zero points)."""
-    a_zero_point: signed(8)
-    b_zero_point: signed(8)
-    y_zero_point: signed(8)
-    lo: signed(8)
-    hi: signed(8)
-    a_multiplier: unsigned(31)
-    a_shift: unsigned(6)
-    b_multiplier: unsigned(31)
-    b_shift: unsigned(6)
-    y_multiplier: unsigned(31)
-    y_shift: unsigned(6)
+def add_params_layout():
+    """Per-layer constants (``models.eltwise.add_multipliers`` and the zero points), from
+    ``hw.eltwise_config.ADD_PARAM_FIELDS``."""
+    return data.StructLayout({name: signed(width) if is_signed else unsigned(width)
+                              for name, width, is_signed, _ in ADD_PARAM_FIELDS})
 
 
 class ResidualAdd(wiring.Component):
@@ -63,7 +56,7 @@ class ResidualAdd(wiring.Component):
         super().__init__({
             "operands": In(stream.Signature(operand_pair_layout(lanes))),
             "results": Out(stream.Signature(sum_layout(lanes))),
-            "params": In(AddParams),
+            "params": In(add_params_layout()),
         })
 
     def elaborate(self, platform):

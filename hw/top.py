@@ -11,7 +11,13 @@ carries, in this order and each padded to whole 32-bit words:
 3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word;
 
 then the engine runs and the device-to-host stream returns one beat of C int8 per output
-pixel and column tile (``ceil(C / 4)`` words each), ``last`` on the final word.
+pixel and column tile (``ceil(C / 4)`` words each), ``last`` on the final word. With
+``POOL_ENABLE`` the engine's output goes through the 2x2 max pool first (``POOL_WIDTH`` x
+``POOL_HEIGHT`` = OW x OH, one frame per column tile).
+
+``POOL`` streams ``STREAM_BEATS`` pixels of C int8 (row-major, ``POOL_FRAMES`` frames)
+through the max pool alone; ``ADD`` streams ``STREAM_BEATS`` beats of C bytes of ``a`` then
+C bytes of ``b`` through the residual-add unit (``ADD_*`` registers).
 Port names at the Verilog top (``csr__addr``, ``h2c__payload``, ...) map one-to-one onto an
 AXI4-Lite / AXI4-Stream bridge such as XDMA in stream mode.
 """
@@ -23,11 +29,15 @@ from amaranth.lib.wiring import In, Out
 from .conv_config import DESCRIPTOR_FIELDS, ConvEngineConfig
 from .conv_engine import ConvEngine, param_word_layout
 from .csr import CsrBank, csr_bus_signature
+from .eltwise_config import ADD_PARAM_FIELDS
+from .maxpool import MaxPool2x2
 from .regmap import ID_VALUE, MAP_VERSION, OPCODES
+from .residual_add import ResidualAdd
 
 ERROR_BAD_OPCODE = 1
 ERROR_BAD_DESCRIPTOR = 2
 ERROR_FORCED = 0xEE  # the twin's injected error flag
+POOL_MAX_WIDTH = 128  # line buffer of the 2x2 max pool: 64 words of C bytes
 
 
 def word_layout():
@@ -48,7 +58,13 @@ def weight_words(cols):
 
 
 def output_words(cols):
+    """Words per beat of C int8: an output beat, or one POOL input pixel."""
     return words_for(8 * cols)
+
+
+def add_words(cols):
+    """Words per ADD input beat: C bytes of ``a``, then C bytes of ``b``."""
+    return words_for(16 * cols)
 
 
 class AcceleratorTop(wiring.Component):
@@ -81,6 +97,13 @@ class AcceleratorTop(wiring.Component):
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
         m.submodules.engine = engine = ResetInserter(soft_reset)(ConvEngine(cfg))
+        m.submodules.pool = pool = ResetInserter(soft_reset)(
+            MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH))
+        m.submodules.add = add = ResetInserter(soft_reset)(ResidualAdd(lanes=cols))
+        m.d.comb += [pool.width.eq(csr.pool_width), pool.height.eq(csr.pool_height)]
+        for name, _, _, _ in ADD_PARAM_FIELDS:
+            field = getattr(add.params, name)
+            m.d.comb += field.eq(getattr(csr, f"add_{name}")[:len(field)])
 
         m.d.comb += [
             csr.id.eq(ID_VALUE),
@@ -89,6 +112,7 @@ class AcceleratorTop(wiring.Component):
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),
+            csr.pool_max_width.eq(POOL_MAX_WIDTH),
             self.irq.eq(((csr.status >> 1) & csr.irq_enable & 0b11).any()),
         ]
         for name, _, _, _ in DESCRIPTOR_FIELDS:
@@ -97,7 +121,11 @@ class AcceleratorTop(wiring.Component):
 
         # --- Sequencer: check, load the three buffers, run, send results ---------------
         busy = Signal()
-        phase = Signal(range(4))  # 0 params, 1 weights, 2 activations, 3 running
+        # CONV: 0 params, 1 weights, 2 activations, 3 running. POOL, ADD: 4 streaming.
+        phase = Signal(range(5))
+        opcode = Signal(2)  # latched at start
+        pooling = Signal()  # CONV with the fused max pool
+        frames_left = Signal(32)
         left = Signal(32)         # entries / words / elements left in this load phase
         error_code = Signal(32)
         set_done, set_error = Signal(), Signal()
@@ -113,25 +141,50 @@ class AcceleratorTop(wiring.Component):
             m.d.sync += [busy.eq(0), error_code.eq(ERROR_FORCED)]
             m.d.comb += set_error.eq(1)
         with m.Elif(start):
-            with m.If(csr.opcode != OPCODES["CONV"]):
-                m.d.sync += error_code.eq(ERROR_BAD_OPCODE)
-                m.d.comb += set_error.eq(1)
-            with m.Elif((csr.load_params == 0) | (csr.load_weights == 0)
-                        | (csr.load_act == 0) | (csr.conv_col_tiles == 0)
-                        | (csr.conv_pixel_groups == 0)):
-                m.d.sync += error_code.eq(ERROR_BAD_DESCRIPTOR)
-                m.d.comb += set_error.eq(1)
-            with m.Else():
-                m.d.sync += [busy.eq(1), error_code.eq(0), phase.eq(0),
-                             left.eq(csr.load_params)]
+            bad_pool = (csr.pool_width < 2) | (csr.pool_width > POOL_MAX_WIDTH) \
+                | (csr.pool_height < 2) | (csr.pool_frames == 0)
+            with m.Switch(csr.opcode):
+                with m.Case(OPCODES["CONV"]):
+                    with m.If((csr.load_params == 0) | (csr.load_weights == 0)
+                              | (csr.load_act == 0) | (csr.conv_col_tiles == 0)
+                              | (csr.conv_pixel_groups == 0)
+                              | (csr.pool_enable[0] & bad_pool)):
+                        m.d.sync += error_code.eq(ERROR_BAD_DESCRIPTOR)
+                        m.d.comb += set_error.eq(1)
+                    with m.Else():
+                        m.d.sync += [busy.eq(1), error_code.eq(0), phase.eq(0),
+                                     left.eq(csr.load_params), opcode.eq(OPCODES["CONV"]),
+                                     pooling.eq(csr.pool_enable[0]),
+                                     frames_left.eq(csr.pool_frames)]
+                with m.Case(OPCODES["POOL"], OPCODES["ADD"]):
+                    with m.If((csr.stream_beats == 0)
+                              | ((csr.opcode == OPCODES["POOL"]) & bad_pool)):
+                        m.d.sync += error_code.eq(ERROR_BAD_DESCRIPTOR)
+                        m.d.comb += set_error.eq(1)
+                    with m.Else():
+                        m.d.sync += [busy.eq(1), error_code.eq(0), phase.eq(4),
+                                     left.eq(csr.stream_beats), opcode.eq(csr.opcode),
+                                     pooling.eq(csr.opcode == OPCODES["POOL"]),
+                                     frames_left.eq(csr.pool_frames)]
+                with m.Default():
+                    m.d.sync += error_code.eq(ERROR_BAD_OPCODE)
+                    m.d.comb += set_error.eq(1)
 
         # Host-to-device words gathered into parameter entries and weight words.
         per_param, per_weight = param_words(cols), weight_words(cols)
-        gathered = Signal(32 * max(per_param, per_weight))
-        count = Signal(range(max(per_param, per_weight) + 1))
+        per_pixel, per_pair = output_words(cols), add_words(cols)
+        widest = max(per_param, per_weight, per_pair)
+        gathered = Signal(32 * widest)
+        count = Signal(range(widest + 1))
         needed = Signal.like(count)
-        m.d.comb += needed.eq(Mux(phase == 0, per_param, per_weight))
-        loading_wide = busy & (phase < 2)
+        with m.Switch(phase):
+            with m.Case(0):
+                m.d.comb += needed.eq(per_param)
+            with m.Case(1):
+                m.d.comb += needed.eq(per_weight)
+            with m.Default():
+                m.d.comb += needed.eq(Mux(opcode == OPCODES["ADD"], per_pair, per_pixel))
+        loading_wide = busy & ((phase < 2) | (phase == 4))
         wide_full = count == needed
         final = left == 1
         m.d.comb += [
@@ -141,6 +194,14 @@ class AcceleratorTop(wiring.Component):
             engine.weight_in.payload.w.eq(gathered),
             engine.weight_in.payload.last.eq(final),
             engine.weight_in.valid.eq(loading_wide & (phase == 1) & wide_full),
+        ]
+        # POOL / ADD input beats from the same gatherer.
+        streaming = loading_wide & (phase == 4) & wide_full
+        m.d.comb += [
+            add.operands.payload.a.eq(gathered[:8 * cols]),
+            add.operands.payload.b.eq(gathered[8 * cols:16 * cols]),
+            add.operands.payload.last.eq(final),
+            add.operands.valid.eq(streaming & (opcode == OPCODES["ADD"])),
         ]
         # Activations: four bytes per word.
         act_word = Signal(32)
@@ -152,12 +213,12 @@ class AcceleratorTop(wiring.Component):
             engine.act_in.valid.eq(busy & (phase == 2) & act_held),
         ]
         with m.Switch(phase):
-            with m.Case(0, 1):
+            with m.Case(0, 1, 4):
                 m.d.comb += self.h2c.ready.eq(busy & ~wide_full)
             with m.Case(2):
                 m.d.comb += self.h2c.ready.eq(busy & ~act_held)
         with m.If(self.h2c.valid & self.h2c.ready):
-            with m.If(phase < 2):
+            with m.If((phase < 2) | (phase == 4)):
                 m.d.sync += [gathered.word_select(count, 32).eq(self.h2c.payload.data),
                              count.eq(count + 1)]
             with m.Else():
@@ -165,13 +226,15 @@ class AcceleratorTop(wiring.Component):
                              act_byte.eq(0)]
 
         loaded = ((engine.param_in.valid & engine.param_in.ready)
-                  | (engine.weight_in.valid & engine.weight_in.ready))
+                  | (engine.weight_in.valid & engine.weight_in.ready)
+                  | (pool.pixels.valid & pool.pixels.ready & (phase == 4))
+                  | (add.operands.valid & add.operands.ready))
         with m.If(loaded):
             m.d.sync += [count.eq(0), left.eq(left - 1)]
             with m.If(final):
                 with m.If(phase == 0):
                     m.d.sync += [phase.eq(1), left.eq(csr.load_weights)]
-                with m.Else():
+                with m.Elif(phase == 1):
                     m.d.sync += [phase.eq(2), left.eq(csr.load_act)]
         launch = Signal()
         m.d.sync += launch.eq(0)
@@ -185,20 +248,55 @@ class AcceleratorTop(wiring.Component):
         with m.If(soft_reset | start):
             m.d.sync += [count.eq(0), act_held.eq(0)]
 
-        # Engine output beats -> device-to-host words.
+        # The max pool takes the engine's output (CONV with pooling) or the gathered
+        # pixels (POOL).
+        with m.If(phase == 4):
+            m.d.comb += [
+                pool.pixels.payload.x.eq(gathered[:8 * cols]),
+                pool.pixels.payload.last.eq(final),
+                pool.pixels.valid.eq(streaming & (opcode == OPCODES["POOL"])),
+            ]
+        with m.Else():
+            m.d.comb += [
+                pool.pixels.payload.eq(engine.output.payload),
+                pool.pixels.valid.eq(engine.output.valid & pooling),
+            ]
+
+        # Result beats (C int8) -> device-to-host words. The source: the engine, the pool
+        # or the adder; the layer ends with the source's `last` (for the pool, the last
+        # frame's).
+        result = Signal(data.ArrayLayout(8, cols))
+        result_valid, result_last, take_result = Signal(), Signal(), Signal()
+        with m.If(pooling):
+            m.d.comb += [result.eq(pool.pooled.payload.x), result_valid.eq(pool.pooled.valid),
+                         result_last.eq(pool.pooled.payload.last & (frames_left == 1)),
+                         pool.pooled.ready.eq(take_result)]
+            with m.If(pool.pooled.valid & take_result & pool.pooled.payload.last):
+                m.d.sync += frames_left.eq(frames_left - 1)
+        with m.Elif(opcode == OPCODES["ADD"]):
+            m.d.comb += [result.eq(add.results.payload.y), result_valid.eq(add.results.valid),
+                         result_last.eq(add.results.payload.last),
+                         add.results.ready.eq(take_result)]
+        with m.Else():
+            m.d.comb += [result.eq(engine.output.payload.y),
+                         result_valid.eq(engine.output.valid),
+                         result_last.eq(engine.output.payload.last),
+                         engine.output.ready.eq(take_result)]
+        with m.If(pooling & (phase != 4)):
+            m.d.comb += engine.output.ready.eq(pool.pixels.ready)
+
         per_out = output_words(cols)
         beat = Signal(32 * per_out)
         words_left = Signal(range(per_out + 1))
         final_beat = Signal()
         m.d.comb += [
-            engine.output.ready.eq(words_left == 0),
+            take_result.eq(words_left == 0),
             self.c2h.valid.eq(words_left != 0),
             self.c2h.payload.data.eq(beat[:32]),
             self.c2h.payload.last.eq(final_beat & (words_left == 1)),
         ]
-        with m.If(engine.output.valid & engine.output.ready):
-            m.d.sync += [beat.eq(engine.output.payload.y), words_left.eq(per_out),
-                         final_beat.eq(engine.output.payload.last)]
+        with m.If(result_valid & take_result):
+            m.d.sync += [beat.eq(result), words_left.eq(per_out), final_beat.eq(result_last)]
         with m.If(self.c2h.valid & self.c2h.ready):
             m.d.sync += [beat.eq(beat >> 32), words_left.eq(words_left - 1)]
             with m.If(self.c2h.payload.last):

@@ -9,7 +9,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
 from hw.maxpool import pixel_layout
-from hw.residual_add import AddParams, operand_pair_layout, sum_layout
+from hw.residual_add import add_params_layout, operand_pair_layout, sum_layout
 from models.eltwise import add, add_multipliers
 from models.pool import max_pool2d
 from sim.packing import pack_struct, unpack_struct
@@ -88,7 +88,7 @@ async def test_residual_add(dut):
         (sa, sb, sy), (za, zb, zy) = scales, zps
         lo, hi = (zy, 127) if case % 2 else (-128, 127)
         ma, na, mb, nb, my, ny = add_multipliers(sa, sb, sy)
-        dut.params.value = pack_struct(AddParams, {
+        dut.params.value = pack_struct(add_params_layout(), {
             "a_zero_point": za, "b_zero_point": zb, "y_zero_point": zy, "lo": lo, "hi": hi,
             "a_multiplier": ma, "a_shift": na, "b_multiplier": mb, "b_shift": nb,
             "y_multiplier": my, "y_shift": ny})

@@ -6,7 +6,7 @@ runs on the Verilator twin and on a board. Layers are lowered to engine passes b
 exchange in the order ``hw/top.py`` documents.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -73,9 +73,16 @@ class PassProgram:
         return beats[:, :self.cols]
 
 
-def pass_program(engine_pass, config):
+def pooled_pass(engine_pass):
+    """``engine_pass`` as seen after the fused 2x2 max pool (its output size halved)."""
+    oh, ow = engine_pass.out_size
+    return replace(engine_pass, out_size=(oh // 2, ow // 2))
+
+
+def pass_program(engine_pass, config, *, pool=False):
     """The :class:`PassProgram` of one :class:`~sw_driver.conv_lowering.EnginePass` on an
-    accelerator with ``config`` (the stream format ``hw/top.py`` documents)."""
+    accelerator with ``config`` (the stream format ``hw/top.py`` documents); with ``pool``
+    the engine's output goes through the fused 2x2 / stride 2 max pool."""
     from hw.conv_engine import param_word_layout
     from hw.top import output_words, param_words, weight_words
 
@@ -98,13 +105,66 @@ def pass_program(engine_pass, config):
               (Reg.OPCODE, Opcode.CONV)]
     writes += [(Reg[f"CONV_{name.upper()}"], int(p.descriptor[name]) & 0xFFFFFFFF)
                for name, _, _, _ in DESCRIPTOR_FIELDS]
+    oh, ow = p.out_size
+    writes += [(Reg.POOL_ENABLE, int(pool)), (Reg.POOL_WIDTH, ow), (Reg.POOL_HEIGHT, oh),
+               (Reg.POOL_FRAMES, p.descriptor["col_tiles"])]
     writes += [(Reg.LOAD_PARAMS, len(entries)), (Reg.LOAD_WEIGHTS, p.weights.shape[0]),
                (Reg.LOAD_ACT, p.activations.size), (Reg.CTRL, regs.CTRL_START_MASK)]
+    beats = pooled_pass(p).output_beats if pool else p.output_beats
     return PassProgram(
         name=p.name, csr_writes=tuple((int(o), int(v)) for o, v in writes),
         h2c=b"".join(entries) + _words(p.weights, weight_words(cols)) + activations,
-        c2h_bytes=p.output_beats * output_words(cols) * 4, output_beats=p.output_beats,
-        cols=cols)
+        c2h_bytes=beats * output_words(cols) * 4, output_beats=beats, cols=cols)
+
+
+def pool_program(x, config, *, name="maxpool"):
+    """The program of a 2x2 / stride 2 max pool of int8 NCHW ``x``: every (image, group of
+    C channels) is one frame of row-major pixels."""
+    from hw.top import POOL_MAX_WIDTH, output_words
+
+    n, c, h, w = x.shape
+    if not 2 <= w <= POOL_MAX_WIDTH or h < 2:
+        raise ValueError(f"layer {name!r}: the 2x2 max pool takes feature maps 2 to "
+                         f"{POOL_MAX_WIDTH} wide and at least 2 high, not {h}x{w}")
+    cols = config.cols
+    groups = -(-c // cols)
+    padded = np.full((n, groups * cols, h, w), -128, np.int8)
+    padded[:, :c] = x
+    pixels = padded.reshape(n, groups, cols, h, w).transpose(0, 1, 3, 4, 2)
+    frames = n * groups
+    beats = frames * (h // 2) * (w // 2)
+    writes = [(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK),
+              (Reg.OPCODE, Opcode.POOL), (Reg.POOL_WIDTH, w), (Reg.POOL_HEIGHT, h),
+              (Reg.POOL_FRAMES, frames), (Reg.STREAM_BEATS, frames * h * w),
+              (Reg.CTRL, regs.CTRL_START_MASK)]
+    return PassProgram(name=name, csr_writes=tuple((int(o), int(v)) for o, v in writes),
+                       h2c=_words(pixels.reshape(-1, cols), output_words(cols)),
+                       c2h_bytes=beats * output_words(cols) * 4, output_beats=beats,
+                       cols=cols)
+
+
+def add_program(a, b, params, config, *, name="add"):
+    """The program of a residual add of two int8 tensors of one shape; ``params`` maps each
+    ``hw.eltwise_config.ADD_PARAM_FIELDS`` name to its value."""
+    from hw.eltwise_config import ADD_PARAM_FIELDS
+    from hw.top import add_words, output_words
+
+    cols = config.cols
+    size = a.size
+    beats = -(-size // cols)
+    flat = np.zeros((2, beats * cols), np.int8)
+    flat[0, :size] = a.reshape(-1)
+    flat[1, :size] = b.reshape(-1)
+    pairs = flat.reshape(2, beats, cols).transpose(1, 0, 2)  # beat: C of a, then C of b
+    writes = [(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK),
+              (Reg.OPCODE, Opcode.ADD), (Reg.STREAM_BEATS, beats)]
+    writes += [(Reg[f"ADD_{field.upper()}"], int(params[field]) & 0xFFFFFFFF)
+               for field, _, _, _ in ADD_PARAM_FIELDS]
+    writes.append((Reg.CTRL, regs.CTRL_START_MASK))
+    return PassProgram(name=name, csr_writes=tuple((int(o), int(v)) for o, v in writes),
+                       h2c=_words(pairs.reshape(beats, 2 * cols), add_words(cols)),
+                       c2h_bytes=beats * output_words(cols) * 4, output_beats=beats,
+                       cols=cols)
 
 
 class Accelerator:
@@ -138,20 +198,51 @@ class Accelerator:
     # --- layers -----------------------------------------------------------------------
 
     def conv2d(self, x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
-               lo=-128, hi=127, stride=1, padding=0, groups=1, name="conv"):
+               lo=-128, hi=127, stride=1, padding=0, groups=1, pool=False, name="conv"):
         """``requantize(conv2d(x, w, bias), ...)`` on the device (``models`` semantics);
-        ``groups`` equal to the channel count makes it depthwise."""
+        ``groups`` equal to the channel count makes it depthwise; ``pool`` fuses a 2x2 /
+        stride 2 max pool (``models.pool.max_pool2d(y, 2, 2)``)."""
         passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=x_zero_point,
                               y_zero_point=y_zero_point, lo=lo, hi=hi, stride=stride,
                               padding=padding, groups=groups, config=self.config, name=name)
         total = Counters()
         outputs = []
         for engine_pass in passes:
-            beats, counters = self.run_pass(engine_pass)
+            beats, counters = self.run_program(pass_program(engine_pass, self.config,
+                                                            pool=pool))
             outputs.append(beats)
             total = total + counters
         self.last_counters = total
+        if pool:
+            passes = [pooled_pass(p) for p in passes]
         return assemble_output(passes, outputs, w.shape[0])
+
+    def max_pool2d(self, x, *, name="maxpool"):
+        """2x2 / stride 2 max pool of int8 NCHW ``x`` (``models.pool.max_pool2d(x, 2, 2)``)."""
+        x = np.asarray(x)
+        beats, self.last_counters = self.run_program(pool_program(x, self.config, name=name))
+        n, c, h, w = x.shape
+        groups = -(-c // self.config.cols)
+        out = beats.reshape(n, groups, h // 2, w // 2, self.config.cols)
+        out = out.transpose(0, 1, 4, 2, 3).reshape(n, groups * self.config.cols, h // 2,
+                                                   w // 2)
+        return np.ascontiguousarray(out[:, :c])
+
+    def add(self, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point,
+            lo=-128, hi=127, *, name="add"):
+        """Residual add of two int8 tensors (``models.eltwise.add`` semantics; inputs are
+        broadcast on the host)."""
+        from models.eltwise import add_multipliers
+
+        a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        ma, na, mb, nb, my, ny = add_multipliers(a_scale, b_scale, y_scale)
+        params = {"a_zero_point": a_zero_point, "b_zero_point": b_zero_point,
+                  "y_zero_point": y_zero_point, "lo": lo, "hi": hi, "a_multiplier": ma,
+                  "a_shift": na, "b_multiplier": mb, "b_shift": nb, "y_multiplier": my,
+                  "y_shift": ny}
+        beats, self.last_counters = self.run_program(
+            add_program(a, b, params, self.config, name=name))
+        return beats.reshape(-1)[:a.size].reshape(a.shape).copy()
 
     def depthwise_conv2d(self, x, w, bias, multiplier, shift, **options):
         """Depthwise convolution: ``w`` has shape (C, 1, kh, kw)."""
@@ -177,11 +268,12 @@ class Accelerator:
     # --- one engine pass --------------------------------------------------------------
 
     def run_pass(self, engine_pass):
-        """Program, run and read back one :class:`~sw_driver.conv_lowering.EnginePass`.
+        """Program, run and read back one :class:`~sw_driver.conv_lowering.EnginePass`."""
+        return self.run_program(pass_program(engine_pass, self.config))
 
-        Returns ``(beats, counters)`` with beats of shape (output_beats, C) int8.
-        """
-        program = pass_program(engine_pass, self.config)
+    def run_program(self, program):
+        """Run one :class:`PassProgram`; returns ``(beats, counters)`` with beats of shape
+        (output_beats, C) int8."""
         t = self.transport
         before = self.counters()
         for offset, value in program.csr_writes:

@@ -18,6 +18,7 @@ class Reg(enum.IntEnum):
     ACT_DEPTH = 0x00c  # RO: Activation buffer depth in int8 elements per copy
     WEIGHT_DEPTH = 0x010  # RO: Weight buffer depth in words of C int8 weights
     PARAM_DEPTH = 0x014  # RO: Column tiles of bias/multiplier/shift held
+    POOL_MAX_WIDTH = 0x018  # RO: Widest feature map the 2x2 max pool takes
     CTRL = 0x020  # W1P: Control strobes
     STATUS = 0x024  # W1C: Layer status (busy is read-only)
     IRQ_ENABLE = 0x028  # RW: Raise the interrupt line on these status bits
@@ -26,6 +27,11 @@ class Reg(enum.IntEnum):
     LOAD_PARAMS = 0x050  # RW: Column-tile parameter entries the host-to-device stream carries first
     LOAD_WEIGHTS = 0x054  # RW: Weight words (C int8 each) that follow
     LOAD_ACT = 0x058  # RW: Activation elements (int8, HWC) that follow, packed 4 per 32-bit word
+    POOL_ENABLE = 0x060  # RW: CONV: fuse a 2x2 / stride 2 max pool after requantization
+    POOL_WIDTH = 0x064  # RW: CONV with pool, POOL: feature map width
+    POOL_HEIGHT = 0x068  # RW: CONV with pool, POOL: feature map height
+    POOL_FRAMES = 0x06c  # RW: Feature maps (channel groups of C) pooled in turn
+    STREAM_BEATS = 0x070  # RW: POOL, ADD: input beats on the host-to-device stream (one pixel of C channels, or C pairs for ADD)
     PERF_CYCLES = 0x080  # RO: Cycles since reset (wraps)
     PERF_BUSY = 0x084  # RO: Cycles spent busy
     PERF_MACS_LO = 0x088  # RO: Multiply-accumulates issued, low word
@@ -56,6 +62,17 @@ class Reg(enum.IntEnum):
     CONV_X_END = 0x154  # RW: Convolution descriptor: OW*stride - pad_left: an ix0 at or past it wraps to the next row (signed 16 bits)
     CONV_X_WRAP = 0x158  # RW: Convolution descriptor: OW*stride: subtracted from ix0 on a wrap (signed 16 bits)
     CONV_WRAP_DADDR = 0x15c  # RW: Convolution descriptor: (stride*W - OW*stride)*C_in: address step of a wrap (signed 32 bits)
+    ADD_A_ZERO_POINT = 0x180  # RW: Residual add: zero point of input a (signed 8 bits)
+    ADD_B_ZERO_POINT = 0x184  # RW: Residual add: zero point of input b (signed 8 bits)
+    ADD_Y_ZERO_POINT = 0x188  # RW: Residual add: zero point of the output (signed 8 bits)
+    ADD_LO = 0x18c  # RW: Residual add: clamp low (fused ReLU) (signed 8 bits)
+    ADD_HI = 0x190  # RW: Residual add: clamp high (signed 8 bits)
+    ADD_A_MULTIPLIER = 0x194  # RW: Residual add: M_a in [2^30, 2^31) (31 bits)
+    ADD_A_SHIFT = 0x198  # RW: Residual add: n_a in [1, 62] (6 bits)
+    ADD_B_MULTIPLIER = 0x19c  # RW: Residual add: M_b (31 bits)
+    ADD_B_SHIFT = 0x1a0  # RW: Residual add: n_b (6 bits)
+    ADD_Y_MULTIPLIER = 0x1a4  # RW: Residual add: M_y (31 bits)
+    ADD_Y_SHIFT = 0x1a8  # RW: Residual add: n_y (6 bits)
 
 
 VERSION_MINOR_SHIFT = 0
@@ -88,9 +105,6 @@ class Opcode(enum.IntEnum):
     """Layer operations."""
 
     NOP = 0
-    GEMM = 1
-    CONV = 2
-    DEPTHWISE = 3
-    DENSE = 4
-    POOL = 5
-    ADD = 6
+    CONV = 1
+    POOL = 2
+    ADD = 3

@@ -7,6 +7,8 @@ import pytest
 from hw.config import ArrayConfig
 from hw.conv_config import ConvEngineConfig
 from models.conv import conv2d, dense, depthwise_conv2d
+from models.eltwise import add
+from models.pool import max_pool2d
 from models.requant import requantize
 from sim.twin import Fault, Twin
 from sw_driver import regs
@@ -92,6 +94,30 @@ def test_dense_layer_bit_exact(accelerator, rng, seed):
     check(got, want, seed, "dense")
 
 
+@pytest.mark.parametrize("size", [(8, 6), (7, 9)])
+def test_conv_with_fused_max_pool_bit_exact(accelerator, size, rng, seed):
+    x = rng.integers(-128, 128, (2, 3, *size), dtype=np.int8)
+    weights = rng.integers(-128, 128, (6, 3, 3, 3), dtype=np.int8)
+    bias, mult, shift = requant_params(rng, 6)
+    got = accelerator.conv2d(x, weights, bias, mult, shift, x_zero_point=5, y_zero_point=-9,
+                             lo=-9, padding=1, pool=True, name="conv+pool")
+    want = max_pool2d(requantize(conv2d(x, weights, bias, x_zero_point=5, padding=1), mult,
+                                 shift, -9, -9, 127), 2, 2)
+    check(got, want, seed, f"conv+pool {size}")
+
+
+def test_max_pool_layer_bit_exact(accelerator, rng, seed):
+    x = rng.integers(-128, 128, (2, 6, 7, 10), dtype=np.int8)
+    check(accelerator.max_pool2d(x), max_pool2d(x, 2, 2), seed, "maxpool")
+
+
+def test_add_layer_bit_exact(accelerator, rng, seed):
+    a = rng.integers(-128, 128, (2, 5, 3, 3), dtype=np.int8)
+    b = rng.integers(-128, 128, (2, 5, 3, 3), dtype=np.int8)
+    args = (a, 0.05, 3, b, 0.02, -128, 0.07, -4, -4, 127)
+    check(accelerator.add(*args), add(*args), seed, "add")
+
+
 def small_layer(rng):
     x = rng.integers(-128, 128, (1, 4, 6, 6), dtype=np.int8)
     weights = rng.integers(-128, 128, (4, 4, 3, 3), dtype=np.int8)
@@ -134,7 +160,7 @@ def test_bad_descriptor_and_opcode_set_error_codes(accelerator, transport):
     assert transport.csr_read(Reg.ERROR_CODE) == 2
     assert transport.twin.irq  # errors raise the interrupt when enabled
     transport.csr_write(Reg.STATUS, regs.STATUS_ERROR_MASK)
-    transport.csr_write(Reg.OPCODE, Opcode.POOL)  # pooling runs on the host for now
+    transport.csr_write(Reg.OPCODE, 7)  # no such operation
     transport.csr_write(Reg.CTRL, regs.CTRL_START_MASK)
     assert poll_status(transport) & regs.STATUS_ERROR_MASK
     assert transport.csr_read(Reg.ERROR_CODE) == 1
