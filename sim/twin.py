@@ -27,8 +27,9 @@ HARNESS = HERE / "twin" / "harness.cpp"
 HW_SOURCES = HERE.parent / "hw"
 TWIN_SOURCES = (HERE / "twin_top.py", HERE / "twin" / "harness.cpp")
 TOP_NAME = "tessera_top"
-# --threads makes designs this small slower; -O3 and -O2 are the speed that matters.
-FLAGS = ["--cc", "--exe", "--build", "-j", "2", "-O3", "-CFLAGS", "-fPIC",
+# --threads makes designs this small slower.
+# No -O3: it was no faster here, and with --trace-fst it mis-simulated the top.
+FLAGS = ["--cc", "--exe", "--build", "-j", "2", "-CFLAGS", "-fPIC",
          # verilated.mk compiles the model with -Os; -O2 is what the twin's speed needs.
          "-MAKEFLAGS", "OPT_FAST=-O2 OPT_GLOBAL=-O2",
          "-LDFLAGS", "-shared", "-o", "libtwin.so", "--top-module", TOP_NAME,
@@ -68,9 +69,7 @@ def build_twin(config, *, waves=False, build_root=BUILD_ROOT, log=print):
     ``waves``), building it when not cached."""
     if not isinstance(config, ConvEngineConfig):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
-    # -O3 is dropped for the waveform build: with --trace-fst it mis-simulated the top
-    # (tests/test_twin.py::test_waveform_is_written caught it); speed matters less there.
-    flags = [f for f in FLAGS if f != "-O3"] + TRACE_FLAGS if waves else FLAGS
+    flags = FLAGS + (TRACE_FLAGS if waves else [])
     variant = "-fst" if waves else ""
     folder = (Path(build_root).resolve() / "twin"
               / f"{config.array.name}-x{config.act_depth}-w{config.weight_depth}"
