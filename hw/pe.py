@@ -38,6 +38,9 @@ class ProcessingElement(wiring.Component):
             "last_out": Out(1),
             # High when the next enabled edge writes `hold` (the tile ends here).
             "capture": Out(1),
+            # What `capture` becomes after the next enabled edge: lets the array compute
+            # its stall one cycle ahead, into a register (see SystolicArray).
+            "capture_next": Out(1),
             "hold": Out(signed(acc_width)),
         })
 
@@ -47,21 +50,30 @@ class ProcessingElement(wiring.Component):
         m.d.comb += [mul.a.eq(self.a_in), mul.b.eq(self.b_in), mul.en.eq(self.en)]
 
         # Control bits delayed to line up with the product.
-        valid_d = self.valid_in
-        last_d = self.last_in
+        valids, lasts = [self.valid_in], [self.last_in]
         for stage in range(mul.latency):
             v, l = Signal(name=f"valid_d{stage + 1}"), Signal(name=f"last_d{stage + 1}")
             with m.If(self.en):
-                m.d.sync += [v.eq(valid_d), l.eq(last_d)]
-            valid_d, last_d = v, l
+                m.d.sync += [v.eq(valids[-1]), l.eq(lasts[-1])]
+            valids.append(v)
+            lasts.append(l)
+        valid_d, last_d = valids[-1], lasts[-1]
+        # `capture` and `capture_next` come straight from flip-flops (the AND one stage
+        # earlier): they feed the array's stall logic, its critical path.
+        capture = Signal()
+        capture_next = Signal()
+        with m.If(self.en):
+            m.d.sync += capture.eq(valids[-2] & lasts[-2])
+            if mul.latency >= 2:
+                m.d.sync += capture_next.eq(valids[-3] & lasts[-3])
+        if mul.latency < 2:
+            capture_next = valids[-2] & lasts[-2]
+        m.d.comb += [self.capture.eq(capture), self.capture_next.eq(capture_next)]
 
         acc = Signal(signed(self.acc_width))
         fresh = Signal(init=1)  # the next valid product starts a new tile
         total = Signal(signed(self.acc_width))
-        m.d.comb += [
-            total.eq(Mux(fresh, 0, acc) + mul.p),
-            self.capture.eq(valid_d & last_d),
-        ]
+        m.d.comb += total.eq(Mux(fresh, 0, acc) + mul.p)
         with m.If(self.en):
             m.d.sync += [
                 self.a_out.eq(self.a_in),

@@ -12,7 +12,7 @@ Throughput: one beat (R*C MACs) per cycle while ``results`` keeps up; a tile wit
 K < max(R, C) costs max(R, C) cycles (draining or the wavefront bound the rate).
 """
 
-from amaranth import Array, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -35,6 +35,14 @@ def result_layout(cols, acc_width):
         "c": data.ArrayLayout(signed(acc_width), cols),
         "last": 1,
     })
+
+
+def _or_all(values):
+    """Bitwise OR of ``values`` as a balanced tree."""
+    while len(values) > 1:
+        values = [values[n] | values[n + 1] if n + 1 < len(values) else values[n]
+                  for n in range(0, len(values), 2)]
+    return values[0]
 
 
 def _delayed(m, signal, ticks, en, name):
@@ -75,8 +83,11 @@ class SystolicArray(wiring.Component):
         rows, cols = self.config.rows, self.config.cols
 
         # The whole array moves in lockstep; it only stops when a finished tile would
-        # overwrite results that have not left yet.
-        advance = Signal()
+        # overwrite results that have not left yet. `advance` enables every register of
+        # the array, so it is itself a register, computed a cycle ahead from next-state
+        # values (below): as a combinational OR of row flags, the routing of its fanout
+        # held an 8x8 array on ECP5 near 100 MHz.
+        advance = Signal(init=1)
 
         # Input register: keeps ready free of combinational paths through the array.
         beat = Signal(self.operands.payload.shape())
@@ -126,37 +137,71 @@ class SystolicArray(wiring.Component):
         # Row bookkeeping: `pending` from the first capture of a row (column 0) until it
         # is read out, `full` once its last column has captured too.
         cap_first = Signal(rows)
+        cap_first_next = Signal(rows)
         cap_last = Signal(rows)
         pending = Signal(rows)
+        pending_next = Signal(rows)
         full = Signal(rows)
+        row = Signal(rows, init=1)  # one-hot: the next row to read out
+        reading = Signal()          # a row moves into the output register
+        out_free = Signal()         # the output register can take a row
         for i in range(rows):
             m.d.comb += [cap_first[i].eq(pes[i][0].capture),
+                         cap_first_next[i].eq(Mux(advance, pes[i][0].capture_next,
+                                                  pes[i][0].capture)),
                          cap_last[i].eq(pes[i][cols - 1].capture)]
-        m.d.comb += advance.eq(~(pending & cap_first).any())
+        # advance(t + 1) = ~any(pending(t + 1) & cap_first(t + 1)), from this cycle's state.
+        # Written out for each value of `advance` and `out_free`, which are picked last:
+        # `out_free` follows `results.ready` (an input), and as one flat expression this
+        # mapped six LUTs deep, the critical path of the 8x8 array (~140 MHz on ECP5).
+        cap_next = Cat(pes[i][0].capture_next for i in range(rows))
+        readable = Signal(rows)
+        stall_if = {}
+        for adv in (0, 1):
+            for free in (0, 1):
+                still_pending = pending & ~readable if free else pending
+                if adv:
+                    stall = (cap_first | still_pending) & cap_next
+                else:
+                    stall = still_pending & cap_first
+                stall_if[adv, free] = Signal(name=f"stall_if_adv{adv}_free{free}")
+                m.d.comb += stall_if[adv, free].eq(stall.any())
+        m.d.comb += readable.eq(full & row)
+        m.d.sync += [
+            pending.eq(pending_next),
+            advance.eq(~Mux(advance, Mux(out_free, stall_if[1, 1], stall_if[1, 0]),
+                            Mux(out_free, stall_if[0, 1], stall_if[0, 0]))),
+        ]
 
-        # Drain: one row per cycle, in row order, into the registered output beat.
-        row = Signal(range(rows))
-        reading = Signal()
-        m.d.comb += reading.eq(full.bit_select(row, 1) & (~self.results.valid |
-                                                           self.results.ready))
+        # Drain: one row per cycle, in row order, into the registered output beat. The row
+        # being read is one-hot, so picking it is an AND-OR over the hold registers (two
+        # LUT levels) rather than a binary-select multiplexer tree: this path spans the
+        # whole array.
+        m.d.comb += [
+            out_free.eq(~self.results.valid | self.results.ready),
+            reading.eq((full & row).any() & out_free),
+        ]
         with m.If(reading):
             m.d.sync += [
                 self.results.valid.eq(1),
-                self.results.payload.last.eq(row == rows - 1),
-                row.eq(Mux(row == rows - 1, 0, row + 1)),
+                row.eq(Cat(row[rows - 1], row[:rows - 1])),
             ]
-            for j in range(cols):
-                column = Array(pes[i][j].hold for i in range(rows))
-                m.d.sync += self.results.payload.c[j].eq(column[row])
         with m.Elif(self.results.ready):
             m.d.sync += self.results.valid.eq(0)
+        # The payload loads whenever the output register is free, not only when a row is
+        # read: with valid low its value does not matter, and `out_free` (one LUT) makes a
+        # much shorter clock enable for these cols * acc_width flip-flops than `reading`.
+        with m.If(out_free):
+            m.d.sync += self.results.payload.last.eq(row[rows - 1])
+            for j in range(cols):
+                picked = [pes[i][j].hold & row[i].replicate(self.config.acc_width)
+                          for i in range(rows)]
+                m.d.sync += self.results.payload.c[j].eq(_or_all(picked))
 
         for i in range(rows):
-            read_now = reading & (row == i)
-            with m.If(cap_first[i] & advance):
-                m.d.sync += pending[i].eq(1)
-            with m.Elif(read_now):
-                m.d.sync += pending[i].eq(0)
+            read_now = full[i] & row[i] & out_free
+            m.d.comb += pending_next[i].eq(Mux(cap_first[i] & advance, 1,
+                                               Mux(read_now, 0, pending[i])))
             with m.If(cap_last[i] & advance):
                 m.d.sync += full[i].eq(1)
             with m.Elif(read_now):
