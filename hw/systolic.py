@@ -9,7 +9,7 @@ values, row 0 first, ``last`` on row R-1. Tiling of larger M x N problems and ze
 of edge tiles are the feeder's job (``sw_driver.gemm_tiling``).
 
 Throughput: one beat (R*C MACs) per cycle while ``results`` keeps up; a tile with
-K < max(R, C) costs max(R, C) cycles (draining or the wavefront bound the rate).
+K < max(R, C) costs max(R, C) cycles (the drain and the wavefront bound the rate).
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed
@@ -92,10 +92,14 @@ class SystolicArray(wiring.Component):
         # Input register: keeps ready free of combinational paths through the array.
         beat = Signal(self.operands.payload.shape())
         beat_full = Signal()
-        # Two tile ends enter at least `cols` ticks apart, so row i is complete before
-        # its column 0 ends the next tile (short-K tiles get bubbles instead).
-        since_last = Signal(range(cols + 1), init=cols)
-        may_enter = ~(beat.last & (since_last < cols))
+        # Two tile ends enter at least `gap` ticks apart (short-K tiles get bubbles).
+        # gap >= cols: row i is complete before its column 0 ends the next tile.
+        # 2 * gap >= rows + cols - 1: a tile is complete before column 0 of row 0 ends
+        # the tile after next, so the stall below never waits on a row that needs the
+        # array to advance (with rows > cols + 1 and gap = cols, it deadlocked).
+        gap = max(rows, cols)
+        since_last = Signal(range(gap + 1), init=gap)
+        may_enter = ~(beat.last & (since_last < gap))
         take = advance & may_enter
         entering = Signal()
         m.d.comb += [
@@ -109,7 +113,7 @@ class SystolicArray(wiring.Component):
         with m.If(advance):
             with m.If(entering & beat.last):
                 m.d.sync += since_last.eq(1)
-            with m.Elif(since_last < cols):
+            with m.Elif(since_last < gap):
                 m.d.sync += since_last.eq(since_last + 1)
 
         pes = [[ProcessingElement(acc_width=self.config.acc_width) for _ in range(cols)]
