@@ -16,17 +16,17 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import statistics  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import statistics
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import pyopencl as cl  # noqa: E402
+import numpy as np
+import pyopencl as cl
 
-from bench.common import metric, write_results  # noqa: E402
-from models import conv, requant  # noqa: E402
-from sw_driver.opencl import OpenCLRuntime  # noqa: E402
-from sw_driver.opencl.program import build_program, load_sources  # noqa: E402
+from bench.common import metric, write_results
+from models import conv, requant
+from sw_driver.opencl import OpenCLRuntime
+from sw_driver.opencl.program import build_program, load_sources
 
 CHANNELS, SIZE, KERNEL = 32, 32, 3
 BATCHES = (1, 16)

@@ -18,26 +18,26 @@ import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import logging  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import logging
+import statistics
+import tempfile
+import time
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import onnxruntime as ort  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnxruntime.quantization import (  # noqa: E402
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.quantization import (
     CalibrationDataReader,
     QuantFormat,
     QuantType,
     quantize_static,
 )
 
-from bench.common import metric, write_results  # noqa: E402
-from sw_driver import InferenceSession  # noqa: E402
-from sw_driver.providers import OpenCLProvider  # noqa: E402
+from bench.common import metric, write_results
+from sw_driver import InferenceSession
+from sw_driver.providers import OpenCLProvider
 
 SEED = 2025
 BATCHES = (1, 64)

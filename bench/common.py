@@ -28,7 +28,7 @@ def write_results(benchmark, metrics, **context):
     path = RESULTS / f"{benchmark}.json"
     document = {
         "benchmark": benchmark,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         **context,
         "metrics": metrics,

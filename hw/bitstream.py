@@ -383,7 +383,7 @@ def build_bitstream(board, config=None, build_root="build", *,
     if len(commands) != len(steps):
         raise BitstreamError(f"unexpected build plan with {len(commands)} commands: "
                              f"{commands}")
-    for (step, key), command in zip(steps, commands):
+    for (step, key), command in zip(steps, commands, strict=True):
         argv = _tool_command(command, env)
         log_path = build_dir / f"{step}.log"
         say(f"  {step}: running {Path(argv[0]).name} (log: {log_path})")

@@ -52,11 +52,12 @@ class ProcessingElement(wiring.Component):
         # Control bits delayed to line up with the product.
         valids, lasts = [self.valid_in], [self.last_in]
         for stage in range(mul.latency):
-            v, l = Signal(name=f"valid_d{stage + 1}"), Signal(name=f"last_d{stage + 1}")
+            valid = Signal(name=f"valid_d{stage + 1}")
+            last = Signal(name=f"last_d{stage + 1}")
             with m.If(self.en):
-                m.d.sync += [v.eq(valids[-1]), l.eq(lasts[-1])]
-            valids.append(v)
-            lasts.append(l)
+                m.d.sync += [valid.eq(valids[-1]), last.eq(lasts[-1])]
+            valids.append(valid)
+            lasts.append(last)
         valid_d, last_d = valids[-1], lasts[-1]
         # `capture` and `capture_next` come straight from flip-flops (the AND one stage
         # earlier): they feed the array's stall logic, its critical path.

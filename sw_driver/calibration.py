@@ -79,7 +79,7 @@ def check_calibration(data, inputs):
                                    f"{list(array.shape)}); give at least one sample of shape "
                                    f"{expected}")
         if dims and (array.ndim != len(dims) or any(
-                d is not None and d != s for d, s in zip(dims[1:], array.shape[1:]))):
+                d is not None and d != s for d, s in zip(dims[1:], array.shape[1:], strict=True))):
             raise CalibrationError(f"calibration data for {info.name!r} has shape "
                                    f"{list(array.shape)}; the model expects {expected} "
                                    f"(N samples first)")
@@ -144,7 +144,7 @@ def collect_ranges(model, tensors, data, method="minmax", percentile=99.99, batc
     samples = {n: [] for n in tensors}
     for start in range(0, count, batch):
         feed = {k: v[start:start + batch] for k, v in data.items()}
-        for name, value in zip(tensors, session.run(list(tensors), feed)):
+        for name, value in zip(tensors, session.run(list(tensors), feed), strict=True):
             value = np.asarray(value, dtype=np.float32).reshape(-1)
             if method == "minmax":
                 lows[name] = min(lows[name], float(value.min()))

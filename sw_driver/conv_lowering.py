@@ -251,7 +251,7 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
 
     passes = []
     for image in range(n_img):
-        for index, (in_chans, out_chans, weights) in enumerate(chunks):
+        for in_chans, out_chans, weights in chunks:
             label = f"{name}[image {image}" + (f", channels {in_chans[0]}.."
                                               f"{in_chans[-1]}]" if depthwise else "]")
             passes.append(_lower_pass(

@@ -4,9 +4,8 @@ All commands go to one in-order queue, so a buffer handed back to the pool can b
 the next layer at once: its old readers were enqueued earlier and run first.
 """
 
-import weakref
-
 import math
+import weakref
 
 import numpy as np
 import pyopencl as cl

@@ -39,10 +39,10 @@ class Transport(ABC):
     def dma_read(self, nbytes):
         """Receive exactly ``nbytes`` (a multiple of 4) from the device."""
 
-    def abort_dma(self):
+    def abort_dma(self):  # noqa: B027 - optional: most transports have nothing queued
         """Drop data of transfers abandoned after a timeout, in both directions."""
 
-    def close(self):
+    def close(self):  # noqa: B027 - optional: not every transport holds a resource
         """Release the device."""
 
     def __enter__(self):

@@ -13,8 +13,7 @@ import os
 import struct
 import time
 
-from .base import (Transport, TransportError, TransportTimeout, check_csr,
-                   check_word_multiple)
+from .base import Transport, TransportError, TransportTimeout, check_csr, check_word_multiple
 
 
 class XdmaTransport(Transport):
