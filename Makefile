@@ -10,11 +10,12 @@ BOARD   ?= ulx3s-85f
 SEED    ?= 1
 JOBS    ?= 2
 
-.PHONY: help setup test sim verilog bitstream bench demo lint clean
+.PHONY: help setup test sim verilog bitstream bench demo demo-array lint clean
 
 help:
 	@echo "make setup                     .venv, pinned packages, PoCL (idempotent)"
-	@echo "make demo                      a random GEMM on the Verilator-simulated array, checked"
+	@echo "make demo                      the digits CNN on the Verilator twin vs CPU and onnxruntime"
+	@echo "make demo-array [R=8 C=8]      a random GEMM on the Verilator-simulated array, checked"
 	@echo "make test                      the whole test suite (pytest, cocotb on Verilator)"
 	@echo "make sim [TB=name] [WAVES=1]   cocotb/Verilator testbenches with a pass/fail table"
 	@echo "make verilog [R=8 C=8]         Verilog of the array into build/"
@@ -50,7 +51,10 @@ bench: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES)
 
 demo: setup
-	$(TESSERA) demo --rows $(R) --cols $(C)
+	$(TESSERA) demo
+
+demo-array: setup
+	$(TESSERA) demo-array --rows $(R) --cols $(C)
 
 lint: setup
 	$(PY) -m ruff check .

@@ -8,11 +8,11 @@ import numpy as np
 from .errors import (
     InputError,
     LayerError,
-    PlacementError,
     ProviderUnavailableError,
     UnknownProviderError,
 )
 from .importer import import_model
+from .planner import Planner
 from .providers import ALIASES, PROVIDERS, Provider
 
 __all__ = ["InferenceSession"]
@@ -49,21 +49,6 @@ def _make_providers(providers):
     return made
 
 
-def _place(layer, providers, source):
-    """The first provider that supports ``layer`` and why; an error naming it if none."""
-    declined = []
-    for provider in providers:
-        ok, reason = provider.supports(layer)
-        if ok:
-            prefix = "; ".join(declined)
-            return provider, (f"{prefix}; then {provider.name}: {reason}" if prefix
-                              else f"{provider.name}: {reason}")
-        declined.append(f"{provider.name} declined: {reason}")
-    raise PlacementError(
-        f"{source}: no provider can run layer {layer.name!r} ({layer.op}): "
-        f"{'; '.join(declined)}")
-
-
 class InferenceSession:
     """Run a QDQ int8 ONNX model with Tessera's providers, like ``onnxruntime``'s session.
 
@@ -73,11 +58,15 @@ class InferenceSession:
         A QDQ model (``onnxruntime.quantization.quantize_static``, int8 activations and
         weights).
     providers : list of (str or Provider), optional
-        Tried in this order for each layer; the first that supports a layer runs it.
+        Tried in this order for each layer: the first that supports a layer runs it, unless
+        the planner estimates another one able to is faster (:mod:`sw_driver.planner`).
         Names come from :data:`sw_driver.providers.PROVIDERS` (``"cpu"``, and
         ``"CPUExecutionProvider"`` as an alias). Default ``["cpu"]``. A provider that cannot
         run on this machine (:class:`~sw_driver.errors.ProviderUnavailableError`) is skipped
         with a ``RuntimeWarning`` when others are listed; alone, its error propagates.
+    planner : sw_driver.planner.Planner, optional
+        Decides each layer's provider (by cost where providers estimate one, else by
+        order); default ``Planner()``.
 
     Raises
     ------
@@ -85,11 +74,11 @@ class InferenceSession:
         A subclass naming the file, node or layer: see :mod:`sw_driver.errors`.
     """
 
-    def __init__(self, path_or_bytes, providers=None):
+    def __init__(self, path_or_bytes, providers=None, *, planner=None):
         self._providers = _make_providers(["cpu"] if providers is None else providers)
         self._graph = import_model(path_or_bytes)
-        self._placement = [(layer, *_place(layer, self._providers, self._graph.source))
-                           for layer in self._graph.layers]
+        self._planner = Planner() if planner is None else planner
+        self._placement = self._planner.place(self._graph, self._providers)
         # Optional hook: a device provider that sees the whole placement can keep a tensor
         # on its device when every consumer runs there too (and it is not a model output).
         placed = [(layer, provider) for layer, provider, _ in self._placement]
@@ -141,7 +130,8 @@ class InferenceSession:
             if info.shape is not None:
                 bad = len(value.shape) != len(info.shape) or any(
                     isinstance(d, int) and d > 0 and d != s for d, s in zip(info.shape,
-                                                                          value.shape))
+                                                                          value.shape,
+                                                                          strict=False))
                 if bad or 0 in value.shape:
                     raise InputError(f"input {name!r} has shape {list(value.shape)}; the model "
                                      f"expects {info.shape}")
@@ -191,10 +181,13 @@ class InferenceSession:
                     f"{[list(i.shape) for i in inputs]}: {exc}") from exc
             seconds = time.perf_counter() - start
             env[layer.output] = result
-            profile.append({"layer": layer.name, "op": layer.op, "provider": provider.name,
-                            "seconds": seconds,
-                            "bytes": provider.bytes_moved(layer, inputs, result),
-                            "reason": reason})
+            entry = {"layer": layer.name, "op": layer.op, "provider": provider.name,
+                     "seconds": seconds, "bytes": provider.bytes_moved(layer, inputs, result),
+                     "reason": reason}
+            cycles = getattr(provider, "cycles", None)  # accelerators' performance counters
+            if cycles is not None and cycles(layer) is not None:
+                entry["cycles"] = cycles(layer)
+            profile.append(entry)
         self._profile = profile
         return [env[name] for name in output_names]
 
@@ -206,6 +199,7 @@ class InferenceSession:
         list of dict
             One per layer in execution order, with keys ``layer``, ``op``, ``provider``,
             ``seconds``, ``bytes`` (moved to and from a device; 0 on the CPU) and
-            ``reason`` (why the layer went to that provider).
+            ``reason`` (why the layer went to that provider); for layers that ran on an
+            accelerator also ``cycles`` (its performance counter).
         """
         return [dict(entry) for entry in self._profile]

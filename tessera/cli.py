@@ -2,6 +2,7 @@
 over the packages."""
 
 import argparse
+import re
 import sys
 import time
 import xml.etree.ElementTree as ElementTree
@@ -110,7 +111,7 @@ def cmd_bench(args):
     return 0
 
 
-def cmd_demo(args):
+def cmd_demo_array(args):
     import json
     import tempfile
 
@@ -141,6 +142,101 @@ def cmd_demo(args):
     table.add_row("wall time", f"{time.monotonic() - started:.1f} s")
     console.print(table)
     return 0
+
+
+def _short_reason(reason):
+    """The placement reason in a few words: who declined, or the chosen provider's own."""
+    if "; then " in reason:
+        declined = reason.split("; then ", 1)[0].replace(" declined:", ":")
+        return re.sub(r"the engine runs Conv and Dense, not \w+", "Conv/Dense only", declined)
+    return reason.split(": ", 1)[-1].split(" (~", 1)[0].split("; est.", 1)[0]
+
+
+def _demo_profile_table(totals, images):
+    table = Table(title=f"twin run: per-layer profile (sum over {images} images)")
+    for column in ("layer", "op", "provider"):
+        table.add_column(column, overflow="fold")
+    for column in ("cycles", "time ms", "bytes"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("why there", overflow="fold")
+    for name, entry in totals.items():
+        reason = _short_reason(entry["reason"])
+        cycles = entry.get("cycles")
+        table.add_row(name, entry["op"], entry["provider"],
+                      f"{cycles:,}" if cycles is not None else "",
+                      f"{entry['seconds'] * 1e3:.1f}", f"{entry['bytes']:,}", reason)
+    return table
+
+
+def cmd_demo(args):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from models.zoo import DIGITS_FLOAT, DIGITS_QDQ, load_digits_split
+    from sw_driver import InferenceSession
+    from sw_driver.errors import TesseraError
+    from sw_driver.providers.sim import DEFAULT_CONFIG, SimProvider
+    from tessera import demo
+
+    if args.batch < 1:
+        return _fail(f"--batch must be a positive integer, not {args.batch}")
+    started = time.perf_counter()
+    _, _, x, labels = load_digits_split()
+    if args.samples is not None:
+        x, labels = x[:args.samples], labels[:args.samples]
+    result = demo.DemoResult(labels=labels)
+    engine = f"{DEFAULT_CONFIG.rows}x{DEFAULT_CONFIG.cols}"
+    console.print(f"Tessera demo: the digits CNN ({DIGITS_QDQ.name}) on {len(x)} test images, "
+                  f"on the Verilator twin of the {engine} accelerator, Tessera's CPU provider "
+                  f"and onnxruntime")
+    try:
+        with console.status(f"loading the {engine} twin (built with Verilator on first use, "
+                            f"1-2 minutes; cached in build/twin/)"):
+            sim = demo.timed(result, "twin-open", SimProvider,
+                             log=lambda message: console.print(message, style="dim",
+                                                                 markup=False))
+            twin = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
+            cpu = InferenceSession(DIGITS_QDQ, providers=["cpu"])
+        with Progress("[progress.description]{task.description}", BarColumn(),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console) as bar:
+            task = bar.add_task(r"twin  providers=\[sim, cpu]", total=len(x))
+            result.outputs["twin"] = demo.timed(
+                result, "twin", demo.run_session, twin, x, args.batch, totals=result.profile,
+                advance=lambda n: bar.advance(task, n))
+            task = bar.add_task(r"cpu   providers=\[cpu]", total=len(x))
+            result.outputs["cpu"] = demo.timed(result, "cpu", demo.run_session, cpu, x,
+                                               args.batch, advance=lambda n: bar.advance(task, n))
+            task = bar.add_task("onnxruntime float + int8", total=2)
+            result.outputs["float"] = demo.timed(result, "ort-float", demo.onnxruntime_outputs,
+                                                 DIGITS_FLOAT, x)
+            bar.advance(task)
+            result.outputs["ort-int8"] = demo.timed(result, "ort-int8",
+                                                    demo.onnxruntime_outputs, DIGITS_QDQ, x)
+            bar.advance(task)
+        sim.close()
+    except TesseraError as error:
+        return _fail(error)
+    console.print(_demo_profile_table(result.profile, len(x)))
+    table = Table(title=f"digits test split, {len(x)} images")
+    table.add_column("model / runtime")
+    table.add_column("accuracy", justify="right")
+    table.add_column("wall time", justify="right")
+    for label, key, seconds in (
+            ("float, onnxruntime", "float", "ort-float"),
+            (f"int8, Tessera on the {engine} twin (sim + cpu)", "twin", "twin"),
+            ("int8, Tessera cpu provider", "cpu", "cpu"),
+            ("int8, onnxruntime (same QDQ model)", "ort-int8", "ort-int8")):
+        table.add_row(label, f"{result.accuracy(key):.2%}", f"{result.seconds[seconds]:.2f} s")
+    console.print(table)
+    if result.identical:
+        console.print("twin vs cpu provider: [green]identical[/] (every logit, bit for bit)")
+    else:
+        differ = int((result.outputs["twin"] != result.outputs["cpu"]).sum())
+        console.print(f"twin vs cpu provider: [red]{differ} logits differ[/]")
+    cycles = sum(entry.get("cycles", 0) for entry in result.profile.values())
+    console.print(f"twin: {cycles:,} simulated cycles, opened in "
+                  f"{result.seconds['twin-open']:.1f} s; demo total "
+                  f"{time.perf_counter() - started:.1f} s")
+    return 0 if result.identical else 1
 
 
 # -- host runtime: run, quantize, zoo --------------------------------------------------------
@@ -390,13 +486,22 @@ def build_parser():
     p.add_argument("names", nargs="*")
     p.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("demo", help="a random GEMM on the simulated array, checked and timed")
+    p = sub.add_parser("demo", help="the digits CNN on the Verilator twin vs the CPU and "
+                                    "onnxruntime: accuracy, identity, per-layer profile")
+    p.add_argument("--batch", type=int, default=50,
+                   help="images per session run (default %(default)s)")
+    p.add_argument("--samples", type=int, default=None,
+                   help="first N test images only (default: all 450)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("demo-array",
+                       help="a random GEMM on the simulated array, checked and timed")
     _add_array_options(p)
     p.add_argument("--m", type=int, default=40)
     p.add_argument("--k", type=int, default=96)
     p.add_argument("--n", type=int, default=40)
     p.add_argument("--seed", type=int, default=2026)
-    p.set_defaults(func=cmd_demo)
+    p.set_defaults(func=cmd_demo_array)
 
     _add_runtime_commands(sub)
     return parser

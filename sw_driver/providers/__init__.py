@@ -9,14 +9,19 @@ from .base import Provider
 from .cpu import CPUProvider
 from .gpu import GPUProvider
 from .opencl import OpenCLProvider
+from .pcie import PCIeProvider
+from .sim import SimProvider
 
-__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "GPUProvider", "OpenCLProvider", "Provider"]
+__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "GPUProvider", "OpenCLProvider",
+           "PCIeProvider", "Provider", "SimProvider"]
 
 #: Provider name -> class. Instances are created per session, with no arguments.
 PROVIDERS = {
     "cpu": CPUProvider,
     "opencl": OpenCLProvider,
     "gpu": GPUProvider,
+    "sim": SimProvider,
+    "pcie": PCIeProvider,
 }
 
 #: onnxruntime's names, accepted so that code written for onnxruntime runs unchanged.

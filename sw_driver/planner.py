@@ -1,0 +1,437 @@
+"""The planner: per layer, which provider can run it and which one should.
+
+``InferenceSession`` asks :meth:`Planner.place` once, when it is created. For every layer:
+
+1. **Can it run?** Each provider's ``supports(layer)`` (shape-free: kernel, strides,
+   groups, weight buffer, requantization ranges). Providers with an ``estimate`` method
+   (the accelerator providers, :mod:`sw_driver.providers.device`) are then asked about the
+   layer *with its input shape*, which the planner infers from the model's input shape;
+   that catches what only the shape decides (an activation buffer too small).
+2. **What does it cost?** An accelerator's estimate is the pass list the driver would
+   run, counted: device cycles ``ceil(OH*OW/R) * ceil(C_out/C) * C_in*kh*kw`` per image plus
+   loading and output-stream cycles plus a fixed latency per pass (:func:`pass_cycles`),
+   divided by the clock; plus the link (:class:`LinkModel`): a fixed cost per DMA transfer
+   and per register access, and the bytes at the sustained bandwidth. The CPU provider's
+   estimate is a fixed cost per call plus its MACs at a rate (:class:`CostModel`).
+3. **Which?** When the first provider able to run the layer has a time estimate, the
+   cheapest of the able providers that have one wins (ties go to the earlier one). When it
+   has none, it wins, as before the planner existed: the order the user gave decides.
+
+The "sim" provider (the Verilator twin) deliberately has no time estimate: the twin is a
+model of the device, its wall time says nothing about the device's, and a user who lists
+it wants the twin to run (and so verify) every layer it can. Its estimate still carries the
+modelled cycles and bytes, which the reason shows. The "pcie" provider estimates seconds
+at its clock (150 MHz by default) over :class:`LinkModel`'s figures. With the defaults a
+small layer at batch 1 is faster on the CPU than across PCIe (about 0.15 ms of fixed cost
+per pass: the digits CNN's conv2 is 180 us on the 8x8 card against 57 us on the CPU),
+while a 3x3 64->64 convolution on 16x16 is estimated at 1.4 ms on the card against 4.7 ms.
+
+The batch the estimates assume is the model input's batch dimension when it is a number,
+else :attr:`Planner.batch` (1 by default): placement is decided once per session, before
+any batch is seen.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.conv import conv_output_size
+
+from . import graph as g
+from .errors import PlacementError
+
+__all__ = ["CostModel", "DeviceWork", "Estimate", "LinkModel", "Planner", "cpu_estimate",
+           "device_work", "format_seconds", "infer_shapes"]
+
+#: Cycles per engine pass beyond loading and computing: the descriptor writes, lane
+#: set-up, the array's skew and drain and the requantizer's stages (about 94 on the 8x8
+#: twin; docs/conv-engine.md).
+PASS_LATENCY_CYCLES = 94
+#: CSR reads per pass the driver makes besides the descriptor writes: performance counters
+#: before and after (6 registers each) and the final status.
+CSR_READS_PER_PASS = 13
+
+
+@dataclass(frozen=True)
+class LinkModel:
+    """What moving a pass over the host link costs (defaults: Xilinx XDMA, PCIe Gen3 x8).
+
+    Parameters
+    ----------
+    transfer_seconds : float
+        Fixed cost of one DMA transfer (system call, descriptor set-up, completion
+        interrupt): about 55 us with the XDMA driver in published measurements.
+    bytes_per_second : float
+        Sustained DMA bandwidth: about 7 GB/s on Gen3 x8 (8 GT/s x 8 lanes after
+        128b/130b coding and TLP overhead).
+    csr_seconds : float
+        One register access on the AXI4-Lite BAR (a read is a full round trip, about 1 us).
+    """
+
+    transfer_seconds: float = 55e-6
+    bytes_per_second: float = 7e9
+    csr_seconds: float = 1e-6
+
+    def seconds(self, work):
+        """Link time of :class:`DeviceWork`: two transfers per pass (h2c, c2h)."""
+        return (2 * work.passes * self.transfer_seconds
+                + (work.h2c_bytes + work.c2h_bytes) / self.bytes_per_second
+                + work.csr_accesses * self.csr_seconds)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """The rates the CPU provider's estimate is made with: ``layer_seconds + MACs / rate``.
+
+    Parameters
+    ----------
+    cpu_macs_per_second : float
+        The CPU provider's Conv/Dense rate: 2e9 MAC/s, between the 1 to 3 GMAC/s its exact
+        float32 BLAS kernels reach on one core of the development machine for
+        16 to 64-channel 3x3 layers.
+    cpu_layer_seconds : float
+        Fixed cost of one Conv/Dense call on the CPU (NumPy's per-call overhead, im2col
+        set-up, requantization): about 20 us for the digits CNN's small layers.
+    """
+
+    cpu_macs_per_second: float = 2e9
+    cpu_layer_seconds: float = 20e-6
+
+    def __post_init__(self):
+        for name in ("cpu_macs_per_second", "cpu_layer_seconds"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value >= 0) or (
+                    name == "cpu_macs_per_second" and value == 0):
+                raise ValueError(f"{name} must be a positive number, not {value!r}")
+
+
+@dataclass(frozen=True)
+class DeviceWork:
+    """An accelerator's work for one layer run, counted from the passes the driver runs.
+
+    Attributes
+    ----------
+    passes : int
+        Engine passes (descriptor, start, one h2c and one c2h transfer each).
+    cycles : int
+        Modelled device cycles over all passes.
+    h2c_bytes, c2h_bytes : int
+        DMA bytes to and from the device.
+    csr_accesses : int
+        Register reads and writes.
+    """
+
+    passes: int
+    cycles: int
+    h2c_bytes: int
+    c2h_bytes: int
+    csr_accesses: int
+
+    @property
+    def bytes(self):
+        return self.h2c_bytes + self.c2h_bytes
+
+    def __add__(self, other):
+        return DeviceWork(self.passes + other.passes, self.cycles + other.cycles,
+                          self.h2c_bytes + other.h2c_bytes, self.c2h_bytes + other.c2h_bytes,
+                          self.csr_accesses + other.csr_accesses)
+
+    def __mul__(self, times):
+        return DeviceWork(self.passes * times, self.cycles * times, self.h2c_bytes * times,
+                          self.c2h_bytes * times, self.csr_accesses * times)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A provider's estimate for one layer at the planned batch.
+
+    Attributes
+    ----------
+    seconds : float or None
+        Estimated time; None when the provider has no time model (placement by order).
+    cycles : int or None
+        Device cycles, for accelerators.
+    bytes : int
+        Bytes moved to and from a device (0 on the host).
+    note : str
+        How the figure was reached, shown in the placement reason.
+    """
+
+    seconds: float | None
+    cycles: int | None = None
+    bytes: int = 0
+    note: str = ""
+
+
+def pass_cycles(engine_pass, config):
+    """Modelled device cycles of one engine pass, as the twin's PERF_CYCLES counts them.
+
+    The engine does not overlap loading with computing (docs/conv-engine.md). Loading
+    takes a cycle per stream word plus one per activation byte written (the buffer takes a
+    byte a cycle), one per weight row and one per parameter entry. The array then takes a
+    beat per cycle, unless the output stream is the bottleneck (a beat of C bytes leaves in
+    ``output_words(C) + 1`` cycles); plus :data:`PASS_LATENCY_CYCLES`. Fitted to and
+    within 10 % of the twin's counters (tests/test_planner.py).
+    """
+    from hw.top import output_words, param_words, weight_words
+
+    cols = config.cols
+    act_words = -(-engine_pass.activations.size // 4)
+    load = (5 * act_words + (weight_words(cols) + 1) * engine_pass.weights.shape[0]
+            + (param_words(cols) + 1) * engine_pass.bias.shape[0])
+    compute = max(engine_pass.beats, engine_pass.output_beats * (output_words(cols) + 1))
+    return load + compute + PASS_LATENCY_CYCLES
+
+
+def _passes_work(passes, config):
+    from .accelerator import pass_program
+
+    total = DeviceWork(0, 0, 0, 0, 0)
+    for engine_pass in passes:
+        program = pass_program(engine_pass, config)
+        total = total + DeviceWork(1, pass_cycles(engine_pass, config), len(program.h2c),
+                                   program.c2h_bytes,
+                                   len(program.csr_writes) + CSR_READS_PER_PASS)
+    return total
+
+
+def dense_chunk(k, config):
+    """Most samples of a Dense layer with ``k`` inputs one engine pass takes: the batch is
+    the pass's image width, and the K x N activations must fit the activation buffer."""
+    return max(1, min(config.act_depth // k, 0xFFFF))
+
+
+def device_work(layer, input_shape, config):
+    """What running ``layer`` on input ``input_shape`` costs the accelerator ``config``.
+
+    The driver's own lowering (:func:`~sw_driver.conv_lowering.lower_conv2d`) is run on
+    zeros of one image's shape, so the passes counted are the ones the driver will run;
+    a batch of N convolutions is N times that (one pass set per image), a Dense layer one
+    pass per :func:`dense_chunk` samples.
+
+    Raises
+    ------
+    ValueError
+        The engine cannot run the layer at this shape (the message names the limit).
+    """
+    from .conv_lowering import lower_conv2d
+
+    if isinstance(layer, g.Conv):
+        n, c, h, w = input_shape
+        x = np.zeros((1, c, h, w), np.int8)
+        passes = lower_conv2d(x, layer.weight, layer.bias, layer.multiplier, layer.shift,
+                              x_zero_point=layer.x_zero_point,
+                              y_zero_point=layer.y_zero_point, lo=layer.lo, hi=layer.hi,
+                              stride=layer.stride, padding=layer.padding,
+                              dilation=layer.dilation, groups=layer.groups, config=config,
+                              name=layer.name)
+        return _passes_work(passes, config) * n
+    if isinstance(layer, g.Dense):
+        k = input_shape[-1]
+        full, rest = divmod(int(np.prod(input_shape[:-1])), dense_chunk(k, config))
+        work = DeviceWork(0, 0, 0, 0, 0)
+        for size, count in ((dense_chunk(k, config), full), (rest, 1)):
+            if size and count:
+                x = np.zeros((1, k, 1, size), np.int8)
+                weight = layer.weight.reshape(*layer.weight.shape, 1, 1)
+                passes = lower_conv2d(x, weight, layer.bias, layer.multiplier, layer.shift,
+                                      x_zero_point=layer.x_zero_point,
+                                      y_zero_point=layer.y_zero_point, lo=layer.lo,
+                                      hi=layer.hi, config=config, name=layer.name)
+                work = work + _passes_work(passes, config) * count
+        return work
+    raise ValueError(f"layer {layer.name!r}: {layer.op} does not run on the accelerator")
+
+
+def macs(layer, input_shape):
+    """Multiply-accumulates of a Conv or Dense layer on ``input_shape``."""
+    if isinstance(layer, g.Conv):
+        n, _, h, w = input_shape
+        oh, ow = _conv_out(layer, h, w)
+        return n * oh * ow * int(np.prod(layer.weight.shape))
+    if isinstance(layer, g.Dense):
+        return int(np.prod(input_shape[:-1])) * int(np.prod(layer.weight.shape))
+    return 0
+
+
+def cpu_estimate(layer, input_shape, model):
+    """The CPU provider's :class:`Estimate` (see :class:`CostModel`); None for layers
+    without MACs (nothing to compare: no accelerator runs them)."""
+    if not isinstance(layer, (g.Conv, g.Dense)) or input_shape is None:
+        return None
+    count = macs(layer, input_shape)
+    return Estimate(seconds=model.cpu_layer_seconds + count / model.cpu_macs_per_second,
+                    bytes=0, note=f"{count:,} MACs at {model.cpu_macs_per_second / 1e9:g} "
+                                  f"GMAC/s + {format_seconds(model.cpu_layer_seconds)}")
+
+
+# ---------------------------------------------------------------- shapes
+
+def _conv_out(layer, h, w):
+    (kh, kw), (sh, sw) = layer.weight.shape[2:], layer.stride
+    top, left, bottom, right = layer.padding
+    dh, dw = layer.dilation
+    return (conv_output_size(h, kh, sh, top, bottom, dh),
+            conv_output_size(w, kw, sw, left, right, dw))
+
+
+def _pool_out(layer, shape):
+    n, c, h, w = shape
+    (kh, kw), (sh, sw) = layer.kernel, layer.stride
+    top, left, bottom, right = layer.padding
+    return (n, c, conv_output_size(h, kh, sh, top, bottom),
+            conv_output_size(w, kw, sw, left, right))
+
+
+def _reshape_out(layer, shape):
+    out = [shape[i] if d == 0 else d for i, d in enumerate(layer.shape)]
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1]))
+        out[out.index(-1)] = int(np.prod(shape)) // known
+    return tuple(out)
+
+
+def _flatten_out(layer, shape):
+    axis = layer.axis + len(shape) if layer.axis < 0 else layer.axis
+    return (int(np.prod(shape[:axis])), int(np.prod(shape[axis:])))
+
+
+def _output_shape(layer, shapes):
+    x = shapes[0]
+    if isinstance(layer, g.Conv):
+        return (x[0], layer.weight.shape[0], *_conv_out(layer, x[2], x[3]))
+    if isinstance(layer, g.Dense):
+        return (*x[:-1], layer.weight.shape[0])
+    if isinstance(layer, (g.MaxPool, g.AveragePool)):
+        return _pool_out(layer, x)
+    if isinstance(layer, g.GlobalAveragePool):
+        return (*x[:2], 1, 1)
+    if isinstance(layer, g.Flatten):
+        return _flatten_out(layer, x)
+    if isinstance(layer, g.Reshape):
+        return _reshape_out(layer, x)
+    return tuple(x)  # Add, Quantize, Dequantize, Softmax keep the shape
+
+
+def infer_shapes(graph, batch):
+    """Tensor name -> shape for every tensor whose shape follows from the model's inputs.
+
+    Symbolic batch dimensions take ``batch``; a tensor that depends on another symbolic
+    dimension (or on a layer the planner does not know) is left out.
+    """
+    shapes = {}
+    for info in graph.inputs:
+        if info.shape is None:
+            continue
+        dims = list(info.shape)
+        if dims and not (isinstance(dims[0], int) and dims[0] > 0):
+            dims[0] = batch  # symbolic or unknown batch
+        if all(isinstance(d, int) and d > 0 for d in dims):
+            shapes[info.name] = tuple(dims)
+    for layer in graph.layers:
+        inputs = [shapes.get(name) for name in layer.inputs]
+        if any(shape is None for shape in inputs):
+            continue
+        try:
+            shapes[layer.output] = tuple(int(d) for d in _output_shape(layer, inputs))
+        except (ValueError, IndexError, TypeError, ZeroDivisionError):
+            continue  # a shape the planner cannot follow: that layer is planned by order
+    return shapes
+
+
+# ---------------------------------------------------------------- placement
+
+def format_seconds(value):
+    return f"{value * 1e6:,.1f} us" if value < 1e-3 else f"{value * 1e3:,.2f} ms"
+
+
+@dataclass
+class _Candidate:
+    provider: object
+    reason: str
+    estimate: Estimate | None
+
+
+@dataclass
+class Planner:
+    """Places each layer of a graph on one of the session's providers.
+
+    Parameters
+    ----------
+    model : CostModel
+        Rates used for the CPU provider's estimate.
+    batch : int
+        Batch assumed when the model's batch dimension is symbolic.
+    """
+
+    model: CostModel = field(default_factory=CostModel)
+    batch: int = 1
+
+    def __post_init__(self):
+        if not isinstance(self.batch, int) or self.batch < 1:
+            raise ValueError(f"batch must be a positive integer, not {self.batch!r}")
+
+    def place(self, graph, providers):
+        """``[(layer, provider, reason), ...]`` for every layer of ``graph`` in order.
+
+        Raises
+        ------
+        PlacementError
+            No provider can run a layer; the message names it and every refusal.
+        """
+        shapes = infer_shapes(graph, self.batch)
+        self.estimates = {}
+        placement = []
+        for layer in graph.layers:
+            shape = shapes.get(layer.inputs[0]) if layer.inputs else None
+            placement.append((layer, *self._place_layer(layer, shape, providers,
+                                                         graph.source)))
+        return placement
+
+    def _estimate(self, provider, layer, shape):
+        """(fits, reason, estimate) of ``provider`` for ``layer`` on ``shape``."""
+        if shape is None:
+            return True, None, None
+        estimate = getattr(provider, "estimate", None)
+        if estimate is not None:
+            try:
+                return True, None, estimate(layer, shape)
+            except ValueError as exc:
+                return False, str(exc), None
+        if provider.name == "cpu":
+            return True, None, cpu_estimate(layer, shape, self.model)
+        return True, None, None
+
+    def _place_layer(self, layer, shape, providers, source):
+        declined, able = [], []
+        for provider in providers:
+            ok, reason = provider.supports(layer)
+            if ok:
+                fits, problem, estimate = self._estimate(provider, layer, shape)
+                if fits:
+                    able.append(_Candidate(provider, reason, estimate))
+                    continue
+                reason = f"at input shape {list(shape)}: {problem}"
+            declined.append(f"{provider.name} declined: {reason}")
+        if not able:
+            raise PlacementError(
+                f"{source}: no provider can run layer {layer.name!r} ({layer.op}): "
+                f"{'; '.join(declined)}")
+        first = able[0]
+        timed = [c for c in able if c.estimate is not None and c.estimate.seconds is not None]
+        if first not in timed:
+            chosen, why = first, first.reason
+            if first.estimate is not None and first.estimate.note:
+                why += f" ({first.estimate.note}; placed by order: no time model)"
+        else:
+            chosen = min(timed, key=lambda c: c.estimate.seconds)
+            others = [f"{c.provider.name} est. {format_seconds(c.estimate.seconds)}"
+                      for c in timed if c is not chosen]
+            why = (f"{chosen.reason}; est. {format_seconds(chosen.estimate.seconds)} "
+                   f"({chosen.estimate.note})")
+            if others:
+                why += f" beats {', '.join(others)}"
+        self.estimates[layer.name] = {c.provider.name: c.estimate for c in able}
+        prefix = "; ".join(declined)
+        reason = f"{chosen.provider.name}: {why}"
+        return chosen.provider, (f"{prefix}; then {reason}" if prefix else reason)

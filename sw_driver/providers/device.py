@@ -1,0 +1,209 @@
+"""What the "sim" and "pcie" providers share: Tessera's layers on a Tessera accelerator.
+
+Both run Conv (regular and depthwise) and Dense layers with :class:`sw_driver.Accelerator`
+over a :class:`~sw_driver.transport.Transport` and differ only in the transport (the
+Verilator twin or the XDMA devices) and in whether the planner gets a time estimate.
+Layers are mapped onto the accelerator with exactly the fields the CPU provider gives the
+golden functions, so outputs are identical bit for bit (the engine is bit-exact with
+``requantize(conv2d(...))``, ``tests/test_twin.py``); everything else falls back.
+"""
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import graph as g
+from .. import planner
+from ..accelerator import Accelerator, AcceleratorError
+from ..conv_lowering import lower_conv2d
+from ..errors import ProviderUnavailableError
+from ..transport.base import Transport, TransportError
+from .base import Provider
+
+__all__ = ["CountingTransport", "DeviceProvider", "engine_refusal"]
+
+
+class CountingTransport(Transport):
+    """A transport that counts what crosses it (DMA bytes each way, register accesses), so
+    the profile reports the bytes of the pass programs actually run."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.h2c_bytes = self.c2h_bytes = self.csr_accesses = 0
+
+    def csr_read(self, offset):
+        self.csr_accesses += 1
+        return self.inner.csr_read(offset)
+
+    def csr_write(self, offset, value):
+        self.csr_accesses += 1
+        self.inner.csr_write(offset, value)
+
+    def dma_write(self, data):
+        self.inner.dma_write(data)
+        self.h2c_bytes += memoryview(data).nbytes
+
+    def dma_read(self, nbytes):
+        data = self.inner.dma_read(nbytes)
+        self.c2h_bytes += len(data)
+        return data
+
+    def abort_dma(self):
+        self.inner.abort_dma()
+
+    def close(self):
+        self.inner.close()
+
+    @property
+    def moved(self):
+        return self.h2c_bytes + self.c2h_bytes
+
+
+def _probe_input(layer):
+    """The smallest int8 input the layer's kernel and padding accept (one image)."""
+    if isinstance(layer, g.Dense):
+        return np.zeros((1, layer.weight.shape[1], 1, 1), np.int8)
+    _, cg, kh, kw = layer.weight.shape
+    top, left, bottom, right = layer.padding
+    h, w = max(1, kh - top - bottom), max(1, kw - left - right)
+    return np.zeros((1, cg * layer.groups, h, w), np.int8)
+
+
+def engine_refusal(layer, config):
+    """Why the engine of ``config`` cannot run ``layer`` at any input size, or None.
+
+    The driver's own lowering decides (kernel above 7x7, unequal strides or strides above
+    2, dilation, padding above half the kernel, groups other than 1 or depthwise, a weight
+    or parameter buffer too small, requantization values out of range), run on the
+    smallest input the layer accepts; what depends on the input size (the activation
+    buffer) is checked by the planner with the real shape (:func:`planner.device_work`).
+    """
+    if not isinstance(layer, (g.Conv, g.Dense)):
+        return f"the engine runs Conv and Dense, not {layer.op}"
+    weight = layer.weight if isinstance(layer, g.Conv) \
+        else layer.weight.reshape(*layer.weight.shape, 1, 1)
+    options = {} if isinstance(layer, g.Dense) else {
+        "stride": layer.stride, "padding": layer.padding, "dilation": layer.dilation,
+        "groups": layer.groups}
+    try:
+        lower_conv2d(_probe_input(layer), weight, layer.bias, layer.multiplier, layer.shift,
+                     x_zero_point=layer.x_zero_point, y_zero_point=layer.y_zero_point,
+                     lo=layer.lo, hi=layer.hi, config=config, name=layer.name, **options)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@dataclass(frozen=True)
+class _Run:
+    cycles: int
+    bytes: int
+
+
+class DeviceProvider(Provider):
+    """Runs Conv and Dense layers on the accelerator behind ``transport``.
+
+    Parameters
+    ----------
+    transport : sw_driver.transport.Transport
+        Wrapped in a :class:`CountingTransport`; closed by :meth:`close`.
+    where : str
+        Where the device is, for messages (e.g. ``"/dev/xdma0"``).
+
+    Raises
+    ------
+    ProviderUnavailableError
+        No Tessera accelerator answers behind the transport.
+    """
+
+    name = "device"
+
+    def __init__(self, transport, *, where):
+        self.where = where
+        self.transport = CountingTransport(transport)
+        try:
+            self.accelerator = Accelerator(self.transport)
+        except (AcceleratorError, TransportError) as exc:
+            transport.close()
+            raise ProviderUnavailableError(
+                f"provider {self.name!r}: no Tessera accelerator at {where}: {exc}") from exc
+        self.config = self.accelerator.config
+        self._runs = weakref.WeakKeyDictionary()  # layer -> its last _Run, for the profile
+
+    @property
+    def label(self):
+        """The device in words, e.g. ``"8x8 engine (Verilator twin)"``."""
+        return f"{self.config.rows}x{self.config.cols} engine ({self.where})"
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}: {self.label}>"
+
+    # ------------------------------------------------------------ the Provider interface
+
+    def supports(self, layer):
+        problem = engine_refusal(layer, self.config)
+        if problem:
+            return False, problem
+        kind = "depthwise Conv" if isinstance(layer, g.Conv) and layer.groups > 1 \
+            else layer.op
+        return True, f"{kind} on the {self.label}"
+
+    def estimate(self, layer, input_shape):
+        """The planner's :class:`~sw_driver.planner.Estimate` for ``layer`` on
+        ``input_shape``; raises ValueError when the engine cannot run it at that shape."""
+        work = planner.device_work(layer, input_shape, self.config)
+        return planner.Estimate(seconds=None, cycles=work.cycles, bytes=work.bytes,
+                                note=f"~{work.cycles:,} cycles in {work.passes} pass(es)")
+
+    def run(self, layer, inputs):
+        before = self.transport.moved
+        if isinstance(layer, g.Conv):
+            y, cycles = self._conv(layer, inputs[0])
+        elif isinstance(layer, g.Dense):
+            y, cycles = self._dense(layer, inputs[0])
+        else:
+            raise ValueError(f"layer {layer.name!r}: {layer.op} does not run on the "
+                             f"accelerator")
+        self._runs[layer] = _Run(cycles, self.transport.moved - before)
+        return y
+
+    def bytes_moved(self, layer, inputs, output):
+        run = self._runs.get(layer)
+        return run.bytes if run else 0
+
+    def cycles(self, layer):
+        """Device cycles (PERF_CYCLES) of ``layer``'s last run, or None."""
+        run = self._runs.get(layer)
+        return run.cycles if run else None
+
+    def close(self):
+        """Release the device (the twin's model, the XDMA file descriptors)."""
+        self.transport.close()
+
+    # ------------------------------------------------------------ layers
+
+    def _conv(self, layer, x):
+        # The fields the CPU provider gives models.conv.conv2d and models.requant.requantize;
+        # keyword arguments only, so options added to Accelerator.conv2d keep defaults.
+        y = self.accelerator.conv2d(
+            x, layer.weight, layer.bias, layer.multiplier, layer.shift,
+            x_zero_point=layer.x_zero_point, y_zero_point=layer.y_zero_point, lo=layer.lo,
+            hi=layer.hi, stride=layer.stride, padding=layer.padding, groups=layer.groups,
+            name=layer.name)
+        return y, self.accelerator.last_counters.cycles
+
+    def _dense(self, layer, x):
+        lead = x.shape[:-1]
+        x = x.reshape(-1, x.shape[-1])
+        chunk = planner.dense_chunk(x.shape[1], self.config)
+        outputs, cycles = [], 0
+        # One pass per chunk: the chunk is the pass's image width and must fit the buffer.
+        for start in range(0, len(x), chunk):
+            outputs.append(self.accelerator.dense(
+                x[start:start + chunk], layer.weight, layer.bias, layer.multiplier,
+                layer.shift, x_zero_point=layer.x_zero_point,
+                y_zero_point=layer.y_zero_point, lo=layer.lo, hi=layer.hi, name=layer.name))
+            cycles += self.accelerator.last_counters.cycles
+        y = np.concatenate(outputs)
+        return y.reshape(*lead, y.shape[-1]), cycles

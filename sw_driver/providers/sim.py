@@ -1,0 +1,49 @@
+"""The "sim" provider: Conv and Dense layers on the Verilator twin of the accelerator.
+
+The twin (``sim/twin.py``, ``docs/twin.md``) is the whole accelerator compiled by
+Verilator, behind the same Transport as a board, so this provider runs exactly the driver
+code a board runs and its outputs are the RTL's. The twin for a configuration is built on
+first use (one to two minutes for the default 8x8 engine) and cached under
+``build/twin/``; later sessions load it in milliseconds.
+
+The twin has no time estimate for the planner: its wall time is a simulator's, not the
+device's, so when the user lists "sim" every layer it supports runs on it (the placement
+reason still shows the modelled cycles). See :mod:`sw_driver.planner`.
+"""
+
+from hw.config import ArrayConfig
+from hw.conv_config import ConvEngineConfig
+
+from .device import DeviceProvider
+
+__all__ = ["DEFAULT_CONFIG", "SimProvider"]
+
+#: The engine the "sim" provider builds by default: an 8x8 array with buffers large enough
+#: for the zoo's models (16 K activations, 8 K weight words, 16 column tiles).
+DEFAULT_CONFIG = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
+                                  weight_depth=8192, max_col_tiles=16)
+
+
+class SimProvider(DeviceProvider):
+    """Runs Conv (incl. depthwise) and Dense layers on a Verilator twin, bit-identical to
+    the "cpu" provider; other layers fall back to the next provider.
+
+    Parameters
+    ----------
+    config : ConvEngineConfig, optional
+        The engine to simulate (default :data:`DEFAULT_CONFIG`).
+    cycle_budget : int, optional
+        Simulated cycles a pass may take before it is reported as hung.
+    log : callable, optional
+        Receives the twin's build messages (default ``print``).
+    """
+
+    name = "sim"
+
+    def __init__(self, config=None, *, cycle_budget=20_000_000, log=print):
+        from sim.twin import Twin
+        from sw_driver.transport.sim import SimTransport
+
+        self.engine = DEFAULT_CONFIG if config is None else config
+        transport = SimTransport(Twin(self.engine, log=log), cycle_budget=cycle_budget)
+        super().__init__(transport, where="Verilator twin")

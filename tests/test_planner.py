@@ -1,0 +1,201 @@
+"""The planner (``sw_driver/planner.py``) without a device: shapes, the cycle and link
+model, and placement by cost and by order.
+
+The "pcie" provider here runs over :class:`Registers`, a transport that answers only the
+discovery registers of an 8x8 engine, so its estimates are the real ones and nothing runs.
+The model's agreement with the twin's cycle counters is in ``test_providers_sim.py``.
+"""
+
+import numpy as np
+import pytest
+
+from models.zoo import DIGITS_QDQ
+from sw_driver import InferenceSession
+from sw_driver import graph as g
+from sw_driver.importer import import_model
+from sw_driver.planner import (
+    CostModel,
+    LinkModel,
+    Planner,
+    cpu_estimate,
+    device_work,
+    infer_shapes,
+)
+from sw_driver.providers import CPUProvider, PCIeProvider, Provider
+from sw_driver.providers.device import engine_refusal
+from sw_driver.providers.sim import DEFAULT_CONFIG
+from sw_driver.regs import MAP_VERSION, Reg
+from sw_driver.transport.base import Transport
+
+
+class Registers(Transport):
+    """The discovery registers of an accelerator of ``config``; no DMA."""
+
+    def __init__(self, config=DEFAULT_CONFIG):
+        self.values = {Reg.ID: 0x54455353, Reg.VERSION: MAP_VERSION,
+                       Reg.CONFIG: config.rows | config.cols << 8 | config.acc_width << 16,
+                       Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
+                       Reg.PARAM_DEPTH: config.max_col_tiles}
+
+    def csr_read(self, offset):
+        return self.values.get(offset, 0)
+
+    def csr_write(self, offset, value):
+        pass
+
+    def dma_write(self, data):
+        raise AssertionError("the planner must not move data")
+
+    def dma_read(self, nbytes):
+        raise AssertionError("the planner must not move data")
+
+    def abort_dma(self):
+        pass
+
+
+@pytest.fixture
+def pcie():
+    return PCIeProvider(transport=Registers())
+
+
+def conv_layer(c, o, k=3, stride=1, pad=1, groups=1, dilation=1, rng=None):
+    rng = rng or np.random.default_rng(0)
+    return g.Conv(f"conv{c}x{o}k{k}", ("x",), "y",
+                  weight=rng.integers(-127, 128, (o, c // groups, k, k), dtype=np.int8),
+                  bias=np.zeros(o, np.int32), x_zero_point=-128,
+                  multiplier=np.full(o, 1 << 30), shift=np.full(o, 20), y_zero_point=-128,
+                  stride=(stride, stride), padding=(pad,) * 4,
+                  dilation=(dilation, dilation), groups=groups)
+
+
+def one_layer_graph(layer, shape):
+    return g.Graph(layers=[layer], inputs=[g.TensorInfo("x", ["N", *shape], "tensor(int8)")],
+                   outputs=[g.TensorInfo("y", None)])
+
+
+def test_shapes_of_the_digits_model():
+    graph = import_model(DIGITS_QDQ)
+    shapes = infer_shapes(graph, 5)
+    by_layer = {layer.name: shapes[layer.output] for layer in graph.layers}
+    assert by_layer["conv1"] == (5, 16, 8, 8)
+    assert by_layer["pool1"] == (5, 16, 4, 4)
+    assert by_layer["conv2"] == (5, 32, 4, 4)
+    assert by_layer["gap"] == (5, 32, 1, 1)
+    assert by_layer["flatten"] == (5, 32)
+    assert by_layer["fc"] == (5, 10)
+
+
+def test_device_work_counts_the_drivers_passes():
+    layer = conv_layer(16, 32)
+    one = device_work(layer, (1, 16, 4, 4), DEFAULT_CONFIG)
+    # 2 pixel groups x 4 column tiles x K = 144: the array's beats, plus loading.
+    assert one.passes == 1 and one.cycles > 2 * 4 * 144
+    assert device_work(layer, (3, 16, 4, 4), DEFAULT_CONFIG).cycles == 3 * one.cycles
+    dense = g.Dense("fc", ("x",), "y", weight=np.ones((10, 32), np.int8),
+                    bias=np.zeros(10, np.int32), multiplier=np.full(10, 1 << 30),
+                    shift=np.full(10, 20))
+    # The batch is the pixels of one pass until the activation buffer (16384) is full.
+    assert device_work(dense, (512, 32), DEFAULT_CONFIG).passes == 1
+    assert device_work(dense, (513, 32), DEFAULT_CONFIG).passes == 2
+
+
+def test_shape_dependent_refusal_is_a_value_error():
+    with pytest.raises(ValueError, match="exceed the activation buffer of 16384"):
+        device_work(conv_layer(64, 64), (1, 64, 32, 32), DEFAULT_CONFIG)
+
+
+@pytest.mark.parametrize("layer, message", [
+    (conv_layer(4, 4, k=9, pad=4), "kernel 9x9 exceeds"),
+    (conv_layer(4, 4, dilation=2, pad=2), "dilation"),
+    (conv_layer(4, 8, groups=2), "groups=2"),
+    (conv_layer(4, 200, k=1, pad=0), "more than the engine's 16"),
+    (conv_layer(64, 120), "more than the weight buffer's 8192"),
+    (g.MaxPool("pool", ("x",), "y"), "runs Conv and Dense, not MaxPool"),
+])
+def test_engine_refusals_name_the_limit(layer, message):
+    assert message in engine_refusal(layer, DEFAULT_CONFIG)
+
+
+def test_unequal_strides_are_refused():
+    layer = conv_layer(4, 4)
+    layer.stride = (1, 2)
+    assert "stride (1, 2)" in engine_refusal(layer, DEFAULT_CONFIG)
+
+
+def test_tiny_layers_stay_on_the_cpu_under_pcie_defaults(pcie):
+    session = InferenceSession(DIGITS_QDQ, providers=[pcie, "cpu"])
+    for entry_layer, provider, reason in session._placement:
+        if entry_layer.op in ("Conv", "Dense"):
+            assert provider.name == "cpu", reason
+            assert "beats pcie est." in reason, reason
+    # The link alone (two ~55 us transfers per pass) outweighs the CPU's time.
+    conv1 = session.graph.layers[1]
+    estimate = pcie.estimate(conv1, (1, 1, 8, 8))
+    assert estimate.seconds > 2 * LinkModel().transfer_seconds
+    assert estimate.seconds > 5 * cpu_estimate(conv1, (1, 1, 8, 8), CostModel()).seconds
+
+
+def test_a_large_convolution_goes_to_the_accelerator(pcie):
+    layer = conv_layer(64, 64)
+    planner = Planner()
+    [(_, provider, reason)] = planner.place(one_layer_graph(layer, (64, 16, 16)),
+                                            [pcie, CPUProvider()])
+    assert provider is pcie, reason
+    assert "beats cpu est." in reason and "cycles at 150 MHz" in reason
+    estimates = planner.estimates[layer.name]
+    assert estimates["pcie"].seconds * 2 < estimates["cpu"].seconds
+
+
+def test_the_clock_and_link_are_configurable():
+    layer = conv_layer(64, 64)
+    graph = one_layer_graph(layer, (64, 16, 16))
+    slow = PCIeProvider(transport=Registers(), clock_hz=5e6)
+    [(_, provider, _)] = Planner().place(graph, [slow, CPUProvider()])
+    assert provider.name == "cpu"
+    fast_cpu = Planner(model=CostModel(cpu_macs_per_second=1e12))
+    [(_, provider, _)] = fast_cpu.place(graph, [PCIeProvider(transport=Registers()),
+                                               CPUProvider()])
+    assert provider.name == "cpu"
+    with pytest.raises(ValueError, match="cpu_macs_per_second"):
+        CostModel(cpu_macs_per_second=0)
+    with pytest.raises(ValueError, match="clock_hz"):
+        PCIeProvider(transport=Registers(), clock_hz=0)
+
+
+def test_batch_changes_the_estimate(pcie):
+    layer = conv_layer(16, 32)
+    graph = one_layer_graph(layer, (16, 4, 4))
+    small, large = Planner(batch=1), Planner(batch=64)
+    small.place(graph, [pcie, CPUProvider()])
+    large.place(graph, [pcie, CPUProvider()])
+    assert large.estimates[layer.name]["pcie"].seconds > \
+        30 * small.estimates[layer.name]["pcie"].seconds
+    with pytest.raises(ValueError, match="batch"):
+        Planner(batch=0)
+
+
+def test_activation_buffer_too_small_falls_back(pcie):
+    [(_, provider, reason)] = Planner().place(
+        one_layer_graph(conv_layer(64, 64), (64, 32, 32)), [pcie, CPUProvider()])
+    assert provider.name == "cpu"
+    assert reason.startswith("pcie declined: at input shape [1, 64, 32, 32]: ")
+    assert "activation buffer" in reason
+
+
+class Untimed(Provider):
+    """Runs Conv without a time estimate (like "opencl")."""
+
+    name = "untimed"
+
+    def supports(self, layer):
+        return isinstance(layer, g.Conv), "stand-in"
+
+
+def test_without_a_time_estimate_the_order_decides(pcie):
+    graph = one_layer_graph(conv_layer(64, 64), (64, 16, 16))
+    [(_, provider, reason)] = Planner().place(graph, [Untimed(), pcie, CPUProvider()])
+    assert provider.name == "untimed" and reason == "untimed: stand-in"
+    # Without shapes (a symbolic spatial size) nothing is estimated: first that supports.
+    graph.inputs = [g.TensorInfo("x", ["N", 64, "H", "W"], "tensor(int8)")]
+    [(_, provider, _)] = Planner().place(graph, [pcie, CPUProvider()])
+    assert provider is pcie

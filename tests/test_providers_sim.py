@@ -1,0 +1,210 @@
+"""The "sim" (Verilator twin) and "pcie" providers against the "cpu" provider.
+
+The contract is identity: float outputs equal bit for bit (``np.array_equal``) with every
+Conv and Dense layer the engine can run placed on the accelerator. The twin tests share one
+4x4 twin (built once, cached under build/twin/) and are marked slow; the "pcie" discovery
+and fallback tests use ordinary files and run everywhere.
+"""
+
+import numpy as np
+import pytest
+import qdq_models
+from onnx import helper
+
+from hw.config import ArrayConfig
+from hw.conv_config import ConvEngineConfig
+from models.zoo import DIGITS_QDQ, load_digits_split
+from sw_driver import InferenceSession
+from sw_driver.errors import ProviderUnavailableError
+from sw_driver.planner import CostModel, Planner, device_work
+from sw_driver.providers import PCIeProvider, SimProvider
+
+#: Small enough to build quickly, large enough for the digits CNN's conv2 (1152 weight
+#: words) and the test models; activations up to 2048 bytes per image.
+CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
+                          weight_depth=2048, max_col_tiles=8)
+MODEL_SEEDS = {"lenet": 101, "residual": 202, "separable": 303}
+ACCELERATED = {"Conv", "Dense"}
+
+
+@pytest.fixture(scope="module")
+def sim():
+    provider = SimProvider(CONFIG, log=lambda message: None)
+    yield provider
+    provider.close()
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("qdq")
+    models = {name: qdq_models.build(name, seed, tmp) for name, seed in MODEL_SEEDS.items()}
+    models["refused"] = (None, _refused_model(tmp), (4, 24, 24))
+    return models
+
+
+def _refused_model(tmp):
+    """Conv layers the 4x4 engine refuses for three reasons, then ones it runs."""
+    rng = np.random.default_rng(7)
+    w = qdq_models._weights
+    nodes = [
+        # 4x24x24 = 2304 activations > 2048: refused at the input shape.
+        qdq_models._conv("big", "x", "b", 3, (1, 1, 1, 1), stride=2),
+        helper.make_node("Relu", ["b"], ["br"], name="big_relu"),
+        # Dilation 2: refused by the engine whatever the shape.
+        helper.make_node("Conv", ["br", "dil_W", "dil_B"], ["d"], name="dil",
+                         kernel_shape=[3, 3], pads=[2, 2, 2, 2], dilations=[2, 2]),
+        # Kernel 9x9 (> 7x7).
+        qdq_models._conv("wide", "d", "k9", 9, (4, 4, 4, 4)),
+        qdq_models._conv("ok", "k9", "o", 3, (1, 1, 1, 1)),
+        helper.make_node("Relu", ["o"], ["or"], name="ok_relu"),
+        helper.make_node("GlobalAveragePool", ["or"], ["gp"], name="gap"),
+        helper.make_node("Flatten", ["gp"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc_W", "fc_B"], ["y"], name="fc", transB=1),
+    ]
+    inits = {"big_W": w(rng, 8, 4, 3, 3), "big_B": rng.standard_normal(8) * 0.1,
+             "dil_W": w(rng, 8, 8, 3, 3), "dil_B": rng.standard_normal(8) * 0.1,
+             "wide_W": w(rng, 8, 8, 9, 9), "wide_B": rng.standard_normal(8) * 0.1,
+             "ok_W": w(rng, 8, 8, 3, 3), "ok_B": rng.standard_normal(8) * 0.1,
+             "fc_W": w(rng, 10, 8), "fc_B": rng.standard_normal(10) * 0.1}
+    model = qdq_models.float_model(nodes, ["N", 4, 24, 24], ["N", 10], inits, "refused")
+    return qdq_models.quantize(model, (4, 24, 24), 8, tmp)
+
+
+def assert_identical(got, want, what):
+    assert got.shape == want.shape and got.dtype == want.dtype, \
+        f"{what}: {got.shape} {got.dtype} != {want.shape} {want.dtype}"
+    if not np.array_equal(got, want):
+        index = tuple(int(i) for i in np.argwhere(got != want)[0])
+        pytest.fail(f"{what}: {int((got != want).sum())} elements differ; first at {index}: "
+                    f"sim {got[index]!r}, cpu {want[index]!r}")
+
+
+def _on(session, provider_name):
+    return {layer.name for layer, provider, _ in session._placement
+            if provider.name == provider_name}
+
+
+@pytest.mark.slow
+def test_digits_identical_to_cpu(sim):
+    _, _, x, labels = load_digits_split()
+    x = x[:32]
+    (want,) = InferenceSession(DIGITS_QDQ, providers=["cpu"]).run(None, {"input": x})
+    session = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
+    assert _on(session, "sim") == {"conv1", "conv2", "fc"}
+    (got,) = session.run(None, {"input": x})
+    assert_identical(got, want, "digits, 32 test images")
+    for entry in session.profile():
+        if entry["provider"] == "sim":
+            assert entry["cycles"] > 0 and entry["bytes"] > 0, entry
+            assert "Verilator twin" in entry["reason"], entry
+        else:
+            assert "cycles" not in entry and entry["bytes"] == 0, entry
+            assert entry["reason"].startswith("sim declined: "), entry
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("name", list(MODEL_SEEDS))
+def test_test_models_identical_to_cpu(sim, built, name, batch, seed):
+    _, path, shape = built[name]
+    x = np.random.default_rng(seed).standard_normal((batch, *shape)).astype(np.float32)
+    what = f"model={name} model_seed={MODEL_SEEDS[name]} input_seed={seed} batch={batch}"
+    (want,) = InferenceSession(path, providers=["cpu"]).run(None, {"x": x})
+    session = InferenceSession(path, providers=[sim, "cpu"])
+    accelerated = {layer.name for layer in session.graph.layers if layer.op in ACCELERATED}
+    assert _on(session, "sim") == accelerated, what
+    (got,) = session.run(None, {"x": x})
+    assert_identical(got, want, what)
+
+
+@pytest.mark.slow
+def test_refused_layers_fall_back_with_a_reason(sim, built, seed):
+    _, path, shape = built["refused"]
+    x = np.random.default_rng(seed).standard_normal((2, *shape)).astype(np.float32)
+    (want,) = InferenceSession(path, providers=["cpu"]).run(None, {"x": x})
+    session = InferenceSession(path, providers=[sim, "cpu"])
+    (got,) = session.run(None, {"x": x})
+    assert_identical(got, want, f"refused model, input_seed={seed}")
+    profile = {entry["layer"]: entry for entry in session.profile()}
+    assert {name for name, e in profile.items() if e["provider"] == "sim"} == {"ok", "fc"}
+    assert "at input shape [1, 4, 24, 24]" in profile["big"]["reason"]
+    assert "activation buffer of 2048" in profile["big"]["reason"]
+    assert "dilation (2, 2) is not supported" in profile["dil"]["reason"]
+    assert "kernel 9x9 exceeds" in profile["wide"]["reason"]
+    for name in ("big", "dil", "wide"):
+        assert profile[name]["provider"] == "cpu"
+        assert profile[name]["reason"].startswith("sim declined: ")
+
+
+@pytest.mark.slow
+def test_cycle_model_matches_the_twin(sim):
+    """The planner's cycles are within 10 % of the twin's PERF_CYCLES, layer by layer."""
+    _, _, x, _ = load_digits_split()
+    session = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
+    session.run(None, {"input": x[:4]})
+    layers = {layer.name: layer for layer in session.graph.layers}
+    shapes = {"conv1": (4, 1, 8, 8), "conv2": (4, 16, 4, 4), "fc": (4, 32)}
+    for entry in session.profile():
+        if entry["provider"] == "sim":
+            model = device_work(layers[entry["layer"]], shapes[entry["layer"]], CONFIG)
+            assert abs(model.cycles - entry["cycles"]) <= 0.1 * entry["cycles"], \
+                (entry["layer"], model.cycles, entry["cycles"])
+            assert model.bytes == entry["bytes"], (entry["layer"], model, entry["bytes"])
+
+
+@pytest.mark.slow
+def test_pcie_provider_on_the_twin_by_cost(sim):
+    """The "pcie" provider's code over the twin's transport: the tiny digits layers stay on
+    the CPU by default; with a slow CPU model they run on the device, identically."""
+    _, _, x, _ = load_digits_split()
+    x = x[:5]
+    pcie = PCIeProvider(transport=sim.transport.inner)
+    (want,) = InferenceSession(DIGITS_QDQ, providers=["cpu"]).run(None, {"input": x})
+    session = InferenceSession(DIGITS_QDQ, providers=[pcie, "cpu"])
+    assert _on(session, "pcie") == set()
+    slow_cpu = Planner(model=CostModel(cpu_macs_per_second=1e5))
+    session = InferenceSession(DIGITS_QDQ, providers=[pcie, "cpu"], planner=slow_cpu)
+    assert _on(session, "pcie") == {"conv1", "conv2", "fc"}
+    (got,) = session.run(None, {"input": x})
+    assert_identical(got, want, "digits on pcie-over-twin")
+    assert {e["layer"] for e in session.profile() if e.get("cycles")} == \
+        {"conv1", "conv2", "fc"}
+
+
+# ---------------------------------------------------------------- pcie without a card
+
+def test_pcie_without_devices_is_unavailable(monkeypatch, tmp_path):
+    monkeypatch.setenv("TESSERA_XDMA", str(tmp_path / "xdma7"))
+    with pytest.raises(ProviderUnavailableError, match=r"no XDMA device at .*xdma7 .*"
+                       r"xdma7_user, .*xdma7_h2c_0, .*xdma7_c2h_0 do not exist"):
+        PCIeProvider()
+    # The prefix option wins over the environment.
+    with pytest.raises(ProviderUnavailableError, match="xdma9"):
+        PCIeProvider(str(tmp_path / "xdma9"))
+
+
+def test_pcie_falls_back_to_cpu_with_a_warning(monkeypatch, tmp_path):
+    monkeypatch.setenv("TESSERA_XDMA", str(tmp_path / "xdma0"))
+    _, _, x, _ = load_digits_split()
+    (want,) = InferenceSession(DIGITS_QDQ, providers=["cpu"]).run(None, {"input": x[:8]})
+    with pytest.warns(RuntimeWarning, match="'pcie' is unavailable.*no XDMA device"):
+        session = InferenceSession(DIGITS_QDQ, providers=["pcie", "cpu"])
+    assert session.get_providers() == ["cpu"]
+    (got,) = session.run(None, {"input": x[:8]})
+    assert_identical(got, want, "pcie fallback")
+    with pytest.raises(ProviderUnavailableError, match="no XDMA device"):
+        InferenceSession(DIGITS_QDQ, providers=["pcie"])
+
+
+@pytest.mark.parametrize("user, message", [
+    (b"", "short CSR read"),
+    (bytes(1024), r"ID register reads 0x00000000"),
+], ids=["empty", "zeros"])
+def test_pcie_files_that_are_no_accelerator(tmp_path, user, message):
+    """Ordinary files stand in for the devices: they open, but no accelerator answers."""
+    prefix = tmp_path / "xdma0"
+    for suffix, data in (("_user", user), ("_h2c_0", b""), ("_c2h_0", b"")):
+        (tmp_path / f"xdma0{suffix}").write_bytes(data)
+    with pytest.raises(ProviderUnavailableError,
+                       match=f"no Tessera accelerator at {prefix}: .*{message}"):
+        PCIeProvider(str(prefix))
