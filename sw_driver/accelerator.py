@@ -76,7 +76,7 @@ class PassProgram:
 def pooled_pass(engine_pass):
     """``engine_pass`` as seen after the fused 2x2 max pool (its output size halved)."""
     oh, ow = engine_pass.out_size
-    return replace(engine_pass, out_size=(oh // 2, ow // 2))
+    return replace(engine_pass, out_size=(oh // 2, ow // 2), row0=engine_pass.row0 // 2)
 
 
 def pass_program(engine_pass, config, *, pool=False):
@@ -204,7 +204,8 @@ class Accelerator:
         stride 2 max pool (``models.pool.max_pool2d(y, 2, 2)``)."""
         passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=x_zero_point,
                               y_zero_point=y_zero_point, lo=lo, hi=hi, stride=stride,
-                              padding=padding, groups=groups, config=self.config, name=name)
+                              padding=padding, groups=groups, config=self.config, name=name,
+                              row_multiple=2 if pool else 1)
         total = Counters()
         outputs = []
         for engine_pass in passes:

@@ -91,7 +91,9 @@ class EnginePass:
     channels : numpy.ndarray of int, shape (col_tiles * cols,)
         Output channel of each lane of each column tile, -1 for unused lanes.
     out_size : (int, int)
-        (OH, OW).
+        (OH, OW) of this pass.
+    row0 : int
+        First output row this pass computes (a band of a layer too tall for the buffer).
     """
 
     name: str
@@ -104,6 +106,7 @@ class EnginePass:
     image: int
     channels: np.ndarray
     out_size: tuple
+    row0: int = 0
 
     @property
     def output_beats(self):
@@ -163,7 +166,7 @@ def _per_channel(name, value, channels, low, high, layer):
 
 def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
                  lo=INT8_MIN, hi=INT8_MAX, stride=1, padding=0, dilation=1, groups=1,
-                 config, name="conv"):
+                 config, name="conv", row_multiple=1):
     """Passes that run ``requantize(conv2d(x, w, bias), multiplier, shift, ...)`` on the engine.
 
     Parameters
@@ -247,23 +250,53 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
             wd_block[np.arange(len(chans)), np.arange(len(chans))] = w[chans, 0]
             chunks.append((chans, chans, wd_block))
     else:
-        chunks = [(np.arange(c_in), np.arange(o), w)]
+        # Output channels beyond what the weight buffer and the parameter table hold go to
+        # further passes over the same activations.
+        k = c_in * kh * kw
+        tiles_per_pass = max(1, min(config.max_col_tiles, config.weight_depth // k))
+        step = tiles_per_pass * cols
+        chunks = [(np.arange(c_in), np.arange(first, min(first + step, o)),
+                   w[first:first + step]) for first in range(0, o, step)]
 
     passes = []
     for image in range(n_img):
         for in_chans, out_chans, weights in chunks:
             label = f"{name}[image {image}" + (f", channels {in_chans[0]}.."
                                               f"{in_chans[-1]}]" if depthwise else "]")
-            passes.append(_lower_pass(
-                label, config, x[image, in_chans], weights, folded[out_chans],
-                multiplier[out_chans], shift[out_chans], out_chans, image,
-                stride=sh, pads=(top, left), out_size=(oh, ow),
-                zero_points=(int(x_zero_point), int(y_zero_point)), clamp=(int(lo), int(hi))))
+            if len(chunks) > 1 and not depthwise:
+                label = label[:-1] + f", outputs {out_chans[0]}..{out_chans[-1]}]"
+            for row0, rows in _row_bands(config, len(in_chans), wd, oh, kh, sh,
+                                         row_multiple):
+                # Input rows of this band of output rows; rows outside the image are the
+                # band's own padding (the engine feeds z_x there).
+                first = row0 * sh - top
+                last = min(h, (row0 + rows - 1) * sh - top + kh)
+                band = f"{label[:-1]}, rows {row0}..{row0 + rows - 1}]" \
+                    if rows < oh else label
+                passes.append(_lower_pass(
+                    band, config, x[image, in_chans, max(0, first):last], weights,
+                    folded[out_chans], multiplier[out_chans], shift[out_chans], out_chans,
+                    image, stride=sh, pads=(max(0, -first), left), out_size=(rows, ow),
+                    zero_points=(int(x_zero_point), int(y_zero_point)),
+                    clamp=(int(lo), int(hi)), row0=row0))
     return passes
 
 
+def _row_bands(config, channels, width, out_height, kernel_h, stride, row_multiple):
+    """``(first output row, rows)`` of each band whose input rows fit the activation buffer
+    (one band when the whole image fits). Band heights are multiples of ``row_multiple``
+    (2 when a fused 2x2 pool follows) except possibly the last."""
+    input_rows = config.act_depth // max(1, width * channels)
+    rows = (input_rows - kernel_h) // stride + 1
+    rows -= rows % row_multiple
+    if rows >= out_height:
+        return [(0, out_height)]
+    rows = max(rows, 1)  # too small even for one row: _lower_pass refuses with the sizes
+    return [(row0, min(rows, out_height - row0)) for row0 in range(0, out_height, rows)]
+
+
 def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, *, stride,
-                pads, out_size, zero_points, clamp):
+                pads, out_size, zero_points, clamp, row0=0):
     cols = config.cols
     c_in, h, wd = x.shape
     o, _, kh, kw = w.shape
@@ -302,7 +335,8 @@ def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, 
         activations=np.ascontiguousarray(x.transpose(1, 2, 0)).reshape(-1),
         weights=np.ascontiguousarray(words).reshape(tiles * k, cols),
         bias=table(bias, 0), multiplier=table(multiplier, MULTIPLIER_MIN),
-        shift=table(shift, SHIFT_MIN), image=image, channels=channels, out_size=out_size)
+        shift=table(shift, SHIFT_MIN), image=image, channels=channels, out_size=out_size,
+        row0=row0)
 
 
 def engine_reference(p):
@@ -354,7 +388,8 @@ def assemble_output(passes, beats, out_channels):
         C_out of the layer.
     """
     n_img = max(p.image for p in passes) + 1
-    oh, ow = passes[0].out_size
+    oh = max(p.row0 + p.out_size[0] for p in passes)
+    ow = passes[0].out_size[1]
     out = np.zeros((n_img, out_channels, oh, ow), np.int8)
     for p, got in zip(passes, beats, strict=True):
         got = np.asarray(got, dtype=np.int8)
@@ -362,10 +397,12 @@ def assemble_output(passes, beats, out_channels):
             raise ValueError(f"pass {p.name}: expected {p.output_beats} beats of "
                              f"{p.weights.shape[1]}, got an array of shape {got.shape}")
         cols = got.shape[1]
-        per_tile = got.reshape(p.descriptor["col_tiles"], oh * ow, cols)
+        rows = p.out_size[0]
+        per_tile = got.reshape(p.descriptor["col_tiles"], rows * ow, cols)
         for t in range(per_tile.shape[0]):
             for j in range(cols):
                 channel = p.channels[t * cols + j]
                 if channel >= 0:
-                    out[p.image, channel] = per_tile[t, :, j].reshape(oh, ow)
+                    out[p.image, channel, p.row0:p.row0 + rows] = \
+                        per_tile[t, :, j].reshape(rows, ow)
     return out

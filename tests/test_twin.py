@@ -106,6 +106,19 @@ def test_conv_with_fused_max_pool_bit_exact(accelerator, size, rng, seed):
     check(got, want, seed, f"conv+pool {size}")
 
 
+@pytest.mark.parametrize("pool", [False, True])
+def test_layer_larger_than_the_buffers_is_split_bit_exact(accelerator, pool, rng, seed):
+    # 8x24x24 activations exceed the 2048-element buffer (row bands); 40 output channels
+    # with K = 72 exceed the 512-word weight buffer (output-channel chunks).
+    x = rng.integers(-128, 128, (1, 8, 24, 24), dtype=np.int8)
+    weights = rng.integers(-128, 128, (40, 8, 3, 3), dtype=np.int8)
+    bias, mult, shift = requant_params(rng, 40)
+    got = accelerator.conv2d(x, weights, bias, mult, shift, x_zero_point=-1, y_zero_point=0,
+                             padding=1, pool=pool, name="big")
+    want = requantize(conv2d(x, weights, bias, x_zero_point=-1, padding=1), mult, shift, 0)
+    check(got, max_pool2d(want, 2, 2) if pool else want, seed, f"split, pool={pool}")
+
+
 def test_max_pool_layer_bit_exact(accelerator, rng, seed):
     x = rng.integers(-128, 128, (2, 6, 7, 10), dtype=np.int8)
     check(accelerator.max_pool2d(x), max_pool2d(x, 2, 2), seed, "maxpool")

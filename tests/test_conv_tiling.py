@@ -1,0 +1,64 @@
+"""Driver-side tiling of layers larger than the engine's buffers (sw_driver.conv_lowering):
+row bands with their halos and output-channel chunks, checked through the executable model
+of the engine (``engine_reference``) against the golden model."""
+
+import numpy as np
+import pytest
+
+from hw.config import ArrayConfig
+from hw.conv_config import ConvEngineConfig
+from models.conv import conv2d
+from models.pool import max_pool2d
+from models.requant import requantize
+from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
+
+SMALL = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=600, weight_depth=200,
+                         max_col_tiles=4)
+
+
+@pytest.mark.parametrize("layer", [
+    # (C_in, H, W, C_out, k, stride, pad)
+    (6, 20, 9, 5, 3, 1, 1),     # 1080 activations: row bands
+    (3, 31, 11, 7, 5, 2, 2),    # bands with stride 2 and a 5x5 halo
+    (8, 6, 6, 40, 3, 1, 1),     # K=72: 2 tiles per pass -> 5 output-channel chunks
+    (5, 17, 13, 23, 3, 2, 0),   # both at once
+])
+def test_split_layers_match_golden(layer, rng, seed):
+    c, h, w, o, k, stride, pad = layer
+    x = rng.integers(-128, 128, (2, c, h, w), dtype=np.int8)
+    weights = rng.integers(-128, 128, (o, c, k, k), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, o).astype(np.int32)
+    mult = rng.integers(2**30, 2**31, o)
+    shift = rng.integers(14, 20, o)
+    passes = lower_conv2d(x, weights, bias, mult, shift, x_zero_point=-7, y_zero_point=3,
+                          stride=stride, padding=pad, config=SMALL, name="big")
+    assert len(passes) > 2, f"seed={seed}: expected the layer to be split"
+    got = assemble_output(passes, [engine_reference(p) for p in passes], o)
+    want = requantize(conv2d(x, weights, bias, x_zero_point=-7, stride=stride, padding=pad),
+                      mult, shift, 3)
+    assert got.shape == want.shape
+    if not np.array_equal(got, want):
+        index = tuple(int(i) for i in np.argwhere(got != want)[0])
+        raise AssertionError(f"seed={seed} {layer}: first difference at {list(index)}: "
+                             f"{got[index]} != golden {want[index]}")
+
+
+def test_bands_for_a_fused_pool_have_even_heights(rng):
+    x = rng.integers(-128, 128, (1, 6, 21, 9), dtype=np.int8)
+    weights = rng.integers(-128, 128, (4, 6, 3, 3), dtype=np.int8)
+    passes = lower_conv2d(x, weights, None, 2**30, 20, x_zero_point=0, y_zero_point=0,
+                          padding=1, config=SMALL, row_multiple=2)
+    assert len(passes) > 1
+    assert all(p.out_size[0] % 2 == 0 for p in passes[:-1])
+    assert all(p.row0 % 2 == 0 for p in passes)
+    out = assemble_output(passes, [engine_reference(p) for p in passes], 4)
+    want = requantize(conv2d(x, weights, None, x_zero_point=0, padding=1), 2**30, 20, 0)
+    assert np.array_equal(max_pool2d(out, 2, 2), max_pool2d(want, 2, 2))
+
+
+def test_a_row_too_wide_for_the_buffer_is_refused():
+    x = np.zeros((1, 16, 8, 64), np.int8)  # one 3-row halo = 3072 > 600 elements
+    weights = np.zeros((4, 16, 3, 3), np.int8)
+    with pytest.raises(ValueError, match=r"layer wide.image 0, rows 0..0.: activations 16x2x64 = 2048 exceed the activation buffer"):
+        lower_conv2d(x, weights, None, 2**30, 20, x_zero_point=0, y_zero_point=0,
+                     padding=1, config=SMALL, name="wide")
