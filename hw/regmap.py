@@ -7,6 +7,7 @@ Run ``python -m hw.regmap`` to regenerate the files; ``tests/test_regmap.py`` fa
 any of them is stale.
 """
 
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -155,7 +156,8 @@ def python_module():
              f"MAP_VERSION = {MAP_VERSION:#x}", "", "",
              "class Reg(enum.IntEnum):", '    """Register byte offsets."""', ""]
     for reg in REGISTERS:
-        lines.append(f"    {reg.name} = {reg.offset:#05x}  # {reg.access}: {reg.doc}")
+        lines += [f"    # {line}" for line in textwrap.wrap(f"{reg.access}: {reg.doc}", 90)]
+        lines.append(f"    {reg.name} = {reg.offset:#05x}")
     lines += ["", ""]
     for reg in REGISTERS:
         for f in reg.fields:

@@ -66,22 +66,24 @@ class ResultUnpacker:
             bool((word >> last_off) & 1)
 
 
-def pack_struct(layout, values):
-    """Flat integer of a ``data.StructLayout`` payload from ``{field: value}``; array fields
-    take sequences, missing fields are zero."""
-    layout = data.Layout.cast(layout)
-    word = 0
-    for name, field in layout:
-        if name not in values:
-            continue
-        shape = field.shape
-        if isinstance(shape, data.ArrayLayout):
-            bits = _pack_array(values[name], shape)
-        else:
-            width = Shape.cast(shape).width
-            bits = int(values[name]) & ((1 << width) - 1)
-        word |= bits << field.offset
-    return word
+def pack_struct(layout, value):
+    """A payload value (nested dicts / sequences of ints; missing struct fields are zero) as
+    the flat integer of the port, with offsets taken from the Amaranth layout itself."""
+    if isinstance(layout, type):  # a data.Struct class
+        layout = data.Layout.cast(layout)
+    if isinstance(layout, data.StructLayout):
+        word = 0
+        for name, field in layout:
+            if name in value:
+                word |= pack_struct(field.shape, value[name]) << field.offset
+        return word
+    if isinstance(layout, data.ArrayLayout):
+        width = Shape.cast(layout.elem_shape).width
+        word = 0
+        for index, item in enumerate(value):
+            word |= pack_struct(layout.elem_shape, item) << (index * width)
+        return word
+    return int(value) & ((1 << Shape.cast(layout).width) - 1)
 
 
 def unpack_struct(layout, word):

@@ -5,13 +5,13 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
+from cocotb.triggers import with_timeout
 
 from hw.maxpool import pixel_layout
 from hw.residual_add import add_params_layout, operand_pair_layout, sum_layout
 from models.eltwise import add, add_multipliers
 from models.pool import max_pool2d
+from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
 from sim.packing import pack_struct, unpack_struct
 
 
@@ -20,56 +20,16 @@ def _seed():
 
 
 async def reset(dut):
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    for _ in range(3):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-
-
-async def drive(dut, prefix, layout, beats, rng, idle):
-    valid, payload, ready = (getattr(dut, f"{prefix}__{n}") for n in ("valid", "payload",
-                                                                        "ready"))
-    for values in beats:
-        while rng.random() < idle:
-            valid.value = 0
-            await RisingEdge(dut.clk)
-        payload.value = pack_struct(layout, values)
-        valid.value = 1
-        while True:
-            await ReadOnly()
-            accepted = bool(ready.value)
-            await RisingEdge(dut.clk)
-            if accepted:
-                break
-    valid.value = 0
-
-
-async def collect(dut, prefix, layout, count, rng, stall):
-    valid, payload, ready = (getattr(dut, f"{prefix}__{n}") for n in ("valid", "payload",
-                                                                        "ready"))
-    got = []
-    while len(got) < count:
-        ready.value = 0 if rng.random() < stall else 1
-        await ReadOnly()
-        if valid.value and ready.value:
-            got.append(unpack_struct(layout, payload.value.to_unsigned()))
-        await RisingEdge(dut.clk)
-    ready.value = 0
-    return got
-
-
-def first_difference(got, want):
-    index = tuple(int(i) for i in np.argwhere(got != want)[0])
-    return f"first difference at {list(index)}: RTL {got[index]} != golden {want[index]}"
+    await clock_and_reset(dut, ())
 
 
 async def exchange(dut, in_prefix, in_layout, beats, out_prefix, out_layout, count, rng):
-    sender = cocotb.start_soon(drive(dut, in_prefix, in_layout, beats, rng, idle=0.2))
-    got = await with_timeout(collect(dut, out_prefix, out_layout, count, rng, stall=0.3),
+    words = [pack_struct(in_layout, beat) for beat in beats]
+    sender = cocotb.start_soon(send_stream(dut, in_prefix, words, rng=rng, idle=0.2))
+    got = await with_timeout(receive_stream(dut, out_prefix, count, rng=rng, stall=0.3),
                              (len(beats) + count) * 20 * 10 + 10_000, "ns")
     await sender
-    return got
+    return [unpack_struct(out_layout, word) for word in got]
 
 
 @cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "residual_add")

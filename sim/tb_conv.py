@@ -16,9 +16,6 @@ import os
 
 import cocotb
 import numpy as np
-from amaranth import Shape
-from amaranth.lib import data
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
 from hw.addrgen import descriptor_layout
@@ -31,6 +28,8 @@ from hw.conv_engine import (
 from hw.requant import output_layout
 from models.conv import conv2d
 from models.requant import requantize
+from sim.cocotb_util import clock_and_reset, send_stream
+from sim.packing import pack_struct
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
 
 
@@ -40,23 +39,6 @@ def _config():
 
 def _seed():
     return int(os.environ.get("TESSERA_SEED", "1"))
-
-
-def pack(layout, value):
-    """A payload value (nested dicts / sequences of ints) as the flat integer of the port,
-    with offsets taken from the Amaranth layout itself."""
-    if isinstance(layout, data.StructLayout):
-        word = 0
-        for name, field in layout:
-            word |= pack(field.shape, value[name]) << field.offset
-        return word
-    if isinstance(layout, data.ArrayLayout):
-        width = Shape.cast(layout.elem_shape).width
-        word = 0
-        for index, item in enumerate(value):
-            word |= pack(layout.elem_shape, item) << (index * width)
-        return word
-    return int(value) & ((1 << Shape.cast(layout).width) - 1)
 
 
 def unpack_output(word, cols):
@@ -69,46 +51,17 @@ def unpack_output(word, cols):
     return values, bool((word >> layout["last"].offset) & 1)
 
 
-class CycleCounter:
-    def __init__(self, dut):
-        self.dut, self.value = dut, 0
-
-    async def run(self):
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.value += 1
-
-
 async def start(dut):
     """Clock, reset, idle interfaces; returns a running cycle counter."""
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    for name in ("act_in", "weight_in", "param_in"):
-        getattr(dut, f"{name}__valid").value = 0
-    dut.output__ready.value = 0
-    dut.start.value = 0
-    dut.rst.value = 1
-    for _ in range(3):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    counter = CycleCounter(dut)
-    cocotb.start_soon(counter.run())
-    return counter
+    return await clock_and_reset(dut, ("act_in__valid", "weight_in__valid",
+                                       "param_in__valid", "output__ready", "start"))
 
 
 async def send(dut, port, layout, payloads):
     """Drive ``payloads`` (``last`` on the final one) into stream ``port``, one per cycle
     while it is ready."""
-    valid, payload, ready = (getattr(dut, f"{port}__{s}") for s in ("valid", "payload", "ready"))
-    for index, value in enumerate(payloads):
-        payload.value = pack(layout, {**value, "last": index == len(payloads) - 1})
-        valid.value = 1
-        while True:
-            await ReadOnly()
-            accepted = bool(ready.value)
-            await RisingEdge(dut.clk)
-            if accepted:
-                break
-    valid.value = 0
+    await send_stream(dut, port, [pack_struct(layout, {**value, "last": index == len(payloads) - 1})
+                                  for index, value in enumerate(payloads)])
 
 
 async def run_pass(dut, config, p, rng, counter, *, stall):
@@ -119,7 +72,7 @@ async def run_pass(dut, config, p, rng, counter, *, stall):
     await send(dut, "param_in", param_load_layout(cols), [
         {"word": {"bias": p.bias[t], "multiplier": p.multiplier[t], "shift": p.shift[t]}}
         for t in range(p.bias.shape[0])])
-    dut.descriptor.value = pack(descriptor_layout(), p.descriptor)
+    dut.descriptor.value = pack_struct(descriptor_layout(), p.descriptor)
     dut.start.value = 1
     await RisingEdge(dut.clk)
     dut.start.value = 0

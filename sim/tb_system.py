@@ -9,12 +9,12 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
 from hw.conv_config import ConvEngineConfig
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.requant import requantize
+from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
 from sw_driver import regs
 from sw_driver.accelerator import pass_program
 from sw_driver.conv_lowering import assemble_output, lower_conv2d
@@ -51,30 +51,14 @@ class CocotbTransport:
         return value
 
     async def dma_write(self, data):
-        dut = self.dut
         words = np.frombuffer(data, dtype="<u4")
-        for index, word in enumerate(words):
-            dut.h2c__payload.value = int(word) | (int(index == len(words) - 1) << 32)
-            dut.h2c__valid.value = 1
-            while True:
-                await ReadOnly()
-                accepted = bool(dut.h2c__ready.value)
-                await RisingEdge(dut.clk)
-                if accepted:
-                    break
-        dut.h2c__valid.value = 0
+        last = len(words) - 1
+        await send_stream(self.dut, "h2c", [int(word) | (int(index == last) << 32)
+                                            for index, word in enumerate(words)])
 
     async def dma_read(self, nbytes):
-        dut = self.dut
-        words = []
-        dut.c2h__ready.value = 1
-        while len(words) < nbytes // 4:
-            await ReadOnly()
-            if dut.c2h__valid.value:
-                words.append(int(dut.c2h__payload.value) & 0xFFFFFFFF)
-            await RisingEdge(dut.clk)
-        dut.c2h__ready.value = 0
-        return np.array(words, dtype="<u4").tobytes()
+        words = await receive_stream(self.dut, "c2h", nbytes // 4)
+        return np.array([word & 0xFFFFFFFF for word in words], dtype="<u4").tobytes()
 
 
 async def run_program(dut, transport, program, budget):
@@ -97,11 +81,8 @@ async def run_layer(dut, config, transport, x, w, bias, mult, shift, golden, lab
         budget = 20 * (p.beats + len(program.h2c) + p.output_beats * 4) + 2000
         beats.append(await run_program(dut, transport, program, budget))
     got = assemble_output(passes, beats, w.shape[0])
-    if not np.array_equal(got, golden):
-        index = tuple(int(i) for i in np.argwhere(got != golden)[0])
-        raise AssertionError(f"seed={_seed()} config={config.name} {label}: first "
-                             f"difference at {list(index)}: RTL {got[index]} != golden "
-                             f"{golden[index]}")
+    assert np.array_equal(got, golden), \
+        f"seed={_seed()} config={config.name} {label}: {first_difference(got, golden)}"
     return got
 
 
@@ -110,16 +91,8 @@ async def test_layer_programs(dut):
     """Conv, depthwise and dense layers through the CSR port and the DMA streams."""
     config = ConvEngineConfig.from_env(os.environ)
     rng = np.random.default_rng(_seed())
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.rst.value = 1
-    dut.h2c__valid.value = 0
-    dut.c2h__ready.value = 0
-    dut.csr__w_en.value = 0
-    dut.csr__r_en.value = 0
-    dut.dbg_force_error.value = 0
-    for _ in range(3):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
+    await clock_and_reset(dut, ("h2c__valid", "c2h__ready", "csr__w_en", "csr__r_en",
+                                "dbg_force_error"))
     transport = CocotbTransport(dut)
     assert await transport.csr_read(Reg.ID) == regs.ID_VALUE
 

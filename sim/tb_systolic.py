@@ -11,11 +11,11 @@ import os
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
-from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
+from cocotb.triggers import with_timeout
 
 from hw.config import ArrayConfig
 from models.gemm import gemm_int8
+from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
 from sim.packing import OperandPacker, ResultUnpacker
 from sw_driver.gemm_tiling import assemble_results, operand_beats, plan_gemm
 
@@ -39,21 +39,10 @@ class OperandDriver:
         self.accept_cycles = []  # cycle number of every accepted beat
 
     async def send(self, a, b, cycle_counter):
-        dut = self.dut
-        for a_col, b_row, last in operand_beats(a, b, self.packer.rows, self.packer.cols):
-            while self.idle and self.rng.random() < self.idle:
-                dut.operands__valid.value = 0
-                await RisingEdge(dut.clk)
-            dut.operands__payload.value = self.packer.pack(a_col, b_row, last)
-            dut.operands__valid.value = 1
-            while True:
-                await ReadOnly()
-                accepted = bool(dut.operands__ready.value)
-                await RisingEdge(dut.clk)
-                if accepted:
-                    self.accept_cycles.append(cycle_counter.value)
-                    break
-        dut.operands__valid.value = 0
+        words = [self.packer.pack(a_col, b_row, last) for a_col, b_row, last
+                 in operand_beats(a, b, self.packer.rows, self.packer.cols)]
+        await send_stream(self.dut, "operands", words, rng=self.rng, idle=self.idle,
+                          accepted=lambda _: self.accept_cycles.append(cycle_counter.value))
 
 
 class ResultMonitor:
@@ -65,41 +54,19 @@ class ResultMonitor:
         self.rows, self.last_flags, self.cycles = [], [], []
 
     async def receive(self, count, cycle_counter):
-        dut = self.dut
-        while len(self.rows) < count:
-            dut.results__ready.value = 0 if self.rng.random() < self.stall else 1
-            await ReadOnly()
-            if dut.results__valid.value and dut.results__ready.value:
-                values, last = self.unpacker.unpack(dut.results__payload.value.to_unsigned())
-                self.rows.append(values)
-                self.last_flags.append(last)
-                self.cycles.append(cycle_counter.value)
-            await RisingEdge(dut.clk)
-        dut.results__ready.value = 0
+        def record(word):
+            values, last = self.unpacker.unpack(word)
+            self.rows.append(values)
+            self.last_flags.append(last)
+            self.cycles.append(cycle_counter.value)
 
-
-class CycleCounter:
-    def __init__(self, dut):
-        self.dut, self.value = dut, 0
-
-    async def run(self):
-        while True:
-            await RisingEdge(self.dut.clk)
-            self.value += 1
+        await receive_stream(self.dut, "results", count, rng=self.rng, stall=self.stall,
+                             received=record)
 
 
 async def start(dut):
     """Clock, reset, idle interfaces; returns a running cycle counter."""
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.operands__valid.value = 0
-    dut.results__ready.value = 0
-    dut.rst.value = 1
-    for _ in range(3):
-        await RisingEdge(dut.clk)
-    dut.rst.value = 0
-    counter = CycleCounter(dut)
-    cocotb.start_soon(counter.run())
-    return counter
+    return await clock_and_reset(dut, ("operands__valid", "results__ready"))
 
 
 def check_gemm(a, b, monitor, config, label):
@@ -111,10 +78,7 @@ def check_gemm(a, b, monitor, config, label):
     assert monitor.last_flags == expected_last, f"{context}: wrong `last` flags on results"
     got = assemble_results(monitor.rows, plan)
     want = gemm_int8(a, b)
-    if not np.array_equal(got, want):
-        index = tuple(int(i) for i in np.argwhere(got != want)[0])
-        raise AssertionError(f"{context}: first difference at C{list(index)}: "
-                             f"RTL {got[index]} != golden {want[index]}")
+    assert np.array_equal(got, want), f"{context}: {first_difference(got, want)}"
 
 
 async def run_gemm(dut, config, a, b, rng, *, idle=0.0, stall=0.0, label=""):

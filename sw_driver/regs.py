@@ -12,67 +12,136 @@ MAP_VERSION = 0x1
 class Reg(enum.IntEnum):
     """Register byte offsets."""
 
-    ID = 0x000  # RO: Identifies a Tessera accelerator: 0x54455353
-    VERSION = 0x004  # RO: Register map version
-    CONFIG = 0x008  # RO: Build parameters of the compute array
-    ACT_DEPTH = 0x00c  # RO: Activation buffer depth in int8 elements per copy
-    WEIGHT_DEPTH = 0x010  # RO: Weight buffer depth in words of C int8 weights
-    PARAM_DEPTH = 0x014  # RO: Column tiles of bias/multiplier/shift held
-    POOL_MAX_WIDTH = 0x018  # RO: Widest feature map the 2x2 max pool takes
-    CTRL = 0x020  # W1P: Control strobes
-    STATUS = 0x024  # W1C: Layer status (busy is read-only)
-    IRQ_ENABLE = 0x028  # RW: Raise the interrupt line on these status bits
-    ERROR_CODE = 0x02c  # RO: Why the last layer failed (0: no error)
-    OPCODE = 0x040  # RW: Layer operation (see sw_driver.regs.Opcode)
-    LOAD_PARAMS = 0x050  # RW: Column-tile parameter entries the host-to-device stream carries first
-    LOAD_WEIGHTS = 0x054  # RW: Weight words (C int8 each) that follow
-    LOAD_ACT = 0x058  # RW: Activation elements (int8, HWC) that follow, packed 4 per 32-bit word
-    POOL_ENABLE = 0x060  # RW: CONV: fuse a 2x2 / stride 2 max pool after requantization
-    POOL_WIDTH = 0x064  # RW: CONV with pool, POOL: feature map width
-    POOL_HEIGHT = 0x068  # RW: CONV with pool, POOL: feature map height
-    POOL_FRAMES = 0x06c  # RW: Feature maps (channel groups of C) pooled in turn
-    STREAM_BEATS = 0x070  # RW: POOL, ADD: input beats on the host-to-device stream (one pixel of C channels, or C pairs for ADD)
-    PERF_CYCLES = 0x080  # RO: Cycles since reset (wraps)
-    PERF_BUSY = 0x084  # RO: Cycles spent busy
-    PERF_MACS_LO = 0x088  # RO: Multiply-accumulates issued, low word
-    PERF_MACS_HI = 0x08c  # RO: Multiply-accumulates issued, high word
-    PERF_STALLS = 0x090  # RO: Busy cycles in which the array did not advance
-    PERF_COMPUTE = 0x094  # RO: Busy cycles after loading: the engine computing and sending results
-    CONV_IN_CHANNELS = 0x100  # RW: Convolution descriptor: C_in (16 bits)
-    CONV_IN_HEIGHT = 0x104  # RW: Convolution descriptor: H (16 bits)
-    CONV_IN_WIDTH = 0x108  # RW: Convolution descriptor: W (16 bits)
-    CONV_KERNEL_H = 0x10c  # RW: Convolution descriptor: kh, 1..7 (3 bits)
-    CONV_KERNEL_W = 0x110  # RW: Convolution descriptor: kw, 1..7 (3 bits)
-    CONV_STRIDE = 0x114  # RW: Convolution descriptor: 1 or 2 (both axes) (2 bits)
-    CONV_PAD_TOP = 0x118  # RW: Convolution descriptor: 0..3 (bottom padding follows from the output size) (2 bits)
-    CONV_PAD_LEFT = 0x11c  # RW: Convolution descriptor: 0..3 (right padding follows from the output size) (2 bits)
-    CONV_COL_TILES = 0x120  # RW: Convolution descriptor: ceil(C_out / C): column tiles, the outer loop (16 bits)
-    CONV_PIXEL_GROUPS = 0x124  # RW: Convolution descriptor: ceil(OH*OW / R): groups of R output pixels (16 bits)
-    CONV_LAST_ROWS = 0x128  # RW: Convolution descriptor: output pixels in the last group, 1..R (8 bits)
-    CONV_X_ZERO_POINT = 0x12c  # RW: Convolution descriptor: fed at padding positions (signed 8 bits)
-    CONV_Y_ZERO_POINT = 0x130  # RW: Convolution descriptor: output zero point (signed 8 bits)
-    CONV_LO = 0x134  # RW: Convolution descriptor: clamp low (fused activation) (signed 8 bits)
-    CONV_HI = 0x138  # RW: Convolution descriptor: clamp high (signed 8 bits)
-    CONV_ORIGIN_ADDR = 0x13c  # RW: Convolution descriptor: (-pad_top*W - pad_left)*C_in: window base of pixel 0 (signed 32 bits)
-    CONV_ROW_SKIP = 0x140  # RW: Convolution descriptor: (W - kw)*C_in + 1: address step from the end of a kernel row (signed 32 bits)
-    CONV_PIXEL_DADDR = 0x144  # RW: Convolution descriptor: stride*C_in: window base step to the next pixel (signed 32 bits)
-    CONV_GROUP_DX = 0x148  # RW: Convolution descriptor: (R mod OW)*stride: ix step to the next pixel group (signed 16 bits)
-    CONV_GROUP_DY = 0x14c  # RW: Convolution descriptor: (R div OW)*stride: iy step to the next pixel group (signed 16 bits)
-    CONV_GROUP_DADDR = 0x150  # RW: Convolution descriptor: (group_dy*W + group_dx)*C_in (signed 32 bits)
-    CONV_X_END = 0x154  # RW: Convolution descriptor: OW*stride - pad_left: an ix0 at or past it wraps to the next row (signed 16 bits)
-    CONV_X_WRAP = 0x158  # RW: Convolution descriptor: OW*stride: subtracted from ix0 on a wrap (signed 16 bits)
-    CONV_WRAP_DADDR = 0x15c  # RW: Convolution descriptor: (stride*W - OW*stride)*C_in: address step of a wrap (signed 32 bits)
-    ADD_A_ZERO_POINT = 0x180  # RW: Residual add: zero point of input a (signed 8 bits)
-    ADD_B_ZERO_POINT = 0x184  # RW: Residual add: zero point of input b (signed 8 bits)
-    ADD_Y_ZERO_POINT = 0x188  # RW: Residual add: zero point of the output (signed 8 bits)
-    ADD_LO = 0x18c  # RW: Residual add: clamp low (fused ReLU) (signed 8 bits)
-    ADD_HI = 0x190  # RW: Residual add: clamp high (signed 8 bits)
-    ADD_A_MULTIPLIER = 0x194  # RW: Residual add: M_a in [2^30, 2^31) (31 bits)
-    ADD_A_SHIFT = 0x198  # RW: Residual add: n_a in [1, 62] (6 bits)
-    ADD_B_MULTIPLIER = 0x19c  # RW: Residual add: M_b (31 bits)
-    ADD_B_SHIFT = 0x1a0  # RW: Residual add: n_b (6 bits)
-    ADD_Y_MULTIPLIER = 0x1a4  # RW: Residual add: M_y (31 bits)
-    ADD_Y_SHIFT = 0x1a8  # RW: Residual add: n_y (6 bits)
+    # RO: Identifies a Tessera accelerator: 0x54455353
+    ID = 0x000
+    # RO: Register map version
+    VERSION = 0x004
+    # RO: Build parameters of the compute array
+    CONFIG = 0x008
+    # RO: Activation buffer depth in int8 elements per copy
+    ACT_DEPTH = 0x00c
+    # RO: Weight buffer depth in words of C int8 weights
+    WEIGHT_DEPTH = 0x010
+    # RO: Column tiles of bias/multiplier/shift held
+    PARAM_DEPTH = 0x014
+    # RO: Widest feature map the 2x2 max pool takes
+    POOL_MAX_WIDTH = 0x018
+    # W1P: Control strobes
+    CTRL = 0x020
+    # W1C: Layer status (busy is read-only)
+    STATUS = 0x024
+    # RW: Raise the interrupt line on these status bits
+    IRQ_ENABLE = 0x028
+    # RO: Why the last layer failed (0: no error)
+    ERROR_CODE = 0x02c
+    # RW: Layer operation (see sw_driver.regs.Opcode)
+    OPCODE = 0x040
+    # RW: Column-tile parameter entries the host-to-device stream carries first
+    LOAD_PARAMS = 0x050
+    # RW: Weight words (C int8 each) that follow
+    LOAD_WEIGHTS = 0x054
+    # RW: Activation elements (int8, HWC) that follow, packed 4 per 32-bit word
+    LOAD_ACT = 0x058
+    # RW: CONV: fuse a 2x2 / stride 2 max pool after requantization
+    POOL_ENABLE = 0x060
+    # RW: CONV with pool, POOL: feature map width
+    POOL_WIDTH = 0x064
+    # RW: CONV with pool, POOL: feature map height
+    POOL_HEIGHT = 0x068
+    # RW: Feature maps (channel groups of C) pooled in turn
+    POOL_FRAMES = 0x06c
+    # RW: POOL, ADD: input beats on the host-to-device stream (one pixel of C channels, or C
+    # pairs for ADD)
+    STREAM_BEATS = 0x070
+    # RO: Cycles since reset (wraps)
+    PERF_CYCLES = 0x080
+    # RO: Cycles spent busy
+    PERF_BUSY = 0x084
+    # RO: Multiply-accumulates issued, low word
+    PERF_MACS_LO = 0x088
+    # RO: Multiply-accumulates issued, high word
+    PERF_MACS_HI = 0x08c
+    # RO: Busy cycles in which the array did not advance
+    PERF_STALLS = 0x090
+    # RO: Busy cycles after loading: the engine computing and sending results
+    PERF_COMPUTE = 0x094
+    # RW: Convolution descriptor: C_in (16 bits)
+    CONV_IN_CHANNELS = 0x100
+    # RW: Convolution descriptor: H (16 bits)
+    CONV_IN_HEIGHT = 0x104
+    # RW: Convolution descriptor: W (16 bits)
+    CONV_IN_WIDTH = 0x108
+    # RW: Convolution descriptor: kh, 1..7 (3 bits)
+    CONV_KERNEL_H = 0x10c
+    # RW: Convolution descriptor: kw, 1..7 (3 bits)
+    CONV_KERNEL_W = 0x110
+    # RW: Convolution descriptor: 1 or 2 (both axes) (2 bits)
+    CONV_STRIDE = 0x114
+    # RW: Convolution descriptor: 0..3 (bottom padding follows from the output size) (2 bits)
+    CONV_PAD_TOP = 0x118
+    # RW: Convolution descriptor: 0..3 (right padding follows from the output size) (2 bits)
+    CONV_PAD_LEFT = 0x11c
+    # RW: Convolution descriptor: ceil(C_out / C): column tiles, the outer loop (16 bits)
+    CONV_COL_TILES = 0x120
+    # RW: Convolution descriptor: ceil(OH*OW / R): groups of R output pixels (16 bits)
+    CONV_PIXEL_GROUPS = 0x124
+    # RW: Convolution descriptor: output pixels in the last group, 1..R (8 bits)
+    CONV_LAST_ROWS = 0x128
+    # RW: Convolution descriptor: fed at padding positions (signed 8 bits)
+    CONV_X_ZERO_POINT = 0x12c
+    # RW: Convolution descriptor: output zero point (signed 8 bits)
+    CONV_Y_ZERO_POINT = 0x130
+    # RW: Convolution descriptor: clamp low (fused activation) (signed 8 bits)
+    CONV_LO = 0x134
+    # RW: Convolution descriptor: clamp high (signed 8 bits)
+    CONV_HI = 0x138
+    # RW: Convolution descriptor: (-pad_top*W - pad_left)*C_in: window base of pixel 0 (signed
+    # 32 bits)
+    CONV_ORIGIN_ADDR = 0x13c
+    # RW: Convolution descriptor: (W - kw)*C_in + 1: address step from the end of a kernel row
+    # (signed 32 bits)
+    CONV_ROW_SKIP = 0x140
+    # RW: Convolution descriptor: stride*C_in: window base step to the next pixel (signed 32
+    # bits)
+    CONV_PIXEL_DADDR = 0x144
+    # RW: Convolution descriptor: (R mod OW)*stride: ix step to the next pixel group (signed 16
+    # bits)
+    CONV_GROUP_DX = 0x148
+    # RW: Convolution descriptor: (R div OW)*stride: iy step to the next pixel group (signed 16
+    # bits)
+    CONV_GROUP_DY = 0x14c
+    # RW: Convolution descriptor: (group_dy*W + group_dx)*C_in (signed 32 bits)
+    CONV_GROUP_DADDR = 0x150
+    # RW: Convolution descriptor: OW*stride - pad_left: an ix0 at or past it wraps to the next
+    # row (signed 16 bits)
+    CONV_X_END = 0x154
+    # RW: Convolution descriptor: OW*stride: subtracted from ix0 on a wrap (signed 16 bits)
+    CONV_X_WRAP = 0x158
+    # RW: Convolution descriptor: (stride*W - OW*stride)*C_in: address step of a wrap (signed 32
+    # bits)
+    CONV_WRAP_DADDR = 0x15c
+    # RW: Residual add: zero point of input a (signed 8 bits)
+    ADD_A_ZERO_POINT = 0x180
+    # RW: Residual add: zero point of input b (signed 8 bits)
+    ADD_B_ZERO_POINT = 0x184
+    # RW: Residual add: zero point of the output (signed 8 bits)
+    ADD_Y_ZERO_POINT = 0x188
+    # RW: Residual add: clamp low (fused ReLU) (signed 8 bits)
+    ADD_LO = 0x18c
+    # RW: Residual add: clamp high (signed 8 bits)
+    ADD_HI = 0x190
+    # RW: Residual add: M_a in [2^30, 2^31) (31 bits)
+    ADD_A_MULTIPLIER = 0x194
+    # RW: Residual add: n_a in [1, 62] (6 bits)
+    ADD_A_SHIFT = 0x198
+    # RW: Residual add: M_b (31 bits)
+    ADD_B_MULTIPLIER = 0x19c
+    # RW: Residual add: n_b (6 bits)
+    ADD_B_SHIFT = 0x1a0
+    # RW: Residual add: M_y (31 bits)
+    ADD_Y_MULTIPLIER = 0x1a4
+    # RW: Residual add: n_y (6 bits)
+    ADD_Y_SHIFT = 0x1a8
 
 
 VERSION_MINOR_SHIFT = 0

@@ -3,6 +3,7 @@
 import numpy as np
 import onnx
 import pytest
+import qdq_models
 from onnx import helper, numpy_helper
 from onnxruntime.quantization import QuantType
 
@@ -17,8 +18,6 @@ from sw_driver.errors import (
     UnsupportedModelError,
     UnsupportedOperatorError,
 )
-
-import qdq_models
 
 SEED = 44
 

@@ -59,6 +59,7 @@ def test_bands_for_a_fused_pool_have_even_heights(rng):
 def test_a_row_too_wide_for_the_buffer_is_refused():
     x = np.zeros((1, 16, 8, 64), np.int8)  # one 3-row halo = 3072 > 600 elements
     weights = np.zeros((4, 16, 3, 3), np.int8)
-    with pytest.raises(ValueError, match=r"layer wide.image 0, rows 0..0.: activations 16x2x64 = 2048 exceed the activation buffer"):
+    with pytest.raises(ValueError, match=r"layer wide.image 0, rows 0..0.: activations "
+                                         r"16x2x64 = 2048 exceed the activation buffer"):
         lower_conv2d(x, weights, None, 2**30, 20, x_zero_point=0, y_zero_point=0,
                      padding=1, config=SMALL, name="wide")

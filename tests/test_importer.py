@@ -8,6 +8,7 @@ zero point -128, or a Relu / Clip kept before the QuantizeLinear) are both cover
 import numpy as np
 import onnx
 import pytest
+import qdq_models
 from onnx import helper, numpy_helper
 
 from models.requant import activation_range, quantize_multiplier
@@ -16,8 +17,6 @@ from sw_driver import graph as g
 from sw_driver.errors import PlacementError, UnknownProviderError
 from sw_driver.importer import import_model
 from sw_driver.providers import PROVIDERS, Provider
-
-import qdq_models
 
 SEEDS = {"lenet": 11, "residual": 22, "separable": 33}
 

@@ -14,6 +14,7 @@ The "gpu" identity test is skipped, saying so, on a machine without an OpenCL GP
 import numpy as np
 import pyopencl as cl
 import pytest
+import qdq_models
 
 from sw_driver import InferenceSession
 from sw_driver.errors import ProviderUnavailableError
@@ -26,8 +27,6 @@ from sw_driver.opencl import (
 )
 from sw_driver.providers import GPUProvider, OpenCLProvider
 from sw_driver.providers import opencl as opencl_module
-
-import qdq_models
 
 MODEL_SEEDS = {"lenet": 101, "residual": 202, "separable": 303}
 FLOAT_EDGE = {"Quantize", "Dequantize", "Softmax"}

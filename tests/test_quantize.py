@@ -11,9 +11,10 @@ problem in one line.
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
-
 import qdq_models
+from onnx import helper
+from zoo_helpers import accuracy, assert_agree, compare
+
 from models.zoo import DIGITS_FLOAT, DIGITS_QDQ, digits, random_models
 from sw_driver.errors import (
     ModelLoadError,
@@ -27,7 +28,6 @@ from sw_driver.quantize import (
     quantize,
     weight_qparams,
 )
-from zoo_helpers import accuracy, assert_agree, compare
 
 
 @pytest.fixture(scope="module")

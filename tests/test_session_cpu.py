@@ -11,12 +11,11 @@ are compared. The fast CPU kernels are checked bit for bit against the golden mo
 
 import numpy as np
 import pytest
+import qdq_models
 
 from models import conv as golden
 from sw_driver import InferenceSession
 from sw_driver.providers import cpu_kernels
-
-import qdq_models
 
 MODEL_SEEDS = {"lenet": 101, "residual": 202, "separable": 303}
 BATCH = 32

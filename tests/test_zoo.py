@@ -9,11 +9,11 @@ random inputs for the random models. Everything is seeded, so the figures are fi
 
 import numpy as np
 import pytest
-
 import qdq_models
+from zoo_helpers import accuracy, assert_agree, compare
+
 from models.zoo import DIGITS_FLOAT, DIGITS_QDQ, digits, random_models
 from sw_driver import InferenceSession
-from zoo_helpers import accuracy, assert_agree, compare
 
 RANDOM_SAMPLES = 256
 RANDOM_INPUT_SEED = 5

@@ -2,8 +2,8 @@
 zoo, quantizer and CLI tests)."""
 
 import numpy as np
-
 import qdq_models
+
 from sw_driver import InferenceSession
 
 #: Contract for whole models: top-1 agreement and share of output elements within 1 LSB.

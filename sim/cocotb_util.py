@@ -1,0 +1,84 @@
+"""Shared pieces of the cocotb testbenches: clock and reset, a cycle counter, and a stream
+driver and receiver that follow the valid/ready rules (sample in the read-only phase,
+transfer on the edge)."""
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ReadOnly, RisingEdge
+
+
+class CycleCounter:
+    """Counts rising edges of ``dut.clk`` from when it is started."""
+
+    def __init__(self, dut):
+        self.dut, self.value = dut, 0
+
+    async def run(self):
+        while True:
+            await RisingEdge(self.dut.clk)
+            self.value += 1
+
+
+async def clock_and_reset(dut, idle_inputs):
+    """Start a 100 MHz clock, hold the inputs named in ``idle_inputs`` low, reset for three
+    cycles; returns a running :class:`CycleCounter`."""
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    for name in idle_inputs:
+        getattr(dut, name).value = 0
+    dut.rst.value = 1
+    for _ in range(3):
+        await RisingEdge(dut.clk)
+    dut.rst.value = 0
+    counter = CycleCounter(dut)
+    cocotb.start_soon(counter.run())
+    return counter
+
+
+def _stream(dut, port):
+    return (getattr(dut, f"{port}__{name}") for name in ("valid", "payload", "ready"))
+
+
+async def send_stream(dut, port, words, *, rng=None, idle=0.0, accepted=None):
+    """Drive the payload integers ``words`` into stream ``port``, one per handshake, idle
+    cycles between beats with probability ``idle``; ``accepted(index)`` is called as each
+    beat transfers."""
+    valid, payload, ready = _stream(dut, port)
+    for index, word in enumerate(words):
+        while idle and rng.random() < idle:
+            valid.value = 0
+            await RisingEdge(dut.clk)
+        payload.value = int(word)
+        valid.value = 1
+        while True:
+            await ReadOnly()
+            taken = bool(ready.value)
+            await RisingEdge(dut.clk)
+            if taken:
+                break
+        if accepted is not None:
+            accepted(index)
+    valid.value = 0
+
+
+async def receive_stream(dut, port, count, *, rng=None, stall=0.0, received=None):
+    """Accept ``count`` beats from stream ``port`` (``ready`` low with probability
+    ``stall``); returns their payload integers. ``received(word)`` is called per beat."""
+    valid, payload, ready = _stream(dut, port)
+    words = []
+    while len(words) < count:
+        ready.value = 0 if stall and rng.random() < stall else 1
+        await ReadOnly()
+        if valid.value and ready.value:
+            words.append(payload.value.to_unsigned())
+            if received is not None:
+                received(words[-1])
+        await RisingEdge(dut.clk)
+    ready.value = 0
+    return words
+
+
+def first_difference(got, want):
+    """Text naming the first index where ``got`` and ``want`` differ, with both values."""
+    index = tuple(int(i) for i in np.argwhere(np.asarray(got) != np.asarray(want))[0])
+    return f"first difference at {list(index)}: RTL {got[index]} != golden {want[index]}"
