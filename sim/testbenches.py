@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 from hw.config import ArrayConfig
 from hw.conv_config import ConvEngineConfig
+from sim.blocks import BlockBuild
+from sim.system import TopBuild
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,17 @@ TESTBENCHES = {
                                       ArrayConfig(rows=8, cols=8))),
                   "convolution engine vs golden conv2d + requantize: random layers, "
                   "extremes, backpressure, cycles per layer vs ideal"),
+        Testbench("blocks", "sim.tb_blocks",
+                  (BlockBuild("residual_add", lanes=3), BlockBuild("maxpool", lanes=2,
+                                                                   max_width=12)),
+                  "residual add and 2x2 max pool vs golden add / max_pool2d: idle input, "
+                  "random backpressure"),
+        Testbench("system", "sim.tb_system",
+                  (TopBuild(ConvEngineConfig(array=ArrayConfig(rows=4, cols=4),
+                                             act_depth=2048, weight_depth=512,
+                                             max_col_tiles=8)),),
+                  "accelerator top through its CSR port and DMA streams, running the "
+                  "driver's own layer programs (conv, depthwise, dense)"),
     )
 }
 

@@ -26,11 +26,19 @@ def _add_array_options(parser, rows=8, cols=8):
 
 
 def _testcase_outcomes(results_xml):
-    """(name, passed, sim time in ns) for each test case of a cocotb results file."""
+    """(name, result, simulated microseconds) for each test case of a cocotb results file;
+    result is "PASS", "FAIL" or "SKIP"."""
     outcomes = []
     for case in ElementTree.parse(results_xml).getroot().iter("testcase"):
-        failed = case.find("failure") is not None or case.find("error") is not None
-        outcomes.append((case.get("name"), not failed, float(case.get("sim_time_ns", 0))))
+        if case.find("failure") is not None or case.find("error") is not None:
+            result = "FAIL"
+        elif case.find("skipped") is not None:
+            result = "SKIP"
+        else:
+            result = "PASS"
+        props = {prop.get("name"): prop.get("value") for prop in case.iter("property")}
+        sim_ns = float(props.get("sim_time_duration", 0.0))
+        outcomes.append((case.get("name"), result, sim_ns / 1000))
     return outcomes
 
 
@@ -53,11 +61,12 @@ def cmd_sim(args):
             outcomes = _testcase_outcomes(results)
             console.print(f"{bench.name} {config.name}: {len(outcomes)} tests in "
                           f"{time.monotonic() - started:.1f} s")
-            for name, passed, sim_ns in outcomes:
-                failures += not passed
-                table.add_row(bench.name, config.name, name,
-                              "[green]PASS[/]" if passed else "[red]FAIL[/]",
-                              f"{sim_ns / 1000:.1f} us")
+            styles = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]",
+                      "SKIP": "[dim]not for this build[/]"}
+            for name, result, sim_us in outcomes:
+                failures += result == "FAIL"
+                table.add_row(bench.name, config.name, name, styles[result],
+                              f"{sim_us:.1f} us" if result != "SKIP" else "")
             if not outcomes:
                 failures += 1
                 table.add_row(bench.name, config.name, "(no result)", "[red]FAIL[/]", "")
