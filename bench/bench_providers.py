@@ -7,7 +7,7 @@ per-channel int8 weights, int8 activations, seeded calibration). The model zoo's
 ``models.zoo.random_models.resnet8`` is used where it exists; otherwise the same
 architecture is built here with ``onnx.helper`` (:func:`resnet8`).
 
-Measured in one run, on the same seeded inputs, at batch 1 and 64 (images/s, median of
+Measured in one run, on the same seeded inputs, at batch 1, 32 and 64 (images/s, median of
 repeats): onnxruntime's CPU provider with 2 and 1 intra-op threads (its default graph
 optimizations, which fuse QDQ groups into integer kernels), Tessera ``"cpu"`` and Tessera
 ``"opencl"``. Tessera's two providers are first checked to give identical outputs.
@@ -40,7 +40,7 @@ from sw_driver import InferenceSession
 from sw_driver.providers import OpenCLProvider
 
 SEED = 2025
-BATCHES = (1, 64)
+BATCHES = (1, 32, 64)
 REPEATS = 7
 MIN_SECONDS = 0.2  # each repeat runs the model at least this long (batch 1 is short)
 ORT_THREADS = (2, 1)

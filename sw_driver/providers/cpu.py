@@ -22,6 +22,14 @@ __all__ = ["CPUProvider"]
 
 
 def _conv(layer, x, fast):
+    if fast:
+        y = cpu_kernels.conv2d_requant(
+            x, layer.weight, layer.bias, x_zero_point=layer.x_zero_point, stride=layer.stride,
+            padding=layer.padding, dilation=layer.dilation, groups=layer.groups,
+            multiplier=layer.multiplier, shift=layer.shift, y_zero_point=layer.y_zero_point,
+            lo=layer.lo, hi=layer.hi)
+        if y is not None:
+            return y
     kernel = cpu_kernels.conv2d if fast else conv2d
     acc = kernel(x, layer.weight, layer.bias, x_zero_point=layer.x_zero_point,
                  stride=layer.stride, padding=layer.padding, dilation=layer.dilation,
@@ -82,9 +90,10 @@ class CPUProvider(Provider):
     Parameters
     ----------
     fast : bool, optional
-        Use :mod:`~sw_driver.providers.cpu_kernels` for Conv and Dense (float32 BLAS on
-        exact integer partial sums, bit-identical to the golden model) instead of the
-        golden float64 per-tap loop. Default True.
+        Use :mod:`~sw_driver.providers.cpu_kernels` for Conv (fused with its
+        requantization where that is provably exact), Dense (float32 BLAS on exact integer
+        partial sums) and Add (a table of the golden add over all int8 pairs), all
+        bit-identical to the golden model, instead of the golden functions. Default True.
     """
 
     name = "cpu"
@@ -101,14 +110,22 @@ class CPUProvider(Provider):
         runner = _RUNNERS[type(layer)]
         if isinstance(layer, (g.Conv, g.Dense)):
             return runner(layer, inputs[0], self.fast)
+        if isinstance(layer, g.Add):
+            return runner(layer, *inputs, fast=self.fast)
         return runner(layer, *inputs)
 
     def cost(self, layer, batch):
         return {"bytes": 0}
 
 
-def _add(layer, a, b=None):
+def _add(layer, a, b=None, fast=False):
     b = layer.constant if b is None else b
+    if fast:
+        y = cpu_kernels.add(a, layer.a_scale, layer.a_zero_point, b, layer.b_scale,
+                            layer.b_zero_point, layer.y_scale, layer.y_zero_point, layer.lo,
+                            layer.hi)
+        if y is not None:
+            return y
     return add(a, layer.a_scale, layer.a_zero_point, b, layer.b_scale, layer.b_zero_point,
                layer.y_scale, layer.y_zero_point, layer.lo, layer.hi)
 

@@ -19,13 +19,16 @@ the golden function is called to raise the same exception. ``tests/test_session_
 compares both on random and extreme values, with reductions on both sides of ``CHUNK``.
 """
 
+import functools
+
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
+from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from models import conv as golden
+from models.eltwise import add as golden_add
 from models.requant import INT32_MAX, INT32_MIN
 
-__all__ = ["CHUNK", "conv2d", "dense"]
+__all__ = ["CHUNK", "add", "conv2d", "conv2d_requant", "dense"]
 
 #: Longest reduction summed in one float32 pass: CHUNK * 2**14 <= 2**24.
 CHUNK = 1 << 10
@@ -127,3 +130,239 @@ def dense(x, w, bias=None, *, x_zero_point):
     if acc is None:
         return golden.dense(x, w, bias, x_zero_point=x_zero_point)
     return acc
+
+
+#: ``|acc| < ACC_FLOAT_MAX`` and ``n <= SHIFT_FLOAT_MAX`` make the float64 requantization of
+#: :func:`conv2d_requant` exact: ``|acc * M| < 2**21 * 2**31 = 2**52`` and
+#: ``2**(n-1) <= 2**51``, so every intermediate is an integer below ``2**53``.
+ACC_FLOAT_MAX = 1 << 21
+SHIFT_FLOAT_MAX = 52
+#: Output positions per block of :func:`conv2d_requant` (whole images, at least one).
+BLOCK_ROWS = 2048
+
+
+def _pair(value):
+    try:
+        a, b = (int(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    return (a, b) if a >= 1 and b >= 1 else None
+
+
+def _small_int(value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value) if -128 <= int(value) <= 127 else None
+
+
+def _channel_param(value, channels, low, high):
+    arr = np.asarray(value)
+    if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+        return None
+    if arr.size == 1:
+        arr = np.full(channels, arr.reshape(()), dtype=np.int64)
+    elif arr.shape != (channels,):
+        return None
+    if arr.size and ((arr < low).any() or (arr > high).any()):
+        return None
+    return arr.astype(np.int64)
+
+
+_CONSTANTS = {}
+_CONSTANTS_MAX = 256
+
+
+def _layer_constants(w, bias, zx, multiplier, shift, ow):
+    """The per-layer constants of :func:`conv2d_requant`, or None outside its exact range.
+
+    Cached (at batch 1 computing them costs about as much as the convolution). An entry is
+    used only for the very same objects (it holds references, so no id can be reused) with
+    unchanged contents (compared with copies taken when it was made).
+    """
+    key = (id(w), id(bias), id(multiplier), id(shift), zx, ow)
+    entry = _CONSTANTS.get(key)
+    objects = (w, bias, multiplier, shift)
+    if entry is not None:
+        refs, copies, consts = entry
+        same = all(a is b for a, b in zip(refs, objects, strict=True))
+        if same and all(np.array_equal(a, b) for a, b in zip(copies, objects, strict=True)):
+            return consts
+    consts = _compute_layer_constants(w, bias, zx, multiplier, shift, ow)
+    if len(_CONSTANTS) >= _CONSTANTS_MAX:
+        _CONSTANTS.clear()
+    copies = tuple(None if v is None else np.array(v, copy=True) for v in objects)
+    _CONSTANTS[key] = (objects, copies, consts)
+    return consts
+
+
+def _compute_layer_constants(w, bias, zx, multiplier, shift, ow):
+    o = w.shape[0]
+    m = _channel_param(multiplier, o, 1 << 30, (1 << 31) - 1)
+    sh_n = _channel_param(shift, o, 1, SHIFT_FLOAT_MAX)
+    if m is None or sh_n is None:
+        return None
+    c0 = -zx * w.reshape(o, -1).sum(axis=1, dtype=np.int64)
+    if bias is not None:
+        c0 += bias.astype(np.int64)
+    bound = int(np.abs(c0).max())
+    if bound >= ACC_FLOAT_MAX:
+        return None
+    # |acc| <= |t| + |c0|: from the weights alone if possible, else checked per block.
+    check_data = bool(128 * np.abs(w.reshape(o, -1).astype(np.int64)).sum(axis=1).max()
+                      + bound >= ACC_FLOAT_MAX)
+    # Requantization constants, tiled OW times: each block is requantized as rows of OW * O
+    # values (NHWC), so NumPy's inner loops run over a long row instead of the O channels.
+    mf = np.tile(m.astype(np.float64), ow)
+    half = np.left_shift(np.int64(1), sh_n - 1)
+    const = np.tile((c0 * m + half).astype(np.float64), ow)  # |.| < 2**53: exact
+    scale = np.tile(np.ldexp(1.0, -sh_n), ow)
+    kh, kw = w.shape[2:]
+    wm = w.transpose(2, 3, 1, 0).reshape(kh * kw * w.shape[1], o).astype(np.float32)
+    return bound, check_data, mf, const, scale, wm
+
+
+def conv2d_requant(x, w, bias=None, *, x_zero_point, stride, padding, dilation, groups,
+                   multiplier, shift, y_zero_point, lo, hi):
+    """``requantize(conv2d(x, w, bias, ...), multiplier, shift, y_zero_point, lo, hi, axis=1)``
+    for ``groups == 1``, in one im2col, one float32 GEMM and a float64 requantization.
+
+    Returns the int8 NCHW result (a transposed view of NHWC storage: the next convolution's
+    im2col reads it without a copy), or None when a precondition of the exact fast path does
+    not hold (the caller then takes the general path, which raises the golden errors).
+
+    Exactness:
+
+    - im2col and GEMM: as :func:`conv2d` (raw int8 values in float32, reductions of at most
+      ``CHUNK`` terms, chunk sums added in float64, exact below ``2**53``); the zero point
+      and bias fold into one int64 per channel ``c0 = bias - z_x * sum(w)``.
+    - Requantization: with ``acc = t + c0`` and ``|t| + |c0| < 2**21`` (checked, from the
+      weights or else from the data) and ``n <= 52``, ``t * M`` and
+      ``C = c0 * M + 2**(n-1)`` are integers below ``2**52`` / ``2**53`` (exact in float64),
+      and so is their sum ``acc * M + 2**(n-1)``; scaling by ``2**-n`` is exact and
+      ``floor`` equals the arithmetic shift. Clamping to ``[lo - z_y, hi - z_y]`` then adding
+      ``z_y`` equals clamping ``z_y + shifted`` to ``[lo, hi]``.
+    """
+    if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and x.dtype == np.int8
+            and w.dtype == np.int8 and x.ndim == 4 and w.ndim == 4 and groups == 1
+            and x.shape[1] == w.shape[1] and min(x.shape) > 0 and min(w.shape) > 0
+            and (bias is None or (isinstance(bias, np.ndarray) and bias.dtype == np.int32
+                                  and bias.shape == (w.shape[0],)))):
+        return None
+    stride, dilation = _pair(stride), _pair(dilation)
+    try:
+        top, left, bottom, right = (int(p) for p in padding)
+    except (TypeError, ValueError):
+        return None
+    zx, zy = _small_int(x_zero_point), _small_int(y_zero_point)
+    lo, hi = _small_int(lo), _small_int(hi)
+    if None in (stride, dilation, zx, zy, lo, hi) or lo > hi or min(top, left, bottom, right) < 0:
+        return None
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    hp, wp = h + top + bottom, wd + left + right
+    oh = (hp - dh * (kh - 1) - 1) // sh + 1
+    ow = (wp - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        return None
+    k = kh * kw * c
+    consts = _layer_constants(w, bias, zx, multiplier, shift, ow)
+    if consts is None:
+        return None
+    bound, check_data, mf, const, scale, wm = consts
+    # Blocks of whole images of about BLOCK_ROWS output positions: the padded input, the
+    # im2col matrix and the sums of a block stay in cache from one step to the next.
+    nb = max(1, min(n, BLOCK_ROWS // (oh * ow)))
+    xp = np.empty((nb, hp, wp, c), dtype=np.float32)     # NHWC, padded with z_x
+    if top or bottom or left or right:
+        xp.fill(zx)  # the border is never overwritten below
+    cols = np.empty((nb, oh, ow, kh, kw, c), dtype=np.float32)   # K ordered (kh, kw, c)
+    total = np.empty((nb * oh, ow * o), dtype=np.float32 if k <= CHUNK else np.float64)
+    y = np.empty((nb * oh, ow * o), dtype=np.float64)
+    q = np.empty((n * oh, ow * o), dtype=np.int8)            # NHWC
+    x_nhwc = x.transpose(0, 2, 3, 1)
+    for b0 in range(0, n, nb):
+        bn = min(nb, n - b0)
+        xb, cb, tb, yb = xp[:bn], cols[:bn], total[:bn * oh], y[:bn * oh]
+        xb[:, top:top + h, left:left + wd, :] = x_nhwc[b0:b0 + bn]
+        if dw == 1:
+            # For one kernel row u, the kw * c values of a window are contiguous in NHWC:
+            # one strided copy per kernel row, with runs of kw * c values.
+            s0, s1, s2, s3 = xb.strides
+            for u in range(kh):
+                cb[:, :, :, u] = as_strided(xb[:, u * dh:], shape=(bn, oh, ow, kw * c),
+                                            strides=(s0, sh * s1, sw * s2, s3),
+                                            writeable=False).reshape(bn, oh, ow, kw, c)
+        else:
+            for u in range(kh):
+                for v in range(kw):
+                    cb[:, :, :, u, v, :] = xb[:, u * dh:u * dh + sh * (oh - 1) + 1:sh,
+                                               v * dw:v * dw + sw * (ow - 1) + 1:sw, :]
+        a_blk = cb.reshape(bn * oh * ow, k)
+        t_blk = tb.reshape(bn * oh * ow, o)
+        if k <= CHUNK:
+            np.matmul(a_blk, wm, out=t_blk)                  # exact: |sum| <= 2**24
+        else:
+            t_blk[...] = 0
+            for k0 in range(0, k, CHUNK):                    # exact: |sum| < 2**53
+                t_blk += a_blk[:, k0:k0 + CHUNK] @ wm[k0:k0 + CHUNK]
+        if check_data and max(-float(tb.min()), float(tb.max())) + bound >= ACC_FLOAT_MAX:
+            return None
+        np.multiply(tb, mf, out=yb)                          # exact: |t| < 2**21
+        yb += const                                          # acc * M + 2**(n-1), exact
+        yb *= scale
+        np.floor(yb, out=yb)
+        np.clip(yb, lo - zy, hi - zy, out=yb)
+        np.add(yb, zy, out=q[b0 * oh:(b0 + bn) * oh], casting="unsafe")  # in [lo, hi]
+    return q.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
+
+
+def _scale_key(value):
+    try:
+        scale = float(np.asarray(value, dtype=np.float64).reshape(()))
+    except (TypeError, ValueError):
+        return None
+    return scale
+
+
+@functools.lru_cache(maxsize=256)
+def _add_table(a_scale, a_zero_point, b_scale, b_zero_point, y_scale, y_zero_point, lo, hi):
+    """The golden :func:`models.eltwise.add` of every int8 pair, as a 65536-entry int8 table
+    indexed by ``(a + 128) * 256 + (b + 128)``."""
+    values = np.arange(-128, 128, dtype=np.int8)
+    a = np.repeat(values, 256)
+    b = np.tile(values, 256)
+    return golden_add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
+                      y_zero_point, lo, hi)
+
+
+def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point, lo, hi):
+    """:func:`models.eltwise.add` for two int8 tensors of the same shape, by table look-up.
+
+    The golden add is an element-wise function of the pair ``(a, b)`` of int8 values (the
+    layer's parameters fixed), so it is tabulated once per parameter set by running the golden
+    function itself on all 65536 pairs: the result is identical by exhaustion. Returns None
+    (the caller then runs the golden function, which raises its own errors) when the inputs
+    differ in shape or dtype, or a parameter is not one the golden function accepts.
+    """
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == np.int8
+            and b.dtype == np.int8 and a.shape == b.shape):
+        return None
+    scales = [_scale_key(s) for s in (a_scale, b_scale, y_scale)]
+    ints = [_small_int(v) for v in (a_zero_point, b_zero_point, y_zero_point, lo, hi)]
+    if None in scales or None in ints:
+        return None
+    try:
+        table = _add_table(scales[0], ints[0], scales[1], ints[1], scales[2], ints[2], ints[3],
+                           ints[4])
+    except ValueError:
+        return None
+    # Computed in the inputs' memory order (empty_like/astype keep it), so that an NHWC-backed
+    # input gives an NHWC-backed output for the next convolution.
+    index = a.astype(np.int32)
+    index <<= 8
+    index += b
+    index += 128 * 256 + 128
+    out = np.empty_like(a)
+    np.take(table, index, out=out, mode="clip")  # every index is in range: clip never acts
+    return out
