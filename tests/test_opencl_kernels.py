@@ -90,6 +90,47 @@ def test_conv2d_requant(rt, rng, seed, kernel, stride, dilation, groups, fused_p
                                  f"dilation {dilation} groups {groups} pool {fused_pool}")
 
 
+# Every tile variant of conv.cl: the 16- and 32-channel output tiles (16 for at most 16
+# channels per group), each with one output per work-item (1x1, fused pool, rows narrower
+# than 8) and with eight horizontal neighbours per work-item (the _row8 kernels: kernel
+# wider than 1, rows of 8 or more, the last group of a row partial when the width is not a
+# multiple of 8).
+TILE_CASES = [
+    # (out channels, groups, kernel, stride, pool, width)
+    (16, 1, 3, 1, False, 32), (9, 1, 3, 1, False, 13), (16, 1, 3, 2, False, 21),
+    (12, 1, 1, 1, False, 12), (16, 1, 3, 1, True, 15), (7, 1, 3, 1, False, 6),
+    (32, 2, 3, 1, False, 11), (17, 1, 3, 1, False, 19), (32, 1, 5, 2, False, 27),
+    (48, 1, (1, 3), 1, False, 9), (64, 1, 3, 1, False, 8),
+]
+
+
+@pytest.mark.parametrize("o,groups,kernel,stride,fused_pool,width", TILE_CASES)
+def test_conv2d_requant_tile_variants(rt, rng, seed, o, groups, kernel, stride, fused_pool,
+                                      width):
+    from sw_driver.opencl.runtime import _row_neighbours, _tile_out
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    batch, c = 2, groups * int(rng.choice([3, 16]))
+    pads = (kh // 2, kw // 2, kh // 2, kw // 2)
+    x = rng.integers(-128, 128, (batch, c, int(rng.integers(5, 12)), width), dtype=np.int8)
+    wts = rng.integers(-128, 128, (o, c // groups, kh, kw), dtype=np.int8)
+    bias = rng.integers(-20000, 20000, o, dtype=np.int32)
+    m, n = random_requant(rng, o)
+    zx, zy = (int(v) for v in rng.integers(-128, 128, 2))
+    handle = rt.upload_conv_weights(wts, bias, m, n, groups=groups)
+    assert handle.tile_out == _tile_out(o // groups) == (16 if o // groups <= 16 else 32)
+    got = rt.conv2d_requant(x, handle, x_zero_point=zx, y_zero_point=zy, stride=stride,
+                            padding=pads, pool=fused_pool)
+    want = requant.requantize(conv.conv2d(x, wts, bias, x_zero_point=zx, stride=stride,
+                                          padding=pads, groups=groups), m, n, zy)
+    if fused_pool:
+        want = pool.max_pool2d(want, 2, 2)
+    out_w = (width + 2 * (kw // 2) - kw) // stride + 1
+    assert_same(got, want, seed, f"tile {handle.tile_out}, "
+                                 f"{_row_neighbours(fused_pool, (kh, kw), out_w)} per "
+                                 f"work-item: x{x.shape} w{wts.shape} stride {stride} "
+                                 f"groups {groups} pool {fused_pool}")
+
+
 @pytest.mark.parametrize("kernel,stride,fused_pool", [(1, 1, False), (3, 1, True),
                                                       (3, 2, False), (5, 1, False),
                                                       (7, 2, False)])
