@@ -209,3 +209,28 @@ def test_pcie_files_that_are_no_accelerator(tmp_path, user, message):
     with pytest.raises(ProviderUnavailableError,
                        match=f"no Tessera accelerator at {prefix}: .*{message}"):
         PCIeProvider(str(prefix))
+
+
+@pytest.fixture(scope="module")
+def random_zoo(tmp_path_factory):
+    from models.zoo import random_models
+
+    out = tmp_path_factory.mktemp("zoo")
+    return {name: random_models.build(name, out) for name in random_models.MODELS}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet8", "dwsep"])
+def test_random_zoo_models_on_the_twin_match_cpu(sim, random_zoo, name, seed):
+    """Every zoo model: the twin and the CPU provider give identical outputs (the layers
+    too large for this small twin's buffers run split into passes)."""
+    from models.zoo import random_models
+
+    _, qdq_path = random_zoo[name]
+    x = random_models.random_inputs(np.random.default_rng(seed), 2)
+    (want,) = InferenceSession(qdq_path, providers=["cpu"]).run(None, {"input": x})
+    session = InferenceSession(qdq_path, providers=[sim, "cpu"])
+    (got,) = session.run(None, {"input": x})
+    assert_identical(got, want, f"zoo {name}, input_seed={seed}")
+    on_twin = [entry["layer"] for entry in session.profile() if entry["provider"] == "sim"]
+    assert len(on_twin) >= 4, f"expected the convolutions on the twin, got {on_twin}"
