@@ -250,3 +250,31 @@ def test_gpu_identical_to_cpu(built, name, seed):
     (got,) = session.run(None, {"x": x})
     assert_identical(got, want, f"gpu model={name} input_seed={seed}")
     assert {p["provider"] for p in session.profile()} == {"gpu"}
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    from models.zoo import DIGITS_QDQ, random_models
+
+    out = tmp_path_factory.mktemp("zoo")
+    paths = {name: random_models.build(name, out)[1] for name in random_models.MODELS}
+    paths["digits"] = DIGITS_QDQ
+    return paths
+
+
+@pytest.mark.parametrize("name", ["digits", "resnet8", "dwsep"])
+def test_zoo_models_identical_to_cpu(zoo, name, seed):
+    """Every zoo model through providers=["opencl"] gives the CPU provider's outputs."""
+    from models.zoo import load_digits_split, random_models
+
+    rng = np.random.default_rng(seed)
+    if name == "digits":
+        x = load_digits_split()[2][rng.choice(450, 16, replace=False)]
+    else:
+        x = random_models.random_inputs(rng, 4)
+    feeds = {"input": x}
+    (want,) = InferenceSession(zoo[name], providers=["cpu"]).run(None, feeds)
+    session = InferenceSession(zoo[name], providers=["opencl"])
+    (got,) = session.run(None, feeds)
+    assert_identical(got, want, f"zoo {name}, seed={seed}")
+    assert {e["provider"] for e in session.profile()} == {"opencl"}
