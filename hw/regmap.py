@@ -148,6 +148,12 @@ def by_name():
     return {reg.name: reg for reg in REGISTERS}
 
 
+def field_constants(register):
+    """``(NAME_FIELD, shift, mask)`` of each field narrower than the whole register."""
+    return [(f"{register.name}_{f.name.upper()}", f.lsb, ((1 << f.width) - 1) << f.lsb)
+            for f in register.fields if f.width < 32]
+
+
 def python_module():
     """Text of ``sw_driver/regs.py``."""
     lines = ['"""Register offsets and fields of the Tessera accelerator.',
@@ -160,12 +166,8 @@ def python_module():
         lines.append(f"    {reg.name} = {reg.offset:#05x}")
     lines += ["", ""]
     for reg in REGISTERS:
-        for f in reg.fields:
-            if f.width == 32:
-                continue
-            prefix = f"{reg.name}_{f.name.upper()}"
-            lines.append(f"{prefix}_SHIFT = {f.lsb}")
-            lines.append(f"{prefix}_MASK = {((1 << f.width) - 1) << f.lsb:#x}")
+        for prefix, shift, mask in field_constants(reg):
+            lines += [f"{prefix}_SHIFT = {shift}", f"{prefix}_MASK = {mask:#x}"]
     lines += ["", "", "class Opcode(enum.IntEnum):", '    """Layer operations."""', ""]
     lines += [f"    {name} = {value}" for name, value in OPCODES.items()]
     return "\n".join(lines) + "\n"
@@ -180,12 +182,9 @@ def c_header():
              f"#define TESSERA_MAP_VERSION 0x{MAP_VERSION:x}u", ""]
     for reg in REGISTERS:
         lines.append(f"#define TESSERA_{reg.name} 0x{reg.offset:03x}u /* {reg.access} */")
-        for f in reg.fields:
-            if f.width == 32:
-                continue
-            prefix = f"TESSERA_{reg.name}_{f.name.upper()}"
-            lines.append(f"#define {prefix}_SHIFT {f.lsb}")
-            lines.append(f"#define {prefix}_MASK 0x{((1 << f.width) - 1) << f.lsb:x}u")
+        for prefix, shift, mask in field_constants(reg):
+            lines += [f"#define TESSERA_{prefix}_SHIFT {shift}",
+                      f"#define TESSERA_{prefix}_MASK 0x{mask:x}u"]
     lines.append("")
     for name, value in OPCODES.items():
         lines.append(f"#define TESSERA_OP_{name} {value}")
