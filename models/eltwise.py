@@ -9,7 +9,14 @@ the three ``(M, n)`` pairs are computed once per layer by :func:`add_multipliers
 import numpy as np
 
 from .conv import _check_zero_point
-from .requant import INT8_MAX, INT8_MIN, _as_int, _as_scale, quantize_multiplier, rounding_shift
+from .requant import (
+    INT8_MAX,
+    INT8_MIN,
+    _as_clamp,
+    _as_scale,
+    quantize_multiplier,
+    rounding_shift,
+)
 
 __all__ = ["ADD_LEFT_SHIFT", "add", "add_multipliers"]
 
@@ -102,10 +109,7 @@ def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
     za = _check_zero_point("a_zero_point", a_zero_point)
     zb = _check_zero_point("b_zero_point", b_zero_point)
     zy = _check_zero_point("y_zero_point", y_zero_point)
-    lo = _as_int("lo", lo, INT8_MIN, INT8_MAX)
-    hi = _as_int("hi", hi, INT8_MIN, INT8_MAX)
-    if lo > hi:
-        raise ValueError(f"lo must not exceed hi, got lo={lo} and hi={hi}")
+    lo, hi = _as_clamp(lo, hi)
     ma, na, mb, nb, my, ny = add_multipliers(a_scale, b_scale, y_scale)
     # |x - z| << 20 < 2**28 and M < 2**31: each product is below 2**59, far from overflow.
     a1 = rounding_shift((a.astype(np.int64) - za) << ADD_LEFT_SHIFT, np.int64(ma), np.int64(na))

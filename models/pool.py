@@ -16,7 +16,7 @@ from .requant import (
     INT8_MAX,
     INT8_MIN,
     INT32_MAX,
-    _as_int,
+    _as_clamp,
     _as_scale,
     quantize_multiplier,
     rounding_shift,
@@ -164,10 +164,7 @@ def avg_pool2d(x, kernel, stride=(1, 1), padding=(0, 0, 0, 0), *, x_scale, x_zer
     kernel, stride, padding = _check_window(kernel, stride, padding)
     zx = _check_zero_point("x_zero_point", x_zero_point)
     zy = _check_zero_point("y_zero_point", y_zero_point)
-    lo = _as_int("lo", lo, INT8_MIN, INT8_MAX)
-    hi = _as_int("hi", hi, INT8_MIN, INT8_MAX)
-    if lo > hi:
-        raise ValueError(f"lo must not exceed hi, got lo={lo} and hi={hi}")
+    lo, hi = _as_clamp(lo, hi)
     h, w = x.shape[2:]
     out_shape = _output_shape((h, w), kernel, stride, padding, (1, 1))
     top, left, bottom, right = padding
@@ -221,10 +218,7 @@ def global_avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, lo=INT8_MIN
     _check_array("x", x, np.int8, 4, "(N, C, H, W)")
     zx = _check_zero_point("x_zero_point", x_zero_point)
     zy = _check_zero_point("y_zero_point", y_zero_point)
-    lo = _as_int("lo", lo, INT8_MIN, INT8_MAX)
-    hi = _as_int("hi", hi, INT8_MIN, INT8_MAX)
-    if lo > hi:
-        raise ValueError(f"lo must not exceed hi, got lo={lo} and hi={hi}")
+    lo, hi = _as_clamp(lo, hi)
     hw = x.shape[2] * x.shape[3]
     if not 1 <= hw <= WINDOW_MAX:
         raise ValueError(f"x must have 1 to {WINDOW_MAX} pixels per channel, not {hw}")

@@ -137,6 +137,15 @@ def _as_int(name, value, low, high):
     return int(value)
 
 
+def _as_clamp(lo, hi):
+    """``(lo, hi)`` as ints in the int8 range with ``lo <= hi``, or a ValueError."""
+    lo = _as_int("lo", lo, INT8_MIN, INT8_MAX)
+    hi = _as_int("hi", hi, INT8_MIN, INT8_MAX)
+    if lo > hi:
+        raise ValueError(f"lo must not exceed hi, got lo={lo} and hi={hi}")
+    return lo, hi
+
+
 def _as_scale(name, value):
     """A positive finite scale as a Python float (float32 scales convert exactly)."""
     try:
@@ -222,10 +231,7 @@ def requantize(acc, multiplier, shift, zero_point, lo=INT8_MIN, hi=INT8_MAX, axi
     acc = np.asarray(acc)
     acc64 = _as_int_array("acc", acc, INT32_MIN, INT32_MAX)
     zero_point = _as_int("zero_point", zero_point, INT8_MIN, INT8_MAX)
-    lo = _as_int("lo", lo, INT8_MIN, INT8_MAX)
-    hi = _as_int("hi", hi, INT8_MIN, INT8_MAX)
-    if lo > hi:
-        raise ValueError(f"lo must not exceed hi, got lo={lo} and hi={hi}")
+    lo, hi = _as_clamp(lo, hi)
     per_channel = np.size(multiplier) > 1 or np.size(shift) > 1
     if per_channel:
         # The axis matters only for per-channel parameters; per-tensor ones fit any shape.
