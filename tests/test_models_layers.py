@@ -10,22 +10,12 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from assertions import assert_exact
 
 from models.conv import K_MAX_WRAP_FREE, conv2d, dense, depthwise_conv2d
 from models.eltwise import ADD_LEFT_SHIFT, add, add_multipliers
 from models.pool import avg_pool2d, avg_pool_multipliers, global_avg_pool, max_pool2d
 from models.requant import INT32_MAX
-
-
-def _assert_equal(actual, expected, what):
-    """Exact comparison that names the first differing index and both values."""
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    bad = np.argwhere(actual != expected)
-    if bad.size:
-        index = tuple(int(i) for i in bad[0])
-        pytest.fail(f"{what}: {len(bad)} elements differ; first at index {index}: "
-                    f"got {actual[index]}, expected {expected[index]}")
 
 
 def _random_int8(rng, shape):
@@ -93,7 +83,7 @@ def test_conv2d_matches_loop_reference(kernel, stride, zx):
     got = conv2d(x, wt, bias, x_zero_point=zx, stride=(stride, stride), padding=pads)
     assert got.dtype == np.int32
     what = f"seed={seed} x={x.shape} w={wt.shape} stride={stride} pads={pads} zx={zx}"
-    _assert_equal(got, _conv_reference(x, wt, bias, zx, (stride, stride), pads), what)
+    assert_exact(got, _conv_reference(x, wt, bias, zx, (stride, stride), pads), what)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5, 6])
@@ -115,7 +105,7 @@ def test_conv2d_groups_dilation_asymmetric(seed):
     expected = _conv_reference(x, wt, None, zx, stride, pads, dilation, groups)
     what = (f"seed={seed} groups={groups} x={x.shape} w={wt.shape} stride={stride} "
             f"pads={pads} dilation={dilation} zx={zx}")
-    _assert_equal(got, expected, what)
+    assert_exact(got, expected, what)
 
 
 def test_conv2d_padding_is_the_zero_point():
@@ -124,7 +114,7 @@ def test_conv2d_padding_is_the_zero_point():
     wt = np.full((3, 2, 3, 3), 100, dtype=np.int8)
     bias = np.array([5, -6, 7], dtype=np.int32)
     got = conv2d(x, wt, bias, x_zero_point=-7, padding=2)
-    _assert_equal(got, np.broadcast_to(bias[None, :, None, None], (1, 3, 6, 6)), "z_x pad")
+    assert_exact(got, np.broadcast_to(bias[None, :, None, None], (1, 3, 6, 6)), "z_x pad")
 
 
 def test_conv2d_worst_case_magnitude_is_exact():
@@ -161,7 +151,7 @@ def test_depthwise_matches_loop_reference(seed, kernel, stride):
     bias = rng.integers(-1000, 1000, size=c, dtype=np.int32)
     got = depthwise_conv2d(x, wt, bias, x_zero_point=zx, stride=stride, padding=pads)
     expected = _conv_reference(x, wt, bias, zx, (stride, stride), pads, groups=c)
-    _assert_equal(got, expected, f"seed={seed} c={c} {h}x{w} k={kernel} s={stride} "
+    assert_exact(got, expected, f"seed={seed} c={c} {h}x{w} k={kernel} s={stride} "
                                  f"pads={pads} zx={zx}")
 
 
@@ -177,7 +167,7 @@ def test_dense_matches_reference(seed):
     expected = np.array([[int(bias[j]) + sum((int(x[i, q]) - zx) * int(wt[j, q])
                                              for q in range(k)) for j in range(o)]
                          for i in range(n)])
-    _assert_equal(dense(x, wt, bias, x_zero_point=zx), expected, f"seed={seed} N={n} K={k} "
+    assert_exact(dense(x, wt, bias, x_zero_point=zx), expected, f"seed={seed} N={n} K={k} "
                                                                   f"O={o} zx={zx}")
 
 
@@ -214,12 +204,12 @@ def test_max_pool_matches_reference(kernel, stride, seed):
         if expected is None:
             expected = np.zeros((2, 3) + out_shape, dtype=np.int64)
         expected[b, c, i, j] = window.max()
-    _assert_equal(got, expected, f"seed={seed} {h}x{w} k={kernel} s={stride} pads={pads}")
+    assert_exact(got, expected, f"seed={seed} {h}x{w} k={kernel} s={stride} pads={pads}")
 
 
 def test_max_pool_padding_never_wins():
     x = np.full((1, 1, 3, 3), -128, dtype=np.int8)
-    _assert_equal(max_pool2d(x, 3, 1, 2), np.full((1, 1, 5, 5), -128), "all -128, pad 2")
+    assert_exact(max_pool2d(x, 3, 1, 2), np.full((1, 1, 5, 5), -128), "all -128, pad 2")
 
 
 @pytest.mark.parametrize("count_include_pad", [False, True])
@@ -250,7 +240,7 @@ def test_avg_pool_matches_reference(kernel, stride, seed, count_include_pad):
         if -128 <= ideal <= 127:
             assert abs(got[b, c, i, j] - ideal) <= Fraction(1, 2) + abs(ideal - zy) / 2**30, \
                 f"{what} at {(b, c, i, j)}"
-    _assert_equal(got, expected, what)
+    assert_exact(got, expected, what)
 
 
 @pytest.mark.parametrize("seed, h, w", [(71, 1, 1), (72, 7, 7), (73, 5, 9), (74, 14, 3)])
@@ -264,7 +254,7 @@ def test_global_avg_pool_matches_reference(seed, h, w):
     (m,), (n,) = avg_pool_multipliers(sx, sy, [h * w])
     expected = np.array([[[[_requant_int(int((x[b, c].astype(np.int64) - zx).sum()), m, n, zy)]]
                           for c in range(5)] for b in range(2)])
-    _assert_equal(got, expected, f"seed={seed} {h}x{w} sx={sx} zx={zx} sy={sy} zy={zy}")
+    assert_exact(got, expected, f"seed={seed} {h}x{w} sx={sx} zx={zx} sy={sy} zy={zy}")
 
 
 def test_avg_pool_same_scale_is_rounded_mean():
@@ -298,7 +288,7 @@ def test_add_matches_definition_and_float(seed):
         min(max(zy + step(step((int(p) - za) << ADD_LEFT_SHIFT, ma, na)
                           + step((int(q) - zb) << ADD_LEFT_SHIFT, mb, nb), my, ny), -128), 127)
         for p, q in zip(a.ravel(), b.ravel(), strict=True)]).reshape(a.shape)
-    _assert_equal(got, expected, what)
+    assert_exact(got, expected, what)
     ideal = np.clip((sa * (a - float(za)) + sb * (b - float(zb))) / sy + zy, -128, 127)
     # 1/2 LSB of final rounding plus the fixed-point error, far below 1e-3 LSB here.
     error = np.abs(got - ideal)
@@ -310,14 +300,14 @@ def test_add_equal_scales_is_exact_sum():
     rng = np.random.default_rng(90)
     a, b = _random_int8(rng, (64,)), _random_int8(rng, (64,))
     got = add(a, 0.05, 0, b, 0.05, 0, 0.05, 0)
-    _assert_equal(got, np.clip(a.astype(int) + b.astype(int), -128, 127), "seed=90 equal scales")
+    assert_exact(got, np.clip(a.astype(int) + b.astype(int), -128, 127), "seed=90 equal scales")
 
 
 def test_add_broadcasts_and_clamps():
     a = np.array([[10], [-10]], dtype=np.int8)
     b = np.array([1, 2, 3], dtype=np.int8)
     got = add(a, 1.0, 0, b, 1.0, 0, 1.0, 0, lo=0, hi=11)
-    _assert_equal(got, np.array([[11, 11, 11], [0, 0, 0]]), "broadcast + clamp")
+    assert_exact(got, np.array([[11, 11, 11], [0, 0, 0]]), "broadcast + clamp")
 
 
 # --- argument errors -----------------------------------------------------------------------

@@ -5,6 +5,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from assertions import assert_exact
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,15 +29,6 @@ REAL_MIN = 2.0**-32
 REAL_MAX = 2.0**30 * (1 - 2.0**-31)  # just below the first value that needs shift 0
 
 
-def _assert_equal(actual, expected, what):
-    """Exact comparison that names the first differing index and both values."""
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
-    bad = np.argwhere(actual != expected)
-    if bad.size:
-        index = tuple(int(i) for i in bad[0])
-        pytest.fail(f"{what}: {len(bad)} elements differ; first at index {index}: "
-                    f"got {actual[index]}, expected {expected[index]}")
 
 
 def _reference(acc, m, n, z, lo, hi):
@@ -126,7 +118,7 @@ def test_requantize_matches_python_ints(accs, m, n, z, a, b):
     got = requantize(np.array(accs, dtype=np.int32), m, n, z, lo, hi, axis=0)
     assert got.dtype == np.int8
     expected = [_reference(acc, m, n, z, lo, hi) for acc in accs]
-    _assert_equal(got, np.array(expected), f"M={m} n={n} z={z} lo={lo} hi={hi}")
+    assert_exact(got, np.array(expected), f"M={m} n={n} z={z} lo={lo} hi={hi}")
 
 
 @PROPERTY
@@ -165,12 +157,12 @@ def test_requantize_extremes_do_not_overflow(n):
         acc = np.array(EXTREME_ACCS, dtype=np.int32)
         raw = rounding_shift(acc.astype(np.int64), np.int64(m), np.int64(n))
         expected_raw = [(int(a) * m + (1 << (n - 1))) >> n for a in EXTREME_ACCS]
-        _assert_equal(raw, np.array(expected_raw, dtype=object).astype(np.int64),
+        assert_exact(raw, np.array(expected_raw, dtype=object).astype(np.int64),
                       f"raw M={m} n={n}")
         for z in (-128, 0, 127):
             got = requantize(acc, m, n, z, axis=0)
             expected = [_reference(int(a), m, n, z, -128, 127) for a in EXTREME_ACCS]
-            _assert_equal(got, np.array(expected), f"M={m} n={n} z={z}")
+            assert_exact(got, np.array(expected), f"M={m} n={n} z={z}")
 
 
 def test_requantize_extreme_values_by_hand():
@@ -211,7 +203,7 @@ def test_requantize_per_channel_axis(seed, layout, axis):
     for index in np.ndindex(moved.shape):
         c = index[-1]
         expected[index] = _reference(int(moved[index]), int(m[c]), int(n[c]), z, -128, 127)
-    _assert_equal(got, np.moveaxis(expected, -1, axis), f"seed={seed} layout={layout}")
+    assert_exact(got, np.moveaxis(expected, -1, axis), f"seed={seed} layout={layout}")
 
 
 def test_requantize_accepts_any_integer_dtype_in_range():
@@ -219,7 +211,7 @@ def test_requantize_accepts_any_integer_dtype_in_range():
         acc = np.arange(0, 100, 7).astype(dtype)
         # Per-tensor parameters need no valid axis: the default axis=1 is fine for 1-D acc.
         got = requantize(acc, MULTIPLIER_MIN, 31, -5)
-        _assert_equal(got, np.array([_reference(int(a), MULTIPLIER_MIN, 31, -5, -128, 127)
+        assert_exact(got, np.array([_reference(int(a), MULTIPLIER_MIN, 31, -5, -128, 127)
                                      for a in acc]), f"dtype={dtype}")
 
 
@@ -282,7 +274,7 @@ def test_activation_range_fusion_is_exact():
             return np.clip(np.rint(v / scale) + z, -128, 127)
 
         lo, hi = activation_range("relu6", z, scale)
-        _assert_equal(np.clip(quantize(real), lo, hi), quantize(np.clip(real, 0, 6)),
+        assert_exact(np.clip(quantize(real), lo, hi), quantize(np.clip(real, 0, 6)),
                       f"seed=7 trial={trial} scale={scale} z={z}")
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import pyopencl as cl
 import pytest
 import qdq_models
+from assertions import assert_exact
 
 from sw_driver import InferenceSession
 from sw_driver.errors import ProviderUnavailableError
@@ -50,13 +51,8 @@ def _inputs(shape, batch, seed):
 
 
 def assert_identical(got, want, what):
-    """Bit-for-bit equality; on failure name the case and the first differing index."""
-    assert got.shape == want.shape and got.dtype == want.dtype, \
-        f"{what}: {got.shape} {got.dtype} != {want.shape} {want.dtype}"
-    if not np.array_equal(got, want):
-        index = tuple(int(i) for i in np.argwhere(got != want)[0])
-        pytest.fail(f"{what}: {int((got != want).sum())} elements differ; first at {index}: "
-                    f"opencl {got[index]!r}, cpu {want[index]!r}")
+    """Bit-for-bit equality, dtype included."""
+    assert_exact(got, want, what, names=("opencl", "cpu"), same_dtype=True)
 
 
 @pytest.mark.parametrize("batch", [1, 5])

@@ -9,6 +9,7 @@ and fallback tests use ordinary files and run everywhere.
 import numpy as np
 import pytest
 import qdq_models
+from assertions import assert_exact
 from onnx import helper
 
 from hw.config import ArrayConfig
@@ -72,12 +73,8 @@ def _refused_model(tmp):
 
 
 def assert_identical(got, want, what):
-    assert got.shape == want.shape and got.dtype == want.dtype, \
-        f"{what}: {got.shape} {got.dtype} != {want.shape} {want.dtype}"
-    if not np.array_equal(got, want):
-        index = tuple(int(i) for i in np.argwhere(got != want)[0])
-        pytest.fail(f"{what}: {int((got != want).sum())} elements differ; first at {index}: "
-                    f"sim {got[index]!r}, cpu {want[index]!r}")
+    """Bit-for-bit equality, dtype included."""
+    assert_exact(got, want, what, names=("sim", "cpu"), same_dtype=True)
 
 
 def _on(session, provider_name):

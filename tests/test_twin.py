@@ -3,6 +3,7 @@ bit-exact with the golden models, faults reported and recovered from, waveforms.
 
 import numpy as np
 import pytest
+from assertions import assert_exact
 
 from hw.config import ArrayConfig
 from hw.conv_config import ConvEngineConfig
@@ -42,10 +43,7 @@ def requant_params(rng, channels):
 
 
 def check(got, want, seed, label):
-    if not np.array_equal(got, want):
-        index = tuple(int(i) for i in np.argwhere(got != want)[0])
-        raise AssertionError(f"seed={seed} {label}: first difference at {list(index)}: "
-                             f"twin {got[index]} != golden {want[index]}")
+    assert_exact(got, want, f"seed={seed} {label}", names=("twin", "golden"))
 
 
 def test_discovery(accelerator):
