@@ -20,7 +20,7 @@ harmless for the partial sums of an int32 accumulator; only the final value has 
 
 import numpy as np
 
-from .requant import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN
+from .requant import INT8_MAX, INT8_MIN, INT32_MAX, INT32_MIN, _as_int
 
 __all__ = [
     "conv2d",
@@ -51,11 +51,7 @@ def _check_array(name, value, dtype, ndim, layout):
 
 
 def _check_zero_point(name, value):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer in [-128, 127], not {value!r}")
-    if not INT8_MIN <= int(value) <= INT8_MAX:
-        raise ValueError(f"{name} must be an integer in [-128, 127], not {int(value)}")
-    return int(value)
+    return _as_int(name, value, INT8_MIN, INT8_MAX)
 
 
 def _positive_pair(name, value):
