@@ -254,6 +254,18 @@ class _UsageError(Exception):
     """A bad argument of the runtime commands, reported in one line."""
 
 
+def _load_npy(path, what):
+    """The array in ``path``, or a one-line usage error naming ``what`` and the file."""
+    import numpy as np
+
+    try:
+        return np.load(path, allow_pickle=False)
+    except OSError as exc:
+        raise _UsageError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise _UsageError(f"{path!r} is not a .npy array file: {exc}") from exc
+
+
 def _one_line(error):
     return " ".join(str(error).split())
 
@@ -281,13 +293,7 @@ def _run_inputs(args, session):
         _, _, x, y = load_digits_split()
         return x, y
     if args.input:
-        try:
-            x = np.load(args.input, allow_pickle=False)
-        except OSError as exc:
-            raise _UsageError(f"cannot read input {args.input!r}: "
-                              f"{exc.strerror or exc}") from exc
-        except ValueError as exc:
-            raise _UsageError(f"{args.input!r} is not a .npy array file: {exc}") from exc
+        x = _load_npy(args.input, "input")
         if x.dtype.kind not in "fiu":
             raise _UsageError(f"{args.input!r} holds {x.dtype} values, not numbers")
         if shape and x.ndim == len(shape) - 1:
@@ -376,7 +382,6 @@ def cmd_run(args):
 
 
 def cmd_quantize(args):
-    import numpy as np
 
     from sw_driver.errors import TesseraError
     from sw_driver.quantize import quantize_file
@@ -387,14 +392,7 @@ def cmd_quantize(args):
 
             data = load_digits_split()[0]
         else:
-            try:
-                data = np.load(args.calibration, allow_pickle=False)
-            except OSError as exc:
-                raise _UsageError(f"cannot read calibration data {args.calibration!r}: "
-                                  f"{exc.strerror or exc}") from exc
-            except ValueError as exc:
-                raise _UsageError(f"{args.calibration!r} is not a .npy array file: "
-                                  f"{exc}") from exc
+            data = _load_npy(args.calibration, "calibration data")
         started = time.perf_counter()
         out = quantize_file(args.model, args.output, data, method=args.method,
                             percentile=args.percentile)
