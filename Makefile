@@ -21,6 +21,7 @@ help:
 	@echo "make verilog [R=8 C=8]         Verilog of the array into build/"
 	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
 	@echo "make bench                     benchmarks into bench/results/*.json"
+	@echo "make lint                      ruff"
 	@echo "make clean                     remove build/ and bench results"
 	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
 	@echo "make quantize [MODEL=x.onnx] [CALIB=digits|x.npy] [METHOD=minmax] [OUT=y.onnx]"
