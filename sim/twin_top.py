@@ -1,10 +1,11 @@
-"""The accelerator top as the twin compiles it: the same design, with its reset registered.
+"""The accelerator top as the twin compiles it: the same core, with every input registered.
 
-Amaranth's synchronous reset makes every register's next-state logic depend on the ``rst``
-input. Verilator re-evaluates logic that depends on a top-level input on every ``eval()``,
-twice a cycle, which made the 8x8 twin ~15x slower than it needs to be. Registering the
-reset inside the design moves all of that logic to once per clock edge. The only visible
-difference is that reset takes effect one cycle later.
+Verilator re-evaluates all logic that depends on a top-level input on every ``eval()``,
+twice a cycle, and Amaranth's synchronous reset makes every register's next-state logic
+depend on the ``rst`` input. Registering the reset and the other inputs (CSR port, stream
+valid/payload/ready, fault line) leaves nothing for that per-``eval`` pass: all logic runs
+once per clock edge. The cost is one cycle of latency on each input, which the harness
+(``sim/twin/harness.cpp``) accounts for.
 """
 
 from amaranth import ClockDomain, Module, Signal
@@ -15,11 +16,19 @@ from hw.top import AcceleratorTop
 
 
 class TwinTop(wiring.Component):
-    """``AcceleratorTop`` with ports ``clock`` and ``reset`` instead of ``clk``/``rst``."""
+    """``AcceleratorTop`` with registered inputs and ports ``clock``/``reset``.
+
+    What changes at the ports: a CSR access reaches the core one cycle after it is driven;
+    ``h2c`` is a pipeline register (full throughput, ``ready`` from flip-flops);
+    ``c2h.ready`` reaches the core one cycle late, so ``c2h.valid`` here means "the core
+    hands over a beat this cycle" and the harness takes every beat it shows. ``flush``
+    empties the ``h2c`` register, as aborting a transfer empties a bridge's FIFO.
+    """
 
     def __init__(self, config):
         self.core = AcceleratorTop(config)
-        super().__init__({**dict(self.core.signature.members), "clock": In(1), "reset": In(1)})
+        super().__init__({**dict(self.core.signature.members), "clock": In(1), "reset": In(1),
+                          "flush": In(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -29,7 +38,28 @@ class TwinTop(wiring.Component):
         m.d.comb += [sync.clk.eq(self.clock), unreset.clk.eq(self.clock), sync.rst.eq(reset)]
         m.d.unreset += reset.eq(self.reset)
         m.submodules.core = core = self.core
-        for name in ("csr", "h2c", "c2h"):
-            wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(core, name))
-        m.d.comb += [self.irq.eq(core.irq), core.dbg_force_error.eq(self.dbg_force_error)]
+
+        csr = core.csr
+        m.d.sync += [csr.addr.eq(self.csr.addr), csr.w_data.eq(self.csr.w_data),
+                     csr.w_en.eq(self.csr.w_en), csr.r_en.eq(self.csr.r_en)]
+        m.d.comb += self.csr.r_data.eq(csr.r_data)
+
+        h2c_valid = Signal()
+        h2c_payload = Signal.like(self.h2c.payload)
+        m.d.comb += [self.h2c.ready.eq(~h2c_valid | core.h2c.ready),
+                     core.h2c.valid.eq(h2c_valid), core.h2c.payload.eq(h2c_payload)]
+        with m.If(self.h2c.ready):
+            m.d.sync += [h2c_valid.eq(self.h2c.valid), h2c_payload.eq(self.h2c.payload)]
+        with m.If(self.flush):
+            m.d.sync += h2c_valid.eq(0)
+
+        c2h_ready = Signal()
+        m.d.sync += c2h_ready.eq(self.c2h.ready)
+        m.d.comb += [core.c2h.ready.eq(c2h_ready),
+                     self.c2h.valid.eq(core.c2h.valid & c2h_ready),
+                     self.c2h.payload.eq(core.c2h.payload)]
+
+        force_error = Signal()
+        m.d.sync += force_error.eq(self.dbg_force_error)
+        m.d.comb += [self.irq.eq(core.irq), core.dbg_force_error.eq(force_error)]
         return m

@@ -59,7 +59,7 @@ struct Twin {
         top->clock = 0;
         top->eval();
         const bool h2c_fire = sending && top->h2c___05Fready;
-        const bool c2h_fire = top->c2h___05Fvalid && top->c2h___05Fready;
+        const bool c2h_fire = top->c2h___05Fvalid;  // already qualified by the twin's ready
         const uint64_t c2h_word = top->c2h___05Fpayload;
         dump();
         top->clock = 1;
@@ -125,6 +125,7 @@ void twin_reset(void* handle, int cycles) {
     twin->fault = FAULT_NONE;
     twin->last_seen = false;
     twin->top->reset = 1;
+    twin->top->flush = 0;
     twin->top->csr___05Fw_en = 0;
     twin->top->csr___05Fr_en = 0;
     for (int i = 0; i < cycles; ++i) twin->tick();
@@ -137,16 +138,18 @@ void twin_csr_write(void* handle, uint32_t offset, uint32_t value) {
     twin->top->csr___05Faddr = offset;
     twin->top->csr___05Fw_data = value;
     twin->top->csr___05Fw_en = 1;
-    twin->tick();
+    twin->tick();  // into the twin's input register
     twin->top->csr___05Fw_en = 0;
+    twin->tick();  // into the core
 }
 
 uint32_t twin_csr_read(void* handle, uint32_t offset) {
     auto* twin = static_cast<Twin*>(handle);
     twin->top->csr___05Faddr = offset;
     twin->top->csr___05Fr_en = 1;
-    twin->tick();
+    twin->tick();  // into the twin's input register
     twin->top->csr___05Fr_en = 0;
+    twin->tick();  // the core answers
     return twin->top->csr___05Fr_data;
 }
 
@@ -173,6 +176,9 @@ void twin_dma_flush(void* handle) {
     auto* twin = static_cast<Twin*>(handle);
     twin->to_device.clear();
     twin->from_device.clear();
+    twin->top->flush = 1;  // and the word in the twin's input register (sim/twin_top.py)
+    twin->tick();
+    twin->top->flush = 0;
 }
 
 uint64_t twin_dma_available(void* handle) {
