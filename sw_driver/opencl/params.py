@@ -5,6 +5,7 @@ index arithmetic); the messages name the argument as the golden models do.
 """
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -15,6 +16,7 @@ __all__ = [
     "check_int8",
     "check_reduction",
     "clamp_range",
+    "conv_arguments",
     "conv_geometry",
     "is_int",
     "pair",
@@ -138,3 +140,35 @@ def conv_geometry(x_shape, kernel, stride, pads, dilation, pool):
         raise ValueError(f"a fused 2x2 max pool needs a convolution output of at least 2x2, "
                          f"not {oh}x{ow}")
     return (oh, ow, oh // 2, ow // 2) if pool else (oh, ow, oh, ow)
+
+
+_normalize_padding = padding  # conv_arguments' keyword `padding` hides the function
+
+
+class ConvArguments(NamedTuple):
+    """The checked scalar arguments of a convolution and its output size."""
+
+    zx: int
+    zy: int
+    lo: int
+    hi: int
+    stride: tuple
+    dilation: tuple
+    pads: tuple
+    oh: int  # convolution output, before the fused pool
+    ow: int
+    out_h: int  # stored output
+    out_w: int
+
+
+def conv_arguments(x_shape, kernel, *, x_zero_point, y_zero_point, lo, hi, stride, padding,
+                   dilation, pool):
+    """Check a convolution's zero points, clamp, stride, padding and dilation (in that
+    order) and compute its geometry (:func:`conv_geometry`)."""
+    zx = zero_point("x_zero_point", x_zero_point)
+    zy = zero_point("y_zero_point", y_zero_point)
+    lo, hi = clamp_range(lo, hi)
+    stride, dilation = pair("stride", stride), pair("dilation", dilation)
+    pads = _normalize_padding(padding)
+    return ConvArguments(zx, zy, lo, hi, stride, dilation, pads,
+                         *conv_geometry(x_shape, kernel, stride, pads, dilation, pool))

@@ -347,22 +347,18 @@ class OpenCLRuntime:
             raise ValueError(
                 f"x has {c} channels but the weights expect C = {wt.in_channels_per_group} "
                 f"x groups {wt.groups} = {wt.in_channels_per_group * wt.groups}")
-        zx = params.zero_point("x_zero_point", x_zero_point)
-        zy = params.zero_point("y_zero_point", y_zero_point)
-        lo, hi = params.clamp_range(lo, hi)
-        stride, dilation = params.pair("stride", stride), params.pair("dilation", dilation)
-        pads = params.padding(padding)
-        oh, ow, out_h, out_w = params.conv_geometry((h, w), wt.kernel, stride, pads, dilation,
-                                                    pool)
-        y = self.empty((n, wt.out_channels, out_h, out_w))
+        a = params.conv_arguments((h, w), wt.kernel, x_zero_point=x_zero_point,
+                                  y_zero_point=y_zero_point, lo=lo, hi=hi, stride=stride,
+                                  padding=padding, dilation=dilation, pool=pool)
+        y = self.empty((n, wt.out_channels, a.out_h, a.out_w))
         og = wt.out_channels // wt.groups
         geometry = _vector([n, c, h, w, wt.in_channels_per_group, og, wt.padded_out_per_group,
-                            *wt.kernel, *stride, pads[0], pads[1], *dilation, oh],
+                            *wt.kernel, *a.stride, a.pads[0], a.pads[1], *a.dilation, a.oh],
                            cltypes.int16)
-        quant = _vector([ow, zx, zy, lo, hi, wt.out_channels,
+        quant = _vector([a.ow, a.zx, a.zy, a.lo, a.hi, wt.out_channels,
                          wt.in_channels_per_group * wt.kernel[0] * wt.kernel[1]], cltypes.int8)
-        hn = _row_neighbours(pool, wt.kernel, out_w)
-        cols = out_h * -(-out_w // hn)
+        hn = _row_neighbours(pool, wt.kernel, a.out_w)
+        cols = a.out_h * -(-a.out_w // hn)
         groups = (-(-(n * cols) // _GROUP[0]), wt.padded_out_per_group // wt.tile_out,
                   wt.groups)
         name = (("conv_requant_pool2" if pool else "conv_requant")
@@ -407,19 +403,15 @@ class OpenCLRuntime:
         if c != weights.channels:
             raise ValueError(f"x has {c} channels but the depthwise weights have "
                              f"{weights.channels}")
-        zx = params.zero_point("x_zero_point", x_zero_point)
-        zy = params.zero_point("y_zero_point", y_zero_point)
-        lo, hi = params.clamp_range(lo, hi)
-        stride, dilation = params.pair("stride", stride), params.pair("dilation", dilation)
-        pads = params.padding(padding)
-        oh, ow, out_h, out_w = params.conv_geometry((h, w), weights.kernel, stride, pads,
-                                                    dilation, pool)
-        y = self.empty((n, c, out_h, out_w))
-        geometry = _vector([n, c, h, w, 1, 1, 1, *weights.kernel, *stride, pads[0], pads[1],
-                            *dilation, oh], cltypes.int16)
-        quant = _vector([ow, zx, zy, lo, hi, c, 0], cltypes.int8)
+        a = params.conv_arguments((h, w), weights.kernel, x_zero_point=x_zero_point,
+                                  y_zero_point=y_zero_point, lo=lo, hi=hi, stride=stride,
+                                  padding=padding, dilation=dilation, pool=pool)
+        y = self.empty((n, c, a.out_h, a.out_w))
+        geometry = _vector([n, c, h, w, 1, 1, 1, *weights.kernel, *a.stride, a.pads[0],
+                            a.pads[1], *a.dilation, a.oh], cltypes.int16)
+        quant = _vector([a.ow, a.zx, a.zy, a.lo, a.hi, c, 0], cltypes.int8)
         self._launch("depthwise_requant_pool2" if pool else "depthwise_requant",
-                     (_round_up(out_h * out_w, _LINEAR_GROUP), n * c), (_LINEAR_GROUP, 1),
+                     (_round_up(a.out_h * a.out_w, _LINEAR_GROUP), n * c), (_LINEAR_GROUP, 1),
                      x.buffer, weights.w, weights.bias, weights.multiplier, weights.shift,
                      y.buffer, self._status, geometry, quant)
         return self._output(y, numpy_io)
