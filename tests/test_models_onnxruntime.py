@@ -9,7 +9,6 @@ parameters read from the QDQ model. Contract: at most 1 LSB on every element, ma
 exact.
 """
 
-import logging
 from collections import defaultdict
 
 import numpy as np
@@ -24,24 +23,20 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
+# Importing qdq_models also quiets quantize_static's per-call pre-processing advice.
+from qdq_models import CALIBRATION_BATCHES, IR_VERSION, OPSET
+
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.eltwise import add
 from models.pool import avg_pool2d, global_avg_pool, max_pool2d
 from models.requant import activation_range, quantize_multiplier, requantize
 
-OPSET = 13
-IR_VERSION = 8  # onnx writes a newer IR than this onnxruntime loads; 8 covers opset 13
-CALIBRATION_BATCHES = 4
 # "fused": what onnxruntime really runs (integer kernels); "unfused": the QDQ float
 # reference (DequantizeLinear -> float op -> QuantizeLinear).
 LEVELS = {
     "fused": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     "unfused": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
-
-# quantize_static logs a "consider pre-processing" warning on every call; it is advice for
-# real models, not a problem with these tiny graphs.
-logging.getLogger().setLevel(logging.ERROR)
 
 
 def _compare(actual, expected, *, tolerance, what):
