@@ -24,6 +24,8 @@ __kernel void naive_conv(__global const char *x, __global const char *w,
                     acc += (x[((n * C + c) * H + iy) * W + ix] - zx)
                            * w[((o * C + c) * KH + u) * KW + v];
             }
-    const long scaled = ((long)(acc + bias[o]) * mult[o] + (1L << (shift[o] - 1))) >> shift[o];
+    // Tessera's rounding (models/requant.py): nearest, ties to even.
+    const long p = (long)(acc + bias[o]) * mult[o];
+    const long scaled = (p + (1L << (shift[o] - 1)) - 1 + ((p >> shift[o]) & 1)) >> shift[o];
     y[((n * O + o) * oh + i) * ow + j] = (char)clamp(scaled + zy, -128L, 127L);
 }

@@ -2,10 +2,12 @@
 
 The hardware twin of ``models.eltwise.add`` (TFLite's quantized ADD), per lane::
 
-    a1 = ((a - z_a) * 2**20 * M_a + 2**(n_a-1)) >> n_a
-    b1 = ((b - z_b) * 2**20 * M_b + 2**(n_b-1)) >> n_b
-    y  = clamp(z_y + (((a1 + b1) * M_y + 2**(n_y-1)) >> n_y), lo, hi)
+    a1 = rnd((a - z_a) * 2**20, M_a, n_a)
+    b1 = rnd((b - z_b) * 2**20, M_b, n_b)
+    y  = clamp(z_y + rnd(a1 + b1, M_y, n_y), lo, hi)
 
+where ``rnd(v, M, n)`` is ``hw.fixedpoint.rounding_shift``: ``v * M / 2**n`` rounded half
+to even,
 with the six multiplier/shift constants from ``models.eltwise.add_multipliers``.
 """
 

@@ -69,17 +69,18 @@ def add(a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_poin
         lo=INT8_MIN, hi=INT8_MAX):
     """Quantized residual add ``y ~= (s_a (a - z_a) + s_b (b - z_b)) / s_y + z_y``.
 
-    Definition (``>>`` arithmetic, all products exact in int64, see :func:`add_multipliers`
-    for the parameters)::
+    Definition (all products exact in int64, ``rnd(v, M, n)`` is
+    :func:`models.requant.rounding_shift`, i.e. ``v * M / 2**n`` rounded half to even; see
+    :func:`add_multipliers` for the parameters)::
 
-        a1 = ((a - z_a) * 2**20 * M_a + 2**(n_a-1)) >> n_a     # |a1| < 2**27
-        b1 = ((b - z_b) * 2**20 * M_b + 2**(n_b-1)) >> n_b     # |b1| < 2**27
-        y  = clamp(z_y + (((a1 + b1) * M_y + 2**(n_y-1)) >> n_y), lo, hi)
+        a1 = rnd((a - z_a) * 2**20, M_a, n_a)                  # |a1| < 2**27
+        b1 = rnd((b - z_b) * 2**20, M_b, n_b)                  # |b1| < 2**27
+        y  = clamp(z_y + rnd(a1 + b1, M_y, n_y), lo, hi)
 
     The input roundings are at 2**-20 of the larger input scale, so they move the result by
     about ``2**-19 * max(s_a, s_b) / s_y`` output LSB; the final rounding is to nearest with
-    ties toward +inf. onnxruntime's ``QLinearAdd`` evaluates the same sum in float32 and
-    rounds ties to even, so the two agree within 1 LSB.
+    ties to even, like ONNX QuantizeLinear. onnxruntime's ``QLinearAdd`` evaluates the same
+    sum in float32 and rounds ties to even, so the two agree within 1 LSB.
 
     Parameters
     ----------

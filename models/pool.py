@@ -4,9 +4,11 @@ Max pooling is exact and needs no requantization (the output keeps the input's s
 zero point). Average pooling divides by the window size with a fixed-point multiplier from
 :func:`models.requant.quantize_multiplier`, one per distinct divisor, so the whole layer is
 integer-only given that small table. onnxruntime's ``QLinearAveragePool`` /
-``QLinearGlobalAveragePool`` compute the same quotient in float32 and round half to even;
-the definitions below round half toward +inf from an exact 64-bit product, so they agree
-within 1 LSB (measured in ``tests/test_models_onnxruntime.py``).
+``QLinearGlobalAveragePool`` (and the unfused DequantizeLinear → AveragePool →
+QuantizeLinear) compute the same quotient in float32 and round half to even; the
+definitions below round the exact quotient half to even too, from an exact 64-bit product,
+so they differ only where float32 rounding moves a value across a tie (measured in
+``tests/test_models_onnxruntime.py``).
 """
 
 import numpy as np
@@ -136,12 +138,12 @@ def avg_pool2d(x, kernel, stride=(1, 1), padding=(0, 0, 0, 0), *, x_scale, x_zer
         count = kh * kw                      if count_include_pad
                 number of (p, q) in W inside the image   otherwise
         M, k  = quantize_multiplier(x_scale / (y_scale * count))
-        y     = clamp(y_zero_point + ((s * M + 2**(k-1)) >> k), lo, hi)
+        y     = clamp(y_zero_point + round_half_even(s * M / 2**k), lo, hi)
 
     Padding contributes 0 to ``s`` (it behaves as the value ``x_zero_point``, i.e. real 0),
     as ONNX AveragePool's padding does. This is ``round(s * x_scale / (count * y_scale))``
-    with ties toward +inf; onnxruntime's ``QLinearAveragePool`` evaluates the same quotient
-    in float32 and rounds ties to even, hence at most 1 LSB apart.
+    with ties to even (:func:`models.requant.rounding_shift`), the rounding of ONNX
+    QuantizeLinear; with ``x_scale == y_scale`` a 2×2 mean is a tie a quarter of the time.
 
     Parameters
     ----------
@@ -197,11 +199,11 @@ def global_avg_pool(x, x_scale, x_zero_point, y_scale, y_zero_point, lo=INT8_MIN
 
         s    = sum over p < H, q < W of (x[n, c, p, q] - x_zero_point)
         M, k = quantize_multiplier(x_scale / (y_scale * HW))
-        y[n, c, 0, 0] = clamp(y_zero_point + ((s * M + 2**(k-1)) >> k), lo, hi)
+        y[n, c, 0, 0] = clamp(y_zero_point + round_half_even(s * M / 2**k), lo, hi)
 
     onnxruntime's ``QLinearGlobalAveragePool`` forms the same integer sum and scales it in
-    float32 with round-half-to-even, so the two agree within 1 LSB. ``HW`` must not exceed
-    ``WINDOW_MAX`` (8421504) so that ``s`` fits int32.
+    float32 with round-half-to-even; only float32 error near a tie can tell the two apart.
+    ``HW`` must not exceed ``WINDOW_MAX`` (8421504) so that ``s`` fits int32.
 
     Parameters
     ----------

@@ -3,9 +3,10 @@
 A real multiplier ``r`` (for a convolution ``s_x * s_w[c] / s_y``) is carried as an int32
 mantissa ``M`` in ``[2**30, 2**31)`` and a right shift ``n`` in ``[1, 62]`` with
 ``r ~= M / 2**n``. An int32 accumulator is then rescaled with one 64-bit multiply, one
-rounding add and one arithmetic shift::
+rounding add and one arithmetic shift, rounding to nearest with ties to even (ONNX
+``QuantizeLinear``'s rule)::
 
-    y = clamp(z + ((acc * M + 2**(n - 1)) >> n), lo, hi)
+    y = clamp(z + round_half_even(acc * M / 2**n), lo, hi)
 
 This module imports nothing from the project; see ``docs/semantics.md`` for the proofs of
 the ranges quoted in the docstrings.
@@ -175,7 +176,17 @@ def _per_channel(name, value, low, high, ndim, axis, channels):
 
 
 def rounding_shift(value, multiplier, shift):
-    """``(value * M + 2**(n-1)) >> n`` on int64 arrays, no clamping (a building block).
+    """``value * M / 2**n`` rounded to nearest, ties to even, on int64 arrays, no clamping.
+
+    Definition, with ``p = value * M`` exact in 64 bits and ``>>`` arithmetic::
+
+        (p + 2**(n-1) - 1 + ((p >> n) & 1)) >> n
+
+    Adding ``2**(n-1) - 1`` rounds every non-tie to nearest; the tie ``p = (2q + 1) * 2**(n-1)``
+    lands on ``q + (q & 1)``, the even neighbour. This is ONNX ``QuantizeLinear``'s rounding
+    (IEEE round-half-to-even) applied to the exact product, so it is a building block shared
+    by requantization, pooling and add. In hardware it is the same adder as ties-up with bit
+    ``n`` of the product as an extra carry-in.
 
     Parameters
     ----------
@@ -187,10 +198,11 @@ def rounding_shift(value, multiplier, shift):
     Returns
     -------
     numpy.ndarray of int64
-        Rounded to nearest, ties toward +inf (NumPy's ``>>`` on int64 is arithmetic).
     """
-    rounding = np.left_shift(np.int64(1), shift - 1)
-    return (value * multiplier + rounding) >> shift
+    product = value * multiplier
+    odd = (product >> shift) & 1
+    rounding = np.left_shift(np.int64(1), shift - 1) - 1 + odd
+    return (product + rounding) >> shift
 
 
 def requantize(acc, multiplier, shift, zero_point, lo=INT8_MIN, hi=INT8_MAX, axis=1):
@@ -198,10 +210,10 @@ def requantize(acc, multiplier, shift, zero_point, lo=INT8_MIN, hi=INT8_MAX, axi
 
     Definition, element-wise, with ``M`` and ``n`` taken from channel ``c`` along ``axis``::
 
-        y = clamp(zero_point + ((acc * M[c] + 2**(n[c] - 1)) >> n[c]), lo, hi)
+        y = clamp(zero_point + round_half_even(acc * M[c] / 2**n[c]), lo, hi)
 
-    The product is exact in 64 bits and ``>>`` is an arithmetic (floor) shift, so the result
-    is ``acc * M / 2**n`` rounded to nearest with ties toward +inf.
+    The product is exact in 64 bits and the rounding is :func:`rounding_shift` (nearest,
+    ties to even, as ONNX ``QuantizeLinear`` rounds the same real value).
 
     Supported ranges (checked): ``acc`` in ``[-2**31, 2**31 - 1]``, ``M`` in
     ``[2**30, 2**31 - 1]``, ``n`` in ``[1, 62]``, ``zero_point`` and ``lo <= hi`` in

@@ -69,8 +69,8 @@ class Layer:
 class Requantized(Layer):
     """Mixin fields of a layer whose int32 result is requantized per output channel.
 
-    ``y = clamp(y_zero_point + ((acc * multiplier[c] + 2**(shift[c]-1)) >> shift[c]),
-    lo, hi)``, see :func:`models.requant.requantize`.
+    ``y = clamp(y_zero_point + round_half_even(acc * multiplier[c] / 2**shift[c]), lo, hi)``,
+    see :func:`models.requant.requantize`.
     """
 
     weight: np.ndarray = None

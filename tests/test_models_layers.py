@@ -60,8 +60,13 @@ def _pool_windows(x, kernel, stride, pads, fill):
         yield b, ch, i, j, xp[b, ch, rows, cols], int(real[rows, cols].sum()), (oh, ow)
 
 
+def _round_half_even(v, m, n):
+    """``v * m / 2**n`` rounded half to even with exact rationals (the contract's rounding)."""
+    return round(Fraction(int(v) * int(m), 1 << int(n)))
+
+
 def _requant_int(s, m, n, z, lo=-128, hi=127):
-    return min(max(z + ((int(s) * int(m) + (1 << (int(n) - 1))) >> int(n)), lo), hi)
+    return min(max(z + _round_half_even(s, m, n), lo), hi)
 
 
 # --- conv2d --------------------------------------------------------------------------------
@@ -261,12 +266,17 @@ def test_avg_pool_same_scale_is_rounded_mean():
     x = np.array([[[[1, 2], [3, 5]]]], dtype=np.int8)  # mean 2.75 -> 3
     assert avg_pool2d(x, 2, 2, x_scale=0.1, x_zero_point=0, y_scale=0.1,
                       y_zero_point=0)[0, 0, 0, 0] == 3
-    x = np.array([[[[1, 2], [3, 4]]]], dtype=np.int8)  # mean 2.5: a tie, toward +inf
+    x = np.array([[[[1, 2], [3, 4]]]], dtype=np.int8)  # mean 2.5: a tie, to even
     assert avg_pool2d(x, 2, 2, x_scale=0.1, x_zero_point=0, y_scale=0.1,
-                      y_zero_point=0)[0, 0, 0, 0] == 3
+                      y_zero_point=0)[0, 0, 0, 0] == 2
     x = -x  # mean -2.5 -> -2
     assert avg_pool2d(x, 2, 2, x_scale=0.1, x_zero_point=0, y_scale=0.1,
                       y_zero_point=0)[0, 0, 0, 0] == -2
+    x = np.array([[[[1, 2], [3, 8]]]], dtype=np.int8)  # mean 3.5 -> 4, -3.5 -> -4
+    assert avg_pool2d(x, 2, 2, x_scale=0.1, x_zero_point=0, y_scale=0.1,
+                      y_zero_point=0)[0, 0, 0, 0] == 4
+    assert avg_pool2d(-x, 2, 2, x_scale=0.1, x_zero_point=0, y_scale=0.1,
+                      y_zero_point=0)[0, 0, 0, 0] == -4
 
 
 # --- eltwise add ---------------------------------------------------------------------------
@@ -281,12 +291,10 @@ def test_add_matches_definition_and_float(seed):
     what = f"seed={seed} sa={sa} za={za} sb={sb} zb={zb} sy={sy} zy={zy}"
     ma, na, mb, nb, my, ny = add_multipliers(sa, sb, sy)
 
-    def step(v, m, n):
-        return (v * m + (1 << (n - 1))) >> n
-
     expected = np.array([
-        min(max(zy + step(step((int(p) - za) << ADD_LEFT_SHIFT, ma, na)
-                          + step((int(q) - zb) << ADD_LEFT_SHIFT, mb, nb), my, ny), -128), 127)
+        min(max(zy + _round_half_even(
+            _round_half_even((int(p) - za) << ADD_LEFT_SHIFT, ma, na)
+            + _round_half_even((int(q) - zb) << ADD_LEFT_SHIFT, mb, nb), my, ny), -128), 127)
         for p, q in zip(a.ravel(), b.ravel(), strict=True)]).reshape(a.shape)
     assert_exact(got, expected, what)
     ideal = np.clip((sa * (a - float(za)) + sb * (b - float(zb))) / sy + zy, -128, 127)

@@ -31,9 +31,14 @@ REAL_MAX = 2.0**30 * (1 - 2.0**-31)  # just below the first value that needs shi
 
 
 
+def _round_half_even(acc, m, n):
+    """``acc * m / 2**n`` rounded half to even, exactly (``round`` of a Fraction is)."""
+    return round(Fraction(acc * m, 1 << n))
+
+
 def _reference(acc, m, n, z, lo, hi):
-    """The contract with Python's unbounded ints (``>>`` on int is a floor shift)."""
-    return min(max(z + ((acc * m + (1 << (n - 1))) >> n), lo), hi)
+    """The contract with exact rationals, independent of the shift-and-add implementation."""
+    return min(max(z + _round_half_even(acc, m, n), lo), hi)
 
 
 # --- quantize_multiplier -------------------------------------------------------------------
@@ -123,12 +128,27 @@ def test_requantize_matches_python_ints(accs, m, n, z, a, b):
 
 @PROPERTY
 @given(int32s, multipliers, shifts)
-def test_rounding_is_nearest_ties_up(acc, m, n):
-    """The unclamped result is floor(acc * M / 2**n + 1/2): nearest, ties toward +inf."""
+def test_rounding_is_nearest_ties_to_even(acc, m, n):
+    """The unclamped result is acc * M / 2**n rounded to nearest, ties to the even integer
+    (ONNX QuantizeLinear's rule)."""
     got = int(rounding_shift(np.int64(acc), np.int64(m), np.int64(n)))
     exact = Fraction(acc * m, 1 << n)
-    assert got == math.floor(exact + Fraction(1, 2)), (acc, m, n)
-    assert -Fraction(1, 2) < got - exact <= Fraction(1, 2), (acc, m, n)
+    assert abs(got - exact) <= Fraction(1, 2), (acc, m, n)
+    if abs(got - exact) == Fraction(1, 2):
+        assert got % 2 == 0, (acc, m, n, got)
+
+
+@pytest.mark.parametrize("m, n", [(MULTIPLIER_MIN, 31), (MULTIPLIER_MIN, 32), (3 << 29, 33)])
+def test_ties_go_to_even(m, n):
+    """Multipliers that make exact ties common (M * 2**-n is 1/2, 1/4, 3/16): every tie of
+    acc * M / 2**n in -64..64 lands on the even neighbour, as QuantizeLinear rounds."""
+    accs = np.arange(-64, 65)
+    got = rounding_shift(accs.astype(np.int64), np.int64(m), np.int64(n))
+    expected = np.array([_round_half_even(int(a), m, n) for a in accs])
+    assert_exact(got, expected, f"M={m} n={n}")
+    ties = [int(a) for a in accs if Fraction(int(a) * m, 1 << n).denominator == 2]
+    assert ties, "the case must contain ties"
+    assert all(int(got[a + 64]) % 2 == 0 for a in ties)
 
 
 @PROPERTY
@@ -156,7 +176,7 @@ def test_requantize_extremes_do_not_overflow(n):
     for m in EXTREME_MS:
         acc = np.array(EXTREME_ACCS, dtype=np.int32)
         raw = rounding_shift(acc.astype(np.int64), np.int64(m), np.int64(n))
-        expected_raw = [(int(a) * m + (1 << (n - 1))) >> n for a in EXTREME_ACCS]
+        expected_raw = [_round_half_even(int(a), m, n) for a in EXTREME_ACCS]
         assert_exact(raw, np.array(expected_raw, dtype=object).astype(np.int64),
                       f"raw M={m} n={n}")
         for z in (-128, 0, 127):
@@ -170,7 +190,7 @@ def test_requantize_extreme_values_by_hand():
     # and (2**31 - 1)**2 / 2**62 = 1 - 2**-30 + 2**-62 -> 1.
     assert requantize(np.int32(INT32_MIN), MULTIPLIER_MAX, 62, 0) == -1
     assert requantize(np.int32(INT32_MAX), MULTIPLIER_MAX, 62, 0) == 1
-    # -2**31 * 2**30 / 2**62 = -0.5 exactly: a tie, which goes toward +inf.
+    # -2**31 * 2**30 / 2**62 = -0.5 exactly: a tie, which goes to the even 0.
     assert requantize(np.int32(INT32_MIN), MULTIPLIER_MIN, 62, 0) == 0
     assert requantize(np.int32(INT32_MIN), MULTIPLIER_MIN, 61, 0) == -1
     assert requantize(np.int32(INT32_MIN), MULTIPLIER_MIN, 60, 0) == -2
@@ -178,12 +198,14 @@ def test_requantize_extreme_values_by_hand():
     assert requantize(np.int32(INT32_MAX), MULTIPLIER_MAX, 1, 0) == 127
     assert requantize(np.int32(INT32_MIN), MULTIPLIER_MAX, 1, 0) == -128
     # Shift 40: 2**31-1 times about 2**31 over 2**40 is about 2**22: clamps; small accs do not.
-    assert requantize(np.int32(1 << 9), MULTIPLIER_MIN, 40, 0) == 1  # 2**39 / 2**40 = 0.5
+    assert requantize(np.int32(1 << 9), MULTIPLIER_MIN, 40, 0) == 0  # 2**39 / 2**40 = 0.5
+    assert requantize(np.int32(3 << 9), MULTIPLIER_MIN, 40, 0) == 2  # 1.5 -> 2
     assert requantize(np.int32(-(1 << 9)), MULTIPLIER_MIN, 40, 0) == 0  # -0.5 -> 0
 
 
-@pytest.mark.parametrize("acc, expected", [(1, 1), (-1, 0), (3, 2), (-3, -1), (5, 3), (-5, -2)])
-def test_requantize_ties_go_toward_plus_infinity(acc, expected):
+@pytest.mark.parametrize("acc, expected", [(1, 0), (-1, 0), (3, 2), (-3, -2), (5, 2), (-5, -2),
+                                           (7, 4), (-7, -4)])
+def test_requantize_ties_go_to_even(acc, expected):
     # M / 2**n = 2**30 / 2**31 = 0.5, so odd accumulators land exactly on ties.
     assert requantize(np.int32(acc), MULTIPLIER_MIN, 31, 0) == expected
 

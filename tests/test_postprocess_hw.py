@@ -44,6 +44,7 @@ def first_difference(got, want):
     ((0.05, 0.02, 0.07), (3, -5, 0)),
     ((0.5, 0.001, 0.03), (-128, 127, -128)),   # very different scales, extreme zero points
     ((0.01, 0.01, 0.001), (0, 0, 0)),          # output saturates
+    ((0.05, 0.05, 0.1), (0, 0, -20)),          # half the inputs' resolution: odd sums tie
 ])
 def test_residual_add_matches_golden(scales, zero_points, rng, seed):
     lanes, count = 3, 30

@@ -79,6 +79,21 @@ def test_extremes(seed):
                 f"extremes z={zero_point} lo={lo} hi={hi}")
 
 
+def test_ties_round_to_even(seed):
+    # M / 2**n = 1/2, 1/4, 3/16 and 2**-32: small accumulators land exactly on ties, which
+    # must go to the even neighbour like the golden model (and ONNX QuantizeLinear).
+    acc = np.stack([np.arange(-20, 20)] * 3 + [np.full(40, -2**31)], axis=1)
+    acc[::2, 3] = 2**31 - 1
+    bias = np.array([0, 1, -1, 0])
+    multiplier = np.array([2**30, 2**30, 3 << 29, 2**30])
+    shift = np.array([31, 32, 33, 62])
+    want = expected(acc, bias, multiplier, shift, 0, -128, 127)
+    ties_up = np.floor((acc + bias) * (multiplier / 2.0**shift) + 0.5).astype(np.int64)
+    assert (want != ties_up).any(), "the case must contain ties that ties-up rounds differently"
+    got = run_requantizer(4, acc, bias, multiplier, shift, 0, -128, 127)
+    compare(got, want, seed, "ties")
+
+
 def test_bad_parameters():
     with pytest.raises(ValueError, match="lanes must be a positive integer, not 0"):
         Requantizer(lanes=0)

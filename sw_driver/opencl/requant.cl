@@ -1,13 +1,15 @@
 // Tessera's requantization (models/requant.py), shared by every kernel.
 //
-// y = clamp(z + ((acc * M + 2^(n-1)) >> n), lo, hi): a 64-bit product (|acc * M| < 2^62 for
-// an int32 acc and M < 2^31, so adding 2^(n-1) <= 2^61 cannot overflow) and an arithmetic
-// shift (OpenCL C fills vacated bits with the sign for signed operands), i.e. rounding to
-// nearest with ties toward +inf. n is in [1, 62], checked by the host.
+// y = clamp(z + round_half_even(acc * M / 2^n), lo, hi): a 64-bit product p (|acc * M| < 2^62
+// for an int32 acc and M < 2^31, so adding 2^(n-1) <= 2^61 cannot overflow) and an
+// arithmetic shift (OpenCL C fills vacated bits with the sign for signed operands).
+// Adding 2^(n-1) - 1 plus bit n of p rounds to nearest with ties to even, as ONNX
+// QuantizeLinear does. n is in [1, 62], checked by the host.
 
 inline long tessera_rounding_shift(long value, int multiplier, int shift)
 {
-    return (value * (long)multiplier + (1L << (shift - 1))) >> shift;
+    const long p = value * (long)multiplier;
+    return (p + (1L << (shift - 1)) - 1 + ((p >> shift) & 1)) >> shift;
 }
 
 inline int tessera_requantize(long acc, int multiplier, int shift, int zero_point,

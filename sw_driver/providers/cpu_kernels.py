@@ -213,8 +213,7 @@ def _compute_layer_constants(w, bias, zx, multiplier, shift, ow):
     # Requantization constants, tiled OW times: each block is requantized as rows of OW * O
     # values (NHWC), so NumPy's inner loops run over a long row instead of the O channels.
     mf = np.tile(m.astype(np.float64), ow)
-    half = np.left_shift(np.int64(1), sh_n - 1)
-    const = np.tile((c0 * m + half).astype(np.float64), ow)  # |.| < 2**53: exact
+    const = np.tile((c0 * m).astype(np.float64), ow)  # |.| < 2**53: exact
     scale = np.tile(np.ldexp(1.0, -sh_n), ow)
     kh, kw = w.shape[2:]
     wm = w.transpose(2, 3, 1, 0).reshape(kh * kw * w.shape[1], o).astype(np.float32)
@@ -237,10 +236,10 @@ def conv2d_requant(x, w, bias=None, *, x_zero_point, stride, padding, dilation, 
       and bias fold into one int64 per channel ``c0 = bias - z_x * sum(w)``.
     - Requantization: with ``acc = t + c0`` and ``|t| + |c0| < 2**21`` (checked, from the
       weights or else from the data) and ``n <= 52``, ``t * M`` and
-      ``C = c0 * M + 2**(n-1)`` are integers below ``2**52`` / ``2**53`` (exact in float64),
-      and so is their sum ``acc * M + 2**(n-1)``; scaling by ``2**-n`` is exact and
-      ``floor`` equals the arithmetic shift. Clamping to ``[lo - z_y, hi - z_y]`` then adding
-      ``z_y`` equals clamping ``z_y + shifted`` to ``[lo, hi]``.
+      ``C = c0 * M`` are integers below ``2**52`` (exact in float64), and so is their sum
+      ``acc * M``; scaling by ``2**-n`` is exact, so ``rint`` (round half to even) of it is
+      the golden :func:`models.requant.rounding_shift`. Clamping to ``[lo - z_y, hi - z_y]``
+      then adding ``z_y`` equals clamping ``z_y + shifted`` to ``[lo, hi]``.
     """
     if not (isinstance(x, np.ndarray) and isinstance(w, np.ndarray) and x.dtype == np.int8
             and w.dtype == np.int8 and x.ndim == 4 and w.ndim == 4 and groups == 1
@@ -309,9 +308,9 @@ def conv2d_requant(x, w, bias=None, *, x_zero_point, stride, padding, dilation, 
         if check_data and max(-float(tb.min()), float(tb.max())) + bound >= ACC_FLOAT_MAX:
             return None
         np.multiply(tb, mf, out=yb)                          # exact: |t| < 2**21
-        yb += const                                          # acc * M + 2**(n-1), exact
-        yb *= scale
-        np.floor(yb, out=yb)
+        yb += const                                          # acc * M, exact
+        yb *= scale                                          # exact: a power of two
+        np.rint(yb, out=yb)                                  # ties to even, as golden
         np.clip(yb, lo - zy, hi - zy, out=yb)
         np.add(yb, zy, out=q[b0 * oh:(b0 + bn) * oh], casting="unsafe")  # in [lo, hi]
     return q.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)
