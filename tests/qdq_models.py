@@ -121,7 +121,36 @@ def separable(rng):
     return float_model(nodes, ["N", 3, 16, 16], ["N", 10], inits, "separable"), (3, 16, 16)
 
 
-MODELS = {"lenet": lenet, "residual": residual, "separable": separable}
+def wide_kernels(rng):
+    """Conv 7x7 s2 + Relu -> Conv 5x5 + Relu -> Conv 1x1 (no activation) -> AveragePool 2x2
+    -> Conv 3x3 s2 + Relu -> Flatten -> Gemm, on a non-square 20x23 input.
+
+    Kernels, strides, a linear 1x1 layer and a 2x2 average pool that the other models do not
+    have: the shapes where rounding ties and padding rules show.
+    """
+    nodes = [
+        _conv("c7", "x", "a", 7, (3, 3, 3, 3), stride=2),
+        helper.make_node("Relu", ["a"], ["ar"], name="c7_relu"),
+        _conv("c5", "ar", "b", 5, (2, 2, 2, 2)),
+        helper.make_node("Relu", ["b"], ["br"], name="c5_relu"),
+        _conv("c1", "br", "c", 1),
+        helper.make_node("AveragePool", ["c"], ["p"], name="avgpool", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        _conv("c3", "p", "d", 3, (1, 1, 1, 1), stride=2),
+        helper.make_node("Relu", ["d"], ["dr"], name="c3_relu"),
+        helper.make_node("Flatten", ["dr"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc_W", "fc_B"], ["y"], name="fc", transB=1),
+    ]
+    inits = {"c7_W": _weights(rng, 8, 3, 7, 7), "c7_B": rng.standard_normal(8) * 0.1,
+             "c5_W": _weights(rng, 12, 8, 5, 5), "c5_B": rng.standard_normal(12) * 0.1,
+             "c1_W": _weights(rng, 12, 12, 1, 1), "c1_B": rng.standard_normal(12) * 0.1,
+             "c3_W": _weights(rng, 16, 12, 3, 3), "c3_B": rng.standard_normal(16) * 0.1,
+             "fc_W": _weights(rng, 10, 16 * 3 * 3), "fc_B": rng.standard_normal(10) * 0.1}
+    return float_model(nodes, ["N", 3, 20, 23], ["N", 10], inits, "wide_kernels"), (3, 20, 23)
+
+
+MODELS = {"lenet": lenet, "residual": residual, "separable": separable,
+          "wide_kernels": wide_kernels}
 
 
 class _Reader(CalibrationDataReader):
@@ -151,8 +180,14 @@ def build(name, seed, tmp_dir):
     return model, quantize(model, shape, seed + 1, tmp_dir), shape
 
 
-def ort_session(model, optimized=True):
-    """onnxruntime on one thread; ``optimized`` is its default (fuses QDQ groups)."""
+def ort_session(model, optimized=False):
+    """onnxruntime on one thread.
+
+    The default, graph optimizations off (DequantizeLinear -> float op -> QuantizeLinear),
+    is the reference every Tessera test compares with: it is the same on every CPU.
+    ``optimized=True`` is onnxruntime's own default, which fuses QDQ groups into int8
+    kernels whose results depend on the CPU (``bench.ort_cpu``).
+    """
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
