@@ -208,6 +208,16 @@ class _Importer:
     # -- constants -----------------------------------------------------------------------
     def weight(self, node, name, out_axis):
         """int8 weight and float32 per-output-channel scales of a weight input."""
+        if name in self.views:
+            # Input 0 was already accepted as an activation: the model is QDQ, but this is a
+            # product of two activations (attention scores, a bilinear layer), which the
+            # integer layers cannot express: their weights are constants.
+            raise UnsupportedModelError(
+                f"{self.where(node)}: multiplies two activations: input 0 "
+                f"{node.input[0]!r} and input 1 {name!r} both come from a DequantizeLinear "
+                f"of an activation ({self.views[node.input[0]][0]!r} and "
+                f"{self.views[name][0]!r}); Tessera supports {node.op_type} with a constant "
+                f"int8 weight (a DequantizeLinear of an initializer) only")
         const = self.consts.get(name)
         if const is None:
             raise NotQuantizedError(
