@@ -188,6 +188,8 @@ class InferenceSession:
             if cycles is not None and cycles(layer) is not None:
                 entry["cycles"] = cycles(layer)
             profile.append(entry)
+        for provider in self._providers:
+            provider.finish_profile(profile)  # device times, known once the queue drained
         self._profile = profile
         return [env[name] for name in output_names]
 

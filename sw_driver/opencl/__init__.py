@@ -4,6 +4,7 @@
 - :mod:`.device`: device discovery and selection (``TESSERA_OPENCL_DEVICE``).
 - :mod:`.program`: building the ``*.cl`` sources once per device.
 - :mod:`.buffers`: the device buffer pool and :class:`DeviceTensor`.
+- :mod:`.profiling`: which commands a layer enqueued and their device time (events).
 - :mod:`.errors`: the exceptions, all subclasses of ``RuntimeError``.
 """
 

@@ -10,6 +10,10 @@ NumPy array or a :class:`DeviceTensor`:
 
 Weights, bias and the per-channel requantization parameters are uploaded once with
 ``upload_*_weights`` and the returned handle is passed to each call.
+
+The queue profiles its commands: each one enqueued, and each wait, goes to
+:attr:`OpenCLRuntime.commands` (:mod:`.profiling`), from which a caller times its own
+commands on the device.
 """
 
 import functools
@@ -25,6 +29,7 @@ from models.pool import WINDOW_MAX, avg_pool_multipliers
 from . import params
 from .buffers import BufferPool, DeviceTensor, out_of_memory
 from .device import select_device
+from .profiling import QUEUE_PROPERTIES, CommandLog
 from .program import device_context
 
 __all__ = ["ConvWeights", "DepthwiseWeights", "OpenCLRuntime"]
@@ -125,7 +130,9 @@ class OpenCLRuntime:
         self.device = select_device(device)
         # The program is built once per device per process and shared by all runtimes.
         self.context, self.program = device_context(self.device)
-        self.queue = cl.CommandQueue(self.context, self.device)
+        self.queue = cl.CommandQueue(self.context, self.device, properties=QUEUE_PROPERTIES)
+        #: Every command enqueued and every wait, for per-layer device times.
+        self.commands = CommandLog()
         self.pool = BufferPool(self.context, self.device)
         # Kernel objects carry their arguments, so each runtime has its own.
         self._kernels = {k.function_name: k for k in self.program.all_kernels()}
@@ -151,8 +158,8 @@ class OpenCLRuntime:
         array = np.ascontiguousarray(array)
         tensor = DeviceTensor(self, array.shape, array.dtype)
         if array.size:
-            self._guard(lambda: cl.enqueue_copy(self.queue, tensor.buffer, array,
-                                                is_blocking=False), "uploading a tensor")
+            self._guard(lambda: self.commands.enqueued(cl.enqueue_copy(
+                self.queue, tensor.buffer, array, is_blocking=False)), "uploading a tensor")
         return tensor
 
     def read(self, tensor):
@@ -166,13 +173,16 @@ class OpenCLRuntime:
         """
         result = np.empty(tensor.shape, dtype=tensor.dtype)
         status = np.zeros(1, dtype=np.int32)
-        cl.enqueue_copy(self.queue, status, self._status, is_blocking=False)
-        if result.size:
-            self._guard(lambda: cl.enqueue_copy(self.queue, result, tensor.buffer),
-                        "reading a result")
-        self.queue.finish()
+        self.commands.enqueued(cl.enqueue_copy(self.queue, status, self._status,
+                                               is_blocking=False))
+        with self.commands.waiting():
+            if result.size:
+                self._guard(lambda: self.commands.enqueued(cl.enqueue_copy(
+                    self.queue, result, tensor.buffer)), "reading a result")
+            self.queue.finish()
         if status[0]:
-            cl.enqueue_fill_buffer(self.queue, self._status, np.int32(0), 0, 4)
+            self.commands.enqueued(cl.enqueue_fill_buffer(self.queue, self._status,
+                                                          np.int32(0), 0, 4))
             raise OverflowError("an int32 accumulator (bias + sum of products) overflowed "
                                 "in a layer enqueued since the last read; the layer needs a "
                                 "smaller bias or reduction")
@@ -180,7 +190,8 @@ class OpenCLRuntime:
 
     def finish(self):
         """Wait for everything enqueued so far."""
-        self.queue.finish()
+        with self.commands.waiting():
+            self.queue.finish()
 
     def _guard(self, enqueue, what):
         try:
@@ -207,8 +218,8 @@ class OpenCLRuntime:
     def _launch(self, name, global_size, local_size, *args):
         kernel = self._kernels[name]
         kernel.set_args(*args)
-        self._guard(lambda: cl.enqueue_nd_range_kernel(self.queue, kernel, global_size,
-                                                       local_size), f"running {name}")
+        self._guard(lambda: self.commands.enqueued(cl.enqueue_nd_range_kernel(
+            self.queue, kernel, global_size, local_size)), f"running {name}")
 
     def _output(self, tensor, numpy_out):
         return self.read(tensor) if numpy_out else tensor

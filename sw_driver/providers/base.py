@@ -62,5 +62,14 @@ class Provider:
         """Bytes transferred to and from the device for one run (0 for host providers)."""
         return 0
 
+    def finish_profile(self, profile):
+        """Amend this provider's rows of a finished run's profile, in place.
+
+        Called once at the end of each run, with every row (dicts with ``layer``,
+        ``provider``, ``seconds``, ...), after all outputs are on the host. A provider whose
+        layers run asynchronously replaces the host wall times with what it measured on the
+        device (the "opencl" provider: OpenCL event profiling).
+        """
+
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"

@@ -19,8 +19,22 @@ consumer also runs on this provider (and whose output is not a model output) kee
 output on the device as a :class:`~sw_driver.opencl.DeviceTensor`: consecutive layers are
 enqueued back to back on one in-order queue, with no wait between them, and the data is
 read back only where the next layer runs elsewhere or the model ends.
+
+Profile: because layers do not wait for each other, host wall time would book the whole
+queue on the layer that reads (the final Dequantize). :meth:`OpenCLProvider.finish_profile`
+therefore rewrites this provider's rows of the session's profile from OpenCL event profiling:
+
+- ``device_seconds``: device time of the commands the layer enqueued (kernels, uploads,
+  read-backs);
+- ``queue_wait_seconds``: host time the layer spent blocked while the queue drained, that
+  is, mostly waiting for earlier layers;
+- ``host_seconds``: the host wall time the session measured around the layer;
+- ``seconds``: the layer's own time, ``host_seconds - queue_wait_seconds + device_seconds``;
+- ``timing``: ``"device"``, or ``"queue-inclusive: <why>"`` where the device gave no event
+  times: then ``seconds`` stays the host wall time, waits included.
 """
 
+import threading
 import weakref
 
 import numpy as np
@@ -37,9 +51,11 @@ try:
     import pyopencl as cl
 
     from ..opencl import DeviceTensor, OpenCLError, OpenCLRuntime
+    from ..opencl.profiling import ProfilingUnavailableError, device_seconds
 except ImportError as _exc:  # pyopencl is a dependency, but a broken install must not
     _IMPORT_ERROR = _exc     # take the CPU provider down with it: report it on use.
     cl = DeviceTensor = OpenCLError = OpenCLRuntime = None
+    ProfilingUnavailableError = device_seconds = None
 else:
     _IMPORT_ERROR = None
 
@@ -113,6 +129,9 @@ class OpenCLProvider(Provider):
         self._moved = weakref.WeakKeyDictionary()
         self._keep = weakref.WeakSet()
         self._pending = []  # layers enqueued since the last read, for overflow messages
+        # Per thread: layer name -> profiling.Recording of its last run, until the session
+        # asks for the figures at the end of the run (finish_profile).
+        self._recordings = _ThreadRecordings()
 
     def _make_runtime(self, device):
         return OpenCLRuntime(device)
@@ -164,6 +183,12 @@ class OpenCLProvider(Provider):
                 self._keep.discard(layer)
 
     def run(self, layer, inputs):
+        with self.runtime.commands.recording() as record:
+            y = self._run(layer, inputs)
+        self._recordings.by_layer[layer.name] = record
+        return y
+
+    def _run(self, layer, inputs):
         moved = 0
         if isinstance(layer, HOST_LAYERS):
             host = []
@@ -197,6 +222,27 @@ class OpenCLProvider(Provider):
         Counts activations uploaded or read back and, on a layer's first run, its weights.
         """
         return self._moved.get(layer, 0)
+
+    def finish_profile(self, profile):
+        """Book device time per layer in this provider's rows of a finished run's profile.
+
+        Called by the session once every output is on the host, so the queue has drained
+        and every event has its times. The fields are described in the module docstring.
+        """
+        recordings, self._recordings.by_layer = self._recordings.by_layer, {}
+        for entry in profile:
+            record = recordings.get(entry["layer"]) if entry["provider"] == self.name else None
+            if record is None:
+                continue
+            try:
+                device = device_seconds(record.events)
+            except ProfilingUnavailableError as exc:
+                entry["timing"] = f"queue-inclusive: {exc}"
+                continue
+            host = entry["seconds"]
+            entry.update(seconds=host - record.wait_seconds + device, host_seconds=host,
+                         queue_wait_seconds=record.wait_seconds, device_seconds=device,
+                         timing="device")
 
     # ------------------------------------------------------------ helpers
 
@@ -256,6 +302,11 @@ class OpenCLProvider(Provider):
         tensor = self.runtime.to_device(np.broadcast_to(layer.constant, shape))
         per_shape[shape] = tensor
         return tensor, tensor.nbytes
+
+
+class _ThreadRecordings(threading.local):
+    def __init__(self):
+        self.by_layer = {}
 
 
 # ---------------------------------------------------------------- one runner per layer kind
