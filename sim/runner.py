@@ -5,16 +5,24 @@ The design is the systolic array for an ``ArrayConfig``; a configuration object 
 instead, and its ``env()`` adds to the testbench environment. Each configuration gets its
 own Verilog and Verilator build folder, ``build/<config.name>/``; builds are serialised with
 a file lock so parallel pytest workers can share them.
+
+A failed build or run raises with the tool's or the testbench's own message (the first
+``%Error`` lines, the failing test's exception), read from the logs and cocotb's results
+file, rather than the traceback of the launching code.
 """
 
 import fcntl
 import os
+import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from hw.config import ArrayConfig
 from hw.verilog import TOP_NAME, write_array_verilog
 from tessera.toolchain import VERILATOR_WARNING_FLAGS, apply_tool_env
+
+from .outcomes import failure_lines, first_build_errors, log_tail, read_outcomes
 
 BUILD_ROOT = Path(os.environ.get("TESSERA_BUILD", "build"))
 
@@ -48,10 +56,29 @@ def _write_verilog(config, build_root):
     return path
 
 
-def build_array(config, *, waves=False, build_root=BUILD_ROOT):
+def terminal_log(message):
+    """Print a progress line to stderr when it is a terminal (quiet in tests and pipes)."""
+    if sys.stderr.isatty():
+        print(message, file=sys.stderr, flush=True)
+
+
+class SimBuildError(RuntimeError):
+    """Verilator could not build the design; the message quotes its first errors and names
+    the build log."""
+
+
+def build_array(config, *, waves=False, build_root=BUILD_ROOT, log=terminal_log):
     """Generate Verilog for ``config`` and compile it with Verilator for cocotb.
 
-    Returns ``(runner, build_dir)``. Waveforms need their own build (FST tracing)."""
+    Returns ``(runner, build_dir)``. Waveforms need their own build (FST tracing).
+    ``log(message)`` gets a line when the build starts and one with its duration (it takes
+    up to a minute when the design changed, seconds when it is up to date).
+
+    Raises
+    ------
+    SimBuildError
+        With Verilator's first error lines and the path of the build log.
+    """
     from cocotb_tools.runner import get_runner
 
     if not isinstance(config, ArrayConfig) and not hasattr(config, "make_top"):
@@ -66,25 +93,61 @@ def build_array(config, *, waves=False, build_root=BUILD_ROOT):
         flags = list(VERILATOR_WARNING_FLAGS)
         if waves:
             flags.append("--trace-fst")
-        runner.build(sources=[source], hdl_toplevel=_top_name(config), build_dir=build_dir,
-                     build_args=flags, waves=waves, log_file=build_dir / "build.log")
+        build_log = build_dir / "build.log"
+        log(f"Verilator: building {config.name} (log: {build_log})")
+        started = time.monotonic()
+        try:
+            runner.build(sources=[source], hdl_toplevel=_top_name(config),
+                         build_dir=build_dir, build_args=flags, waves=waves,
+                         log_file=build_log)
+        except (RuntimeError, SystemExit) as exc:
+            # cocotb's runner raises "Command failed with return code" (or exits when
+            # Verilator is missing); the reason is in the log.
+            raise SimBuildError(
+                f"Verilator failed to build {config.name} ({exc}):\n"
+                f"{first_build_errors(build_log)}\nlog: {build_log}") from None
+        log(f"Verilator: {config.name} ready in {time.monotonic() - started:.1f} s")
     return runner, build_dir
 
 
 class TestbenchFailed(AssertionError):
-    """Some cocotb tests failed; the message names the log."""
+    """Some cocotb tests failed, or the simulation ended without results.
+
+    The message gives each failing test with the testbench's own exception (or, when there
+    are no results, the end of the simulation log) and names the log.
+
+    Attributes
+    ----------
+    failures : list of str
+        ``"<test>: <exception type>: <message>"`` per failing test.
+    log : pathlib.Path
+        The simulation log.
+    """
+
+    __test__ = False  # a name starting with "Test" is not a pytest test class
+
+    def __init__(self, message, failures=(), log=None):
+        super().__init__(message)
+        self.failures = list(failures)
+        self.log = log
 
 
 def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env=None,
-                  build_root=BUILD_ROOT, name=None, check=True):
+                  build_root=BUILD_ROOT, name=None, check=True, log=terminal_log):
     """Run the cocotb test module ``module`` (e.g. ``"sim.tb_systolic"``) on ``config``.
 
-    Returns ``(results_xml, waves_path or None)``. With ``check`` a failing cocotb test
-    raises :class:`TestbenchFailed` naming the simulation log (under pytest the cocotb
-    runner raises first, with the failing test names)."""
-    from cocotb_tools.check_results import get_results
+    Returns ``(results_xml, waves_path or None)``. ``log`` gets the build's progress lines
+    (:func:`build_array`).
 
-    runner, build_dir = build_array(config, waves=waves, build_root=build_root)
+    Raises
+    ------
+    SimBuildError
+        Verilator could not build the design.
+    TestbenchFailed
+        The simulation ended without a results file; or, with ``check``, a cocotb test
+        failed. The message quotes the testbench's own error.
+    """
+    runner, build_dir = build_array(config, waves=waves, build_root=build_root, log=log)
     label = name or (testcase or "all")
     test_dir = build_dir.parent / "runs" / f"{module.rsplit('.', 1)[-1]}-{label}"
     test_dir.mkdir(parents=True, exist_ok=True)
@@ -96,15 +159,28 @@ def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env
         **(config.env() if hasattr(config, "env") else {}),
         **(extra_env or {}),
     }
-    results = runner.test(test_module=module, hdl_toplevel=_top_name(config), testcase=testcase,
-                          seed=seed, extra_env=env, waves=waves, build_dir=build_dir,
-                          test_dir=test_dir, results_xml=str(test_dir / "results.xml"),
-                          log_file=test_dir / "sim.log",
-                          test_args=(["--trace-file", str(test_dir / "dump.fst")]
-                                     if waves else []))
+    results, sim_log = test_dir / "results.xml", test_dir / "sim.log"
+    where = f"{module} on {config.name} (seed {seed})"
+    exit_note = ""
+    try:
+        runner.test(test_module=module, hdl_toplevel=_top_name(config), testcase=testcase,
+                    seed=seed, extra_env=env, waves=waves, build_dir=build_dir,
+                    test_dir=test_dir, results_xml=str(results), log_file=sim_log,
+                    test_args=(["--trace-file", str(test_dir / "dump.fst")]
+                               if waves else []))
+    except SystemExit as exc:
+        # cocotb's runner exits when the simulator fails and, under pytest, when a test
+        # fails; the results file (when written) says which and why.
+        exit_note = f" (exit {exc.code})"
+    if not results.exists():
+        raise TestbenchFailed(f"the simulation of {where} ended{exit_note} without results; "
+                              f"the end of its log:\n{log_tail(sim_log)}\nlog: {sim_log}",
+                              log=sim_log)
     if check:
-        tests, failed = get_results(Path(results))
-        if failed or not tests:
-            raise TestbenchFailed(f"{failed} of {tests} cocotb tests failed in {module} on "
-                                  f"{config.name} (seed {seed}); log: {test_dir / 'sim.log'}")
-    return Path(results), (test_dir / "dump.fst") if waves else None
+        outcomes = read_outcomes(results)
+        failures = failure_lines(outcomes)
+        if failures or not outcomes:
+            listed = "".join(f"\n  {line}" for line in failures) or " (no test ran)"
+            raise TestbenchFailed(f"{len(failures)} of {len(outcomes)} cocotb tests failed in "
+                                  f"{where}:{listed}\nlog: {sim_log}", failures, sim_log)
+    return results, (test_dir / "dump.fst") if waves else None

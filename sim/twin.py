@@ -21,6 +21,7 @@ import numpy as np
 from hw.conv_config import ConvEngineConfig
 from tessera.toolchain import VERILATOR_WARNING_FLAGS, require, tool_env
 
+from .outcomes import first_build_errors
 from .runner import BUILD_ROOT, _locked
 
 HERE = Path(__file__).resolve().parent
@@ -68,7 +69,8 @@ class Fault(enum.IntEnum):
 
 
 class TwinBuildError(RuntimeError):
-    """Verilator could not build the twin; the message names the log."""
+    """Yosys or Verilator could not build the twin; the message quotes the first errors and
+    names the log."""
 
 
 def _source_key(config, flags):
@@ -122,8 +124,11 @@ def build_twin(config, *, waves=False, build_root=BUILD_ROOT, log=print):
                 result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
                                         stderr=subprocess.STDOUT)
                 if result.returncode:
-                    raise TwinBuildError(f"{what} failed to build the twin (exit "
-                                         f"{result.returncode}); see {folder / 'build.log'}")
+                    out.flush()
+                    raise TwinBuildError(
+                        f"{what} failed to build the twin (exit {result.returncode}):\n"
+                        f"{first_build_errors(folder / 'build.log')}\n"
+                        f"log: {folder / 'build.log'}")
         if not library.exists():
             raise TwinBuildError(f"Verilator built no library; see {folder / 'build.log'}")
         log(f"twin: built {library} in {time.monotonic() - started:.1f} s")

@@ -5,10 +5,10 @@ import argparse
 import re
 import sys
 import time
-import xml.etree.ElementTree as ElementTree
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console()
 
@@ -19,60 +19,77 @@ def _array_config(args):
     return ArrayConfig(rows=args.rows, cols=args.cols)
 
 
+def _int_from(low, high):
+    """An argparse type: an integer in ``[low, high]``; anything else is a usage error (exit
+    2) naming the option and the range."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be an integer from {low} to {high}, not {text!r}")
+        return value
+    return parse
+
+
 def _add_array_options(parser, rows=8, cols=8):
     parser.add_argument("--rows", type=int, default=rows, help="array rows R (default %(default)s)")
     parser.add_argument("--cols", type=int, default=cols,
                         help="array columns C (default %(default)s)")
 
 
-def _testcase_outcomes(results_xml):
-    """(name, result, simulated microseconds) for each test case of a cocotb results file;
-    result is "PASS", "FAIL" or "SKIP"."""
-    outcomes = []
-    for case in ElementTree.parse(results_xml).getroot().iter("testcase"):
-        if case.find("failure") is not None or case.find("error") is not None:
-            result = "FAIL"
-        elif case.find("skipped") is not None:
-            result = "SKIP"
-        else:
-            result = "PASS"
-        props = {prop.get("name"): prop.get("value") for prop in case.iter("property")}
-        sim_ns = float(props.get("sim_time_duration", 0.0))
-        outcomes.append((case.get("name"), result, sim_ns / 1000))
-    return outcomes
+def _print_sim_failure(error):
+    """A failed Verilator build or cocotb run: its own messages, no Python traceback."""
+    # Text, not markup: the messages hold "[...]" (lists, shapes) that markup would eat.
+    console.print(Text.assemble(("error: ", "red"), str(error)))
 
 
 def cmd_sim(args):
-    from sim.runner import run_testbench
+    from sim.outcomes import read_outcomes
+    from sim.runner import SimBuildError, TestbenchFailed, run_testbench
     from sim.testbenches import TESTBENCHES, find_testbench
 
     benches = [find_testbench(args.tb)] if args.tb else list(TESTBENCHES.values())
     table = Table(title="cocotb / Verilator testbenches")
     for column in ("testbench", "config", "test", "result", "sim time"):
         table.add_column(column)
-    failures, waves = 0, []
+    failures, waves, messages = 0, [], []
     for bench in benches:
         for config in bench.configs:
-            with console.status(f"{bench.name} on {config.name}: building and simulating"):
-                started = time.monotonic()
-                results, wave = run_testbench(bench.module, config, seed=args.seed,
-                                              waves=args.waves, check=False,
-                                              name=f"make-sim-{args.seed}")
-            outcomes = _testcase_outcomes(results)
+            try:
+                with console.status(f"{bench.name} on {config.name}: building and "
+                                    f"simulating"):
+                    started = time.monotonic()
+                    results, wave = run_testbench(bench.module, config, seed=args.seed,
+                                                  waves=args.waves, check=False,
+                                                  name=f"make-sim-{args.seed}")
+            except (SimBuildError, TestbenchFailed) as error:
+                failures += 1
+                table.add_row(bench.name, config.name, "(no result)", "[red]FAIL[/]", "")
+                messages.append(f"{bench.name} {config.name}: {error}")
+                continue
+            outcomes = read_outcomes(results)
             console.print(f"{bench.name} {config.name}: {len(outcomes)} tests in "
                           f"{time.monotonic() - started:.1f} s")
             styles = {"PASS": "[green]PASS[/]", "FAIL": "[red]FAIL[/]",
                       "SKIP": "[dim]not for this build[/]"}
-            for name, result, sim_us in outcomes:
-                failures += result == "FAIL"
-                table.add_row(bench.name, config.name, name, styles[result],
-                              f"{sim_us:.1f} us" if result != "SKIP" else "")
+            for outcome in outcomes:
+                failures += outcome.result == "FAIL"
+                table.add_row(bench.name, config.name, outcome.name, styles[outcome.result],
+                              f"{outcome.sim_us:.1f} us" if outcome.result != "SKIP" else "")
+                if outcome.error:
+                    messages.append(f"{bench.name} {config.name} {outcome.name}: "
+                                    f"{outcome.error}")
             if not outcomes:
                 failures += 1
                 table.add_row(bench.name, config.name, "(no result)", "[red]FAIL[/]", "")
             if wave:
                 waves.append(wave)
     console.print(table)
+    for message in messages:  # the testbenches' own words for each failure
+        console.print(Text.assemble(("FAIL ", "red"), message))
     for wave in waves:
         console.print(f"waveform: {wave}")
     console.print(f"seed {args.seed}: " + ("[green]all passed[/]" if not failures
@@ -120,11 +137,16 @@ def cmd_bench(args):
     return 0
 
 
+#: Largest M, K or N `tessera demo-array` takes: cocotb simulates ~10^4 cycles a second,
+#: and 1024^3 on the 8x8 array is already 16 M operand beats.
+DEMO_MAX_SIDE = 1024
+
+
 def cmd_demo_array(args):
     import json
     import tempfile
 
-    from sim.runner import run_testbench
+    from sim.runner import SimBuildError, TestbenchFailed, run_testbench
 
     config = _array_config(args)
     m, k, n = args.m, args.k, args.n
@@ -133,10 +155,16 @@ def cmd_demo_array(args):
     with tempfile.TemporaryDirectory() as tmp:
         report_path = f"{tmp}/report.json"
         started = time.monotonic()
-        with console.status("generating Verilog, building with Verilator, simulating"):
-            run_testbench("sim.tb_demo", config, seed=args.seed, name="demo",
-                          extra_env={"TESSERA_DEMO_SHAPE": f"{m},{k},{n}",
-                                     "TESSERA_REPORT": report_path})
+        try:
+            with console.status("generating Verilog, building with Verilator, simulating"):
+                run_testbench("sim.tb_demo", config, seed=args.seed, name="demo",
+                              extra_env={"TESSERA_DEMO_SHAPE": f"{m},{k},{n}",
+                                         "TESSERA_REPORT": report_path},
+                              log=lambda message: console.print(message, style="dim",
+                                                                markup=False))
+        except (SimBuildError, TestbenchFailed) as error:
+            _print_sim_failure(error)
+            return 1
         with open(report_path) as f:
             report = json.load(f)
     ideal = report["padded_macs"] / (config.rows * config.cols)
@@ -504,9 +532,13 @@ def build_parser():
     p = sub.add_parser("demo-array",
                        help="a random GEMM on the simulated array, checked and timed")
     _add_array_options(p)
-    p.add_argument("--m", type=int, default=40)
-    p.add_argument("--k", type=int, default=96)
-    p.add_argument("--n", type=int, default=40)
+    side = _int_from(1, DEMO_MAX_SIDE)
+    p.add_argument("--m", type=side, default=40,
+                   help=f"rows of A, 1 to {DEMO_MAX_SIDE} (default %(default)s)")
+    p.add_argument("--k", type=side, default=96,
+                   help=f"columns of A and rows of B, 1 to {DEMO_MAX_SIDE} (default %(default)s)")
+    p.add_argument("--n", type=side, default=40,
+                   help=f"columns of B, 1 to {DEMO_MAX_SIDE} (default %(default)s)")
     p.add_argument("--seed", type=int, default=2026)
     p.set_defaults(func=cmd_demo_array)
 

@@ -2,8 +2,8 @@
 
 import pytest
 
+from sim.outcomes import read_outcomes
 from sim.testbenches import TESTBENCHES, find_testbench
-from tessera.cli import _testcase_outcomes
 
 RESULTS = """<?xml version='1.0' encoding='utf-8'?>
 <testsuites name="cocotb tests"><testsuite name="sim.tb" tests="3">
@@ -18,8 +18,8 @@ RESULTS = """<?xml version='1.0' encoding='utf-8'?>
 def test_outcomes_are_read_from_results_xml(tmp_path):
     path = tmp_path / "results.xml"
     path.write_text(RESULTS)
-    assert _testcase_outcomes(path) == [("ok", "PASS", 4.26), ("bad", "FAIL", 0.0),
-                                        ("other", "SKIP", 0.0)]
+    assert [(o.name, o.result, o.sim_us) for o in read_outcomes(path)] == [
+        ("ok", "PASS", 4.26), ("bad", "FAIL", 0.0), ("other", "SKIP", 0.0)]
 
 
 def test_unknown_testbench_lists_the_known_ones():
