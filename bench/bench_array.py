@@ -36,9 +36,7 @@ def main():
                               peer="ideal padded_macs/(R*C)", peer_value=ideal))
         metrics.append(metric(f"gemm_{label}_utilization", round(ideal / report["cycles"], 4),
                               "fraction of R*C MACs per cycle"))
-    path = write_results("array", metrics, config=config.as_dict())
-    print(f"wrote {path}")
-    return path
+    return write_results("array", metrics, config=config.as_dict())
 
 
 if __name__ == "__main__":

@@ -93,7 +93,6 @@ def main():
     print(f"{'layer':38} {'compute':>8} {'ideal':>8} {'util':>6} {'loading':>8} {'w/ load':>7}")
     for name, compute, ideal, util, loading, layer_util in table:
         print(f"{name:38} {compute:8d} {ideal:8d} {util:6.1%} {loading:8d} {layer_util:7.1%}")
-    print(f"wrote {path}")
     return path
 
 

@@ -156,15 +156,10 @@ def main():
     rng = np.random.default_rng(2024)
     rt = OpenCLRuntime()
     metrics = conv_metrics(rt, rng) + launch_metrics(rt, rng)
-    path = write_results(
+    return write_results(
         "opencl", metrics, device=rt.device_name, platform=rt.device.platform.name.strip(),
         compute_units=rt.device.max_compute_units, repeats=REPEATS,
         openblas_num_threads=os.environ.get("OPENBLAS_NUM_THREADS"))
-    for entry in metrics:
-        peer = f"  (peer {entry['peer_value']})" if "peer_value" in entry else ""
-        print(f"{entry['name']:45s} {entry['value']:>10} {entry['unit']}{peer}")
-    print(f"wrote {path}")
-    return path
 
 
 if __name__ == "__main__":

@@ -219,7 +219,6 @@ def main():
     print(f"{'batch':>5}  {'runner':22s} {'images/s':>10}  {'x onnxruntime 2 threads':>24}")
     for batch, name, value, ratio in table:
         print(f"{batch:5d}  {name:22s} {value:10.1f}  {ratio:24.3f}")
-    print(f"wrote {out}")
     return out
 
 

@@ -104,11 +104,7 @@ def main():
         metric("cocotb_layer_cycles", cocotb["cycles"], "cycles"),
         metric("cocotb_layer_seconds", round(cocotb["seconds"], 2), "s"),
     ]
-    path = write_results("twin", metrics, config=CONFIG.as_dict(), layer=label)
-    for entry in metrics:
-        print(f"{entry['name']}: {entry['value']} {entry['unit']}")
-    print(f"wrote {path}")
-    return path
+    return write_results("twin", metrics, config=CONFIG.as_dict(), layer=label)
 
 
 if __name__ == "__main__":

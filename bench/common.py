@@ -1,4 +1,5 @@
-"""Shared by the benchmark scripts: the JSON every benchmark writes."""
+"""Shared by the benchmark scripts: the JSON every benchmark writes, each figure printed as
+it is written."""
 
 import datetime
 import json
@@ -7,6 +8,9 @@ import platform
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: ``(path, number of metrics)`` of every results file written by this process, in order:
+#: what ``tessera bench`` sums up at the end.
+WRITTEN = []
 
 
 def metric(name, value, unit, *, peer=None, peer_value=None, target=None, note=None):
@@ -22,8 +26,21 @@ def metric(name, value, unit, *, peer=None, peer_value=None, target=None, note=N
     return entry
 
 
+def format_metric(entry):
+    """One line for a metric: name, value and unit, then its peer and target if any."""
+    value = entry["value"]
+    shown = f"{value:,}" if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else str(value)
+    line = f"  {entry['name']:<48} {shown:>14} {entry['unit']}"
+    if "peer" in entry:
+        line += f"  (peer {entry['peer']}: {entry['peer_value']})"
+    if "target" in entry:
+        line += f"  (target {entry['target']})"
+    return line
+
+
 def write_results(benchmark, metrics, **context):
-    """Write ``bench/results/<benchmark>.json`` and return its path."""
+    """Write ``bench/results/<benchmark>.json``, print each metric, and return the path."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{benchmark}.json"
     document = {
@@ -34,4 +51,8 @@ def write_results(benchmark, metrics, **context):
         "metrics": metrics,
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
+    for entry in metrics:
+        print(format_metric(entry))
+    print(f"wrote {len(metrics)} metric{'' if len(metrics) == 1 else 's'} to {path}")
+    WRITTEN.append((path, len(metrics)))
     return path

@@ -131,10 +131,56 @@ def cmd_bench(args):
         console.print(f"[red]unknown benchmark(s) {', '.join(unknown)}[/]; known: "
                       + ", ".join(names))
         return 2
+    from bench import common
+
+    summary = Table(title="benchmarks")
+    for column in ("benchmark", "result", "metrics", "time", "written"):
+        summary.add_column(column, overflow="fold")
+    failed = 0
     for name in chosen:
         console.rule(f"bench {name}")
-        importlib.import_module(f"bench.bench_{name}").main()
-    return 0
+        first, started = len(common.WRITTEN), time.monotonic()
+        try:
+            importlib.import_module(f"bench.bench_{name}").main()
+            result = "[green]ok[/]"
+        except Exception as error:  # one failing benchmark must not hide the others' figures
+            failed += 1
+            _print_bench_error(name, error)
+            result = "[red]failed[/]"
+        written = common.WRITTEN[first:]
+        summary.add_row(name, result, str(sum(count for _, count in written)),
+                        f"{time.monotonic() - started:.1f} s",
+                        ", ".join(_relative(path) for path, _ in written) or "-")
+    console.print(summary)
+    total = sum(count for _, count in common.WRITTEN)
+    console.print(f"{len(chosen)} benchmark(s): {total} metric(s) written"
+                  + (f", [red]{failed} failed[/]" if failed else ""))
+    return 1 if failed else 0
+
+
+def _relative(path):
+    """``path`` relative to the working directory when it lies below it."""
+    from pathlib import Path
+
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _print_bench_error(name, error):
+    """A benchmark's known failures in their own words; anything else with its traceback."""
+    from sim.runner import SimBuildError, TestbenchFailed
+    from sim.twin import TwinBuildError
+    from sw_driver.errors import TesseraError
+    from tessera.toolchain import ToolchainError
+
+    if isinstance(error, (SimBuildError, TestbenchFailed, TwinBuildError, TesseraError,
+                          ToolchainError)):
+        console.print(Text.assemble((f"bench {name} failed: ", "red"), str(error)))
+    else:
+        console.print(Text(f"bench {name} failed:", style="red"))
+        console.print_exception()
 
 
 #: Largest M, K or N `tessera demo-array` takes: cocotb simulates ~10^4 cycles a second,
@@ -372,7 +418,9 @@ def cmd_run(args):
         if args.batch < 1:
             raise _UsageError(f"--batch must be a positive integer, not {args.batch}")
         providers = [p.strip() for p in args.providers.split(",") if p.strip()]
-        session = InferenceSession(args.model, providers=providers)
+        # The "sim" provider builds its Verilator twin on first use: up to a minute.
+        with console.status(f"opening {args.model} on {', '.join(providers)}"):
+            session = InferenceSession(args.model, providers=providers)
         x, labels = _run_inputs(args, session)
         name = session.get_inputs()[0].name
         if len(x) == 0:

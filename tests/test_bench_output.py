@@ -1,0 +1,61 @@
+"""`tessera bench` prints each metric as it is written to bench/results/*.json, and ends with a
+summary that names failed benchmarks in their own words."""
+
+import importlib
+import json
+import types
+
+import pytest
+
+from bench import common
+from sim.runner import TestbenchFailed
+from tessera import cli
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    """bench/results in a temporary folder, and a fresh record of what was written."""
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(common, "WRITTEN", [])
+    return tmp_path
+
+
+def _array_metrics():
+    return [common.metric("gemm_8x8x8_cycles", 1234, "cycles", peer="ideal", peer_value=8.0),
+            common.metric("gemm_8x8x8_utilization", 0.0065, "fraction", target=0.85)]
+
+
+def test_each_metric_is_printed_as_it_is_written(results, capsys):
+    path = common.write_results("array", _array_metrics(), config={"rows": 8})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        f"  {'gemm_8x8x8_cycles':<48} {'1,234':>14} cycles  (peer ideal: 8.0)",
+        f"  {'gemm_8x8x8_utilization':<48} {'0.0065':>14} fraction  (target 0.85)",
+        f"wrote 2 metrics to {results / 'array.json'}",
+    ]
+    assert json.loads(path.read_text())["metrics"] == _array_metrics()
+    assert common.WRITTEN == [(results / "array.json", 2)]
+
+
+def test_bench_summary_names_each_benchmark_and_its_failure(results, monkeypatch, capsys):
+    def array_main():
+        common.write_results("array", _array_metrics())
+
+    def twin_main():
+        raise TestbenchFailed("1 of 1 cocotb tests failed in sim.tb_conv_bench on r4c4a32 "
+                              "(seed 1):\n  bench: AssertionError: cycles [3] differ")
+
+    fakes = {"bench.bench_array": array_main, "bench.bench_twin": twin_main}
+    real = importlib.import_module
+    monkeypatch.setattr(importlib, "import_module", lambda name, *args: (
+        types.SimpleNamespace(main=fakes[name]) if name in fakes else real(name, *args)))
+    assert cli.main(["bench", "array", "twin"]) == 1
+    out = capsys.readouterr().out
+    assert "gemm_8x8x8_cycles" in out and "1,234 cycles" in out
+    # The testbench's own words, "[3]" included (not eaten as markup), and no traceback.
+    assert "bench twin failed: 1 of 1 cocotb tests failed in sim.tb_conv_bench" in out
+    assert "bench: AssertionError: cycles [3] differ" in out and "Traceback" not in out
+    summary = out[out.index("benchmarks"):]
+    assert "array" in summary and "ok" in summary and "twin" in summary
+    assert "failed" in summary and "array.json" in summary
+    assert out.rstrip().endswith("2 benchmark(s): 2 metric(s) written, 1 failed")
