@@ -13,6 +13,7 @@ import hashlib
 import importlib.metadata
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -164,6 +165,11 @@ def _bind(lib):
 class Twin:
     """One simulated accelerator. Every call runs whole cycles inside the library.
 
+    The library's model is not reentrant: every call into it holds the twin's lock, so two
+    threads sharing a twin take turns (a whole layer's calls are kept together one level
+    up, by the transport's lock), and a call after :meth:`close` raises instead of
+    touching freed memory.
+
     Parameters
     ----------
     config : ConvEngineConfig
@@ -174,6 +180,7 @@ class Twin:
 
     def __init__(self, config=None, *, waves=None, build_root=BUILD_ROOT, log=print):
         self._handle = None
+        self._lock = threading.RLock()
         self.config = config or ConvEngineConfig()
         library = build_twin(self.config, waves=bool(waves), build_root=build_root, log=log)
         self._lib = _bind(ctypes.CDLL(str(library)))
@@ -183,58 +190,68 @@ class Twin:
             self.trace(waves)
         self.reset()
 
+    def _call(self, name, *args):
+        with self._lock:
+            if not self._handle:
+                raise RuntimeError(f"twin_{name}: the twin has been closed")
+            return getattr(self._lib, f"twin_{name}")(self._handle, *args)
+
     def trace(self, path):
         """Start writing an FST waveform to ``path`` (None stops)."""
         encoded = os.fsencode(str(path)) if path else b""
-        if self._lib.twin_trace(self._handle, encoded) != 0:
+        if self._call("trace", encoded) != 0:
             raise OSError(f"cannot open waveform file {path}")
         self.waves = Path(path) if path else None
 
     def reset(self, cycles=4):
-        self._lib.twin_reset(self._handle, cycles)
+        self._call("reset", cycles)
 
     def csr_read(self, offset):
-        return int(self._lib.twin_csr_read(self._handle, offset))
+        return int(self._call("csr_read", offset))
 
     def csr_write(self, offset, value):
-        self._lib.twin_csr_write(self._handle, offset, value)
+        self._call("csr_write", offset, value)
 
     def dma_write(self, words):
         words = np.ascontiguousarray(words, dtype=np.uint32)
-        self._lib.twin_dma_write(self._handle, words.ctypes.data_as(_u32_p), words.size)
+        self._call("dma_write", words.ctypes.data_as(_u32_p), words.size)
 
     def dma_take(self, max_words):
         out = np.empty(max_words, dtype=np.uint32)
-        count = self._lib.twin_dma_take(self._handle, out.ctypes.data_as(_u32_p), max_words)
+        count = self._call("dma_take", out.ctypes.data_as(_u32_p), max_words)
         return out[:count]
 
     def dma_flush(self):
         """Drop the words still queued in both directions."""
-        self._lib.twin_dma_flush(self._handle)
+        self._call("dma_flush")
 
     def dma_available(self):
-        return int(self._lib.twin_dma_available(self._handle))
+        return int(self._call("dma_available"))
 
     def run(self, budget, *, words=0):
         """Run until ``words`` device-to-host words wait, the interrupt line rises, or
         ``budget`` cycles pass; returns the cycles run."""
-        return int(self._lib.twin_run(self._handle, budget, words))
+        return int(self._call("run", budget, words))
 
     @property
     def cycles(self):
-        return int(self._lib.twin_cycles(self._handle))
+        return int(self._call("cycles"))
 
     @property
     def irq(self):
-        return bool(self._lib.twin_irq(self._handle))
+        return bool(self._call("irq"))
 
     def inject_fault(self, fault):
-        self._lib.twin_inject_fault(self._handle, int(Fault(fault)))
+        self._call("inject_fault", int(Fault(fault)))
 
     def close(self):
-        if self._handle:
-            self._lib.twin_free(self._handle)
-            self._handle = None
+        lock = getattr(self, "_lock", None)  # None when __init__ failed before making it
+        if lock is None:
+            return
+        with lock:
+            if self._handle:
+                self._lib.twin_free(self._handle)
+                self._handle = None
 
     def __del__(self):
         self.close()

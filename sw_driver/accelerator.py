@@ -6,6 +6,7 @@ runs on the Verilator twin and on a board. Layers are lowered to engine passes b
 exchange in the order ``hw/top.py`` documents.
 """
 
+import math
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -14,15 +15,61 @@ from hw.config import ArrayConfig
 from hw.conv_config import DESCRIPTOR_FIELDS, ConvEngineConfig
 from sw_driver import regs
 from sw_driver.conv_lowering import assemble_output, lower_conv2d
-from sw_driver.errors import TesseraError
+from sw_driver.errors import DeviceError
+from sw_driver.planner import pass_cycles
 from sw_driver.regs import Opcode, Reg
-from sw_driver.transport.base import TransportError
+from sw_driver.transport.base import Deadline, TransportError
 
 ERROR_NAMES = {1: "unknown opcode", 2: "bad descriptor", 0xEE: "error flag raised"}
 
 
-class AcceleratorError(TesseraError):
+class AcceleratorError(DeviceError):
     """A layer failed on the device; the message names the layer and what was seen."""
+
+
+@dataclass(frozen=True)
+class DeadlinePolicy:
+    """How long the driver waits for a pass, from the cycles the cycle model expects.
+
+    A pass may take ``margin`` times its expected cycles, and never fewer than
+    ``min_cycles``; in wall-clock time, those cycles at the transport's slowest rate
+    (:attr:`~sw_driver.transport.Transport.min_cycles_per_second`), and never less than
+    ``min_seconds``. The model (:func:`sw_driver.planner.pass_cycles`) is within 10 % of
+    the twin's counters, so the margin is for what it cannot see (a board's link stalling);
+    the floors keep tiny passes from being cut short by scheduling noise. With the defaults
+    a stuck small layer on the twin is reported after 100 000 simulated cycles (about
+    0.1 s) or 1 s, instead of the transport's whole budget.
+
+    Parameters
+    ----------
+    margin : float
+        Multiple of the expected cycles a pass may take.
+    min_cycles : int
+        Floor of the cycle limit.
+    min_seconds : float
+        Floor of the wall-clock limit.
+    """
+
+    margin: float = 8.0
+    min_cycles: int = 100_000
+    min_seconds: float = 1.0
+
+    def __post_init__(self):
+        for name in ("margin", "min_cycles", "min_seconds"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and value > 0):
+                raise ValueError(f"{name} must be a positive number, not {value!r}")
+        if self.margin < 1:
+            raise ValueError(f"margin must be at least 1 (the expected cycles), not "
+                             f"{self.margin!r}")
+
+    def deadline(self, expected_cycles, min_cycles_per_second):
+        """The :class:`~sw_driver.transport.base.Deadline` of a pass expected to take
+        ``expected_cycles`` on a device whose cycles pass at least this fast."""
+        cycles = max(self.min_cycles, math.ceil(self.margin * expected_cycles))
+        seconds = max(self.min_seconds, cycles / min_cycles_per_second)
+        return Deadline(cycles, seconds, f"deadline {cycles:,} cycles or {seconds:.3g} s "
+                                         f"for ~{expected_cycles:,} expected")
 
 
 @dataclass(frozen=True)
@@ -173,10 +220,13 @@ class Accelerator:
     Parameters
     ----------
     transport : sw_driver.transport.Transport
+    deadlines : DeadlinePolicy, optional
+        How long a pass with a cycle estimate may take (default ``DeadlinePolicy()``).
     """
 
-    def __init__(self, transport):
+    def __init__(self, transport, *, deadlines=None):
         self.transport = transport
+        self.deadlines = DeadlinePolicy() if deadlines is None else deadlines
         read = transport.csr_read
         ident = read(Reg.ID)
         if ident != regs.ID_VALUE:
@@ -209,8 +259,9 @@ class Accelerator:
         total = Counters()
         outputs = []
         for engine_pass in passes:
-            beats, counters = self.run_program(pass_program(engine_pass, self.config,
-                                                            pool=pool))
+            beats, counters = self.run_program(
+                pass_program(engine_pass, self.config, pool=pool),
+                expected_cycles=pass_cycles(engine_pass, self.config))
             outputs.append(beats)
             total = total + counters
         self.last_counters = total
@@ -270,18 +321,25 @@ class Accelerator:
 
     def run_pass(self, engine_pass):
         """Program, run and read back one :class:`~sw_driver.conv_lowering.EnginePass`."""
-        return self.run_program(pass_program(engine_pass, self.config))
+        return self.run_program(pass_program(engine_pass, self.config),
+                                expected_cycles=pass_cycles(engine_pass, self.config))
 
-    def run_program(self, program):
+    def run_program(self, program, *, expected_cycles=None):
         """Run one :class:`PassProgram`; returns ``(beats, counters)`` with beats of shape
-        (output_beats, C) int8."""
+        (output_beats, C) int8.
+
+        With ``expected_cycles`` (the cycle model's figure) the wait for the results has
+        the deadline :attr:`deadlines` derives from it; without, the transport's defaults.
+        """
         t = self.transport
+        deadline = None if expected_cycles is None else self.deadlines.deadline(
+            expected_cycles, t.min_cycles_per_second)
         before = self.counters()
         for offset, value in program.csr_writes:
             t.csr_write(offset, value)
         t.dma_write(program.h2c)
         try:
-            raw = t.dma_read(program.c2h_bytes)
+            raw = t.dma_read(program.c2h_bytes, deadline=deadline)
         except TransportError as error:
             status = t.csr_read(Reg.STATUS)
             if status & regs.STATUS_ERROR_MASK:

@@ -6,14 +6,17 @@ their messages name the file, node, layer or input concerned.
 """
 
 __all__ = [
+    "DeviceError",
     "InputError",
     "LayerError",
+    "LayerFaultError",
     "MissingInitializerError",
     "ModelLoadError",
     "NotQuantizedError",
     "PlacementError",
     "ProviderUnavailableError",
     "QuantizationError",
+    "RunTerminatedError",
     "TesseraError",
     "UnknownProviderError",
     "UnsupportedModelError",
@@ -83,3 +86,31 @@ class InputError(TesseraError, ValueError):
 
 class LayerError(TesseraError):
     """A layer failed while running (e.g. an int32 accumulator overflow)."""
+
+
+class DeviceError(TesseraError):
+    """A device failed while running a layer (a timeout, its error flag, lost data).
+
+    Unlike a :class:`LayerError`, the same layer may succeed after a reset or on another
+    provider, so the session retries it (:mod:`sw_driver.dispatch`). The transport's and
+    the accelerator's errors are subclasses.
+    """
+
+
+class LayerFaultError(LayerError):
+    """No provider able to run a layer could finish it: each met a device fault.
+
+    Attributes
+    ----------
+    faults : list of dict
+        Every fault in the order met, as in the profile: ``provider``, ``attempt``,
+        ``error``, ``seconds``.
+    """
+
+    def __init__(self, message, faults):
+        super().__init__(message)
+        self.faults = list(faults)
+
+
+class RunTerminatedError(TesseraError):
+    """A run stopped because its ``run_options.terminate`` was set."""

@@ -5,7 +5,30 @@ process would need, so a batch can be split across processes, each with its own 
 instance (``design.md``, "Scaling out").
 """
 
-__all__ = ["Provider"]
+import enum
+
+from ..locks import LazyDeviceLock
+
+__all__ = ["Concurrency", "Provider"]
+
+
+class Concurrency(enum.Enum):
+    """What a provider allows when one session is run from several threads at once.
+
+    The session serializes accordingly, with the provider's :attr:`Provider.lock`.
+    """
+
+    #: ``run`` may be called from any number of threads at once (pure functions on the
+    #: host): no lock.
+    SHARED = "shared"
+    #: One layer at a time: the lock is held around ``run``, the reading of its figures
+    #: for the profile (``bytes_moved``, ``cycles``), and the reset and retry after a fault.
+    #: Between layers other threads may use the device.
+    PER_LAYER = "per layer"
+    #: State lives on the device between the layers of one run (tensors left there for the
+    #: next layer, an error flag read only at the end): the lock is held for the whole run.
+    #: The safe default for a provider that does not say.
+    PER_RUN = "per run"
 
 
 class Provider:
@@ -17,6 +40,13 @@ class Provider:
 
     #: Short name used in ``InferenceSession(providers=[...])`` and in profiles.
     name = "base"
+    #: How concurrent runs of a session share this provider (see :class:`Concurrency`).
+    #: The "opencl" and "gpu" providers keep this default: their tensors stay on the device
+    #: between layers and their overflow flag covers every layer since the last read.
+    concurrency = Concurrency.PER_RUN
+    #: The lock the session serializes this provider with (one per instance; device
+    #: providers share their transport's, so two providers on one device take turns).
+    lock = LazyDeviceLock()
 
     def supports(self, layer):
         """Whether this provider can run ``layer``.
@@ -61,6 +91,11 @@ class Provider:
     def bytes_moved(self, layer, inputs, output):
         """Bytes transferred to and from the device for one run (0 for host providers)."""
         return 0
+
+    def reset(self):
+        """Return the device to a known state after a fault, before the layer is retried
+        (:class:`~sw_driver.errors.DeviceError`); called with :attr:`lock` held. Host
+        providers have nothing to reset."""
 
     def finish_profile(self, profile):
         """Amend this provider's rows of a finished run's profile, in place.

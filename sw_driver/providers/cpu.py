@@ -16,7 +16,7 @@ from models.requant import requantize
 
 from .. import graph as g
 from . import cpu_kernels
-from .base import Provider
+from .base import Concurrency, Provider
 
 __all__ = ["CPUProvider"]
 
@@ -97,6 +97,10 @@ class CPUProvider(Provider):
     """
 
     name = "cpu"
+    #: Pure functions of their arguments; the kernels' caches only ever add or drop whole
+    #: entries checked on use, so concurrent calls need no lock
+    #: (tests/test_session_threads.py).
+    concurrency = Concurrency.SHARED
 
     def __init__(self, fast=True):
         self.fast = bool(fast)

@@ -19,7 +19,7 @@ from ..accelerator import Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError
 from ..transport.base import Transport, TransportError
-from .base import Provider
+from .base import Concurrency, Provider
 
 __all__ = ["CountingTransport", "DeviceProvider", "engine_refusal"]
 
@@ -44,8 +44,8 @@ class CountingTransport(Transport):
         self.inner.dma_write(data)
         self.h2c_bytes += memoryview(data).nbytes
 
-    def dma_read(self, nbytes):
-        data = self.inner.dma_read(nbytes)
+    def dma_read(self, nbytes, *, deadline=None):
+        data = self.inner.dma_read(nbytes, deadline=deadline)
         self.c2h_bytes += len(data)
         return data
 
@@ -54,6 +54,15 @@ class CountingTransport(Transport):
 
     def close(self):
         self.inner.close()
+
+    @property
+    def min_cycles_per_second(self):
+        return self.inner.min_cycles_per_second
+
+    @property
+    def lock(self):
+        """The device's lock: the wrapped transport's."""
+        return self.inner.lock
 
     @property
     def moved(self):
@@ -118,6 +127,9 @@ class DeviceProvider(Provider):
     """
 
     name = "device"
+    #: A layer is a self-contained sequence of passes (nothing stays on the device after
+    #: it), so threads take turns layer by layer.
+    concurrency = Concurrency.PER_LAYER
 
     def __init__(self, transport, *, where):
         self.where = where
@@ -171,6 +183,15 @@ class DeviceProvider(Provider):
     def bytes_moved(self, layer, inputs, output):
         run = self._runs.get(layer)
         return run.bytes if run else 0
+
+    @property
+    def lock(self):
+        """The transport's lock: every provider driving this device shares it."""
+        return self.transport.lock
+
+    def reset(self):
+        """Soft-reset the accelerator and drop queued DMA data (a retry follows)."""
+        self.accelerator.reset()
 
     def cycles(self, layer):
         """Device cycles (PERF_CYCLES) of ``layer``'s last run, or None."""

@@ -1,16 +1,38 @@
 """The Transport interface: 32-bit CSRs and two DMA streams, with timeouts."""
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
-from sw_driver.errors import TesseraError
+from sw_driver.errors import DeviceError
+from sw_driver.locks import LazyDeviceLock
 
 
-class TransportError(TesseraError):
+class TransportError(DeviceError):
     """The device could not be reached or answered wrongly; the message names it."""
 
 
 class TransportTimeout(TransportError):
     """The device did not answer within the timeout (reported, never waited on forever)."""
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """How long one wait for the device may last; whichever limit is reached first ends it.
+
+    Attributes
+    ----------
+    cycles : int
+        Device cycles, where the transport counts them (the twin's simulated cycles); a
+        deadline that holds on every machine.
+    seconds : float
+        Wall-clock seconds: what a user waits, and the only limit a board's link knows.
+    note : str
+        Where the limits come from, for the timeout's message.
+    """
+
+    cycles: int
+    seconds: float
+    note: str = ""
 
 
 class Transport(ABC):
@@ -20,8 +42,16 @@ class Transport(ABC):
     32-bit words: host-to-device transfers end with ``last`` on their final word.
     """
 
-    #: seconds a DMA transfer may take before :class:`TransportTimeout`
+    #: seconds a DMA transfer may take before :class:`TransportTimeout` when the caller
+    #: gives no :class:`Deadline`
     timeout = 1.0
+    #: The slowest rate at which the device's cycles pass in wall-clock time: a deadline
+    #: derived from a pass's expected cycles divides by it. 1 MHz is far below the clock of
+    #: any FPGA build; the twin, a simulator, sets its own.
+    min_cycles_per_second = 1e6
+    #: Held by whoever drives the device for a whole layer (``sw_driver.locks``): a
+    #: pass's register writes and transfers must not interleave with another thread's.
+    lock = LazyDeviceLock()
 
     @abstractmethod
     def csr_read(self, offset):
@@ -36,8 +66,12 @@ class Transport(ABC):
         """Send ``data`` (bytes-like, a multiple of 4 bytes) to the device."""
 
     @abstractmethod
-    def dma_read(self, nbytes):
-        """Receive exactly ``nbytes`` (a multiple of 4) from the device."""
+    def dma_read(self, nbytes, *, deadline=None):
+        """Receive exactly ``nbytes`` (a multiple of 4) from the device.
+
+        ``deadline`` (a :class:`Deadline`) bounds the wait; None uses the transport's
+        defaults. Raises :class:`TransportTimeout` when it passes first.
+        """
 
     def abort_dma(self):  # noqa: B027 - optional: most transports have nothing queued
         """Drop data of transfers abandoned after a timeout, in both directions."""

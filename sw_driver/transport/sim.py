@@ -1,22 +1,37 @@
 """Transport over the Verilator twin (sim/twin.py): the same calls as a board, in-process."""
 
+import time
+
 import numpy as np
 
 from .base import Transport, TransportError, TransportTimeout, check_csr, check_word_multiple
+
+#: Simulated cycles per call into the twin while waiting: short enough that a wall-clock
+#: deadline is checked every few tens of milliseconds, long enough that the calls cost
+#: nothing (about 60 ms at the 8x8 twin's 1.1 M cycles/s).
+SLICE_CYCLES = 1 << 16
 
 
 class SimTransport(Transport):
     """Drive a :class:`sim.twin.Twin` as if it were a board.
 
-    Simulated time only moves inside calls. Timeouts are counted in simulated cycles, so a
-    hung design is reported after the same number of cycles on every machine.
+    Simulated time only moves inside calls. Waits end at the first of three limits: the
+    :class:`~.base.Deadline` the caller gives (cycles and wall-clock seconds, derived from
+    the pass's expected cycles by the driver), and the transport's own ``cycle_budget``.
+    Without a deadline, the wall-clock limit is ``cycle_budget`` at
+    :attr:`min_cycles_per_second`.
 
     Parameters
     ----------
     twin : sim.twin.Twin
     cycle_budget : int
-        Cycles a DMA read or a wait may simulate before :class:`TransportTimeout`.
+        Cycles a DMA read or a wait may simulate before :class:`TransportTimeout`, whatever
+        the deadline.
     """
+
+    #: The 8x8 twin simulates about 1.1 M cycles/s on the development machine (docs/twin.md);
+    #: a tenth of that leaves room for a machine loaded by other jobs.
+    min_cycles_per_second = 1e5
 
     def __init__(self, twin, *, cycle_budget=20_000_000):
         self.twin = twin
@@ -42,13 +57,15 @@ class SimTransport(Transport):
         check_word_multiple("dma_write data", len(data))
         self.twin.dma_write(np.frombuffer(data, dtype=np.uint32))
 
-    def dma_read(self, nbytes):
+    def dma_read(self, nbytes, *, deadline=None):
         check_word_multiple("dma_read size", nbytes)
         words = nbytes // 4
+        cycles, seconds, note = self._limits(deadline)
+        give_up = time.monotonic() + seconds
         chunks, received, spent = [], 0, 0
         while True:
             # The interrupt (raised at the end of a layer, or on error) ends a run early.
-            spent += self.twin.run(self.cycle_budget - spent, words=words - received)
+            spent += self.twin.run(min(SLICE_CYCLES, cycles - spent), words=words - received)
             chunk = self.twin.dma_take(words - received)
             chunks.append(chunk)
             received += chunk.size
@@ -57,16 +74,31 @@ class SimTransport(Transport):
             if self.twin.irq:
                 raise TransportError(f"twin: the device raised its interrupt after "
                                      f"{received * 4} of {nbytes} bytes")
-            if spent >= self.cycle_budget:
+            if spent >= cycles:
                 raise TransportTimeout(f"twin: {received * 4} of {nbytes} bytes after "
-                                       f"{self.cycle_budget} simulated cycles")
+                                       f"{spent} simulated cycles{note}")
+            if time.monotonic() > give_up:
+                raise TransportTimeout(f"twin: {received * 4} of {nbytes} bytes after "
+                                       f"{seconds:g} s of wall-clock time ({spent} "
+                                       f"simulated cycles){note}")
+
+    def _limits(self, deadline):
+        """(cycles, seconds, note for messages) of one wait."""
+        if deadline is None:
+            return (self.cycle_budget, self.cycle_budget / self.min_cycles_per_second, "")
+        cycles = min(deadline.cycles, self.cycle_budget)
+        return cycles, deadline.seconds, f" ({deadline.note})" if deadline.note else ""
 
     def abort_dma(self):
         self.twin.dma_flush()
 
     def wait_interrupt(self):
-        """Simulate until the interrupt line rises; False if the budget ran out first."""
-        self.twin.run(self.cycle_budget)
+        """Simulate until the interrupt line rises; False if the budget (cycles, or their
+        wall-clock time at :attr:`min_cycles_per_second`) ran out first."""
+        cycles, seconds, _ = self._limits(None)
+        give_up, spent = time.monotonic() + seconds, 0
+        while not self.twin.irq and spent < cycles and time.monotonic() <= give_up:
+            spent += self.twin.run(min(SLICE_CYCLES, cycles - spent)) or 1
         return self.twin.irq
 
     def close(self):
