@@ -40,8 +40,8 @@ from models.conv import conv_output_size
 from . import graph as g
 from .errors import PlacementError
 
-__all__ = ["CostModel", "DeviceWork", "Estimate", "LinkModel", "Planner", "cpu_estimate",
-           "device_work", "format_seconds", "infer_shapes"]
+__all__ = ["CostModel", "DeviceWork", "Estimate", "LayerOptions", "LinkModel", "Planner",
+           "cpu_estimate", "device_work", "format_seconds", "infer_shapes"]
 
 #: Cycles per engine pass beyond loading and computing: the descriptor writes, lane
 #: set-up, the array's skew and drain and the requantizer's stages (about 94 on the 8x8
@@ -345,6 +345,22 @@ def format_seconds(value):
     return f"{value * 1e6:,.1f} us" if value < 1e-3 else f"{value * 1e3:,.2f} ms"
 
 
+@dataclass(frozen=True)
+class LayerOptions:
+    """Every provider's answer for one layer, kept for fallback and for the profile.
+
+    Attributes
+    ----------
+    able : tuple of Provider
+        The providers able to run the layer at its shape, in the session's order.
+    declined : tuple of (Provider, str)
+        The providers that cannot, each with its reason.
+    """
+
+    able: tuple
+    declined: tuple
+
+
 @dataclass
 class _Candidate:
     provider: object
@@ -381,6 +397,7 @@ class Planner:
         """
         shapes = infer_shapes(graph, self.batch)
         self.estimates = {}
+        self.options = {}  # layer name -> LayerOptions
         placement = []
         for layer in graph.layers:
             shape = shapes.get(layer.inputs[0]) if layer.inputs else None
@@ -403,7 +420,7 @@ class Planner:
         return True, None, None
 
     def _place_layer(self, layer, shape, providers, source):
-        declined, able = [], []
+        declined, able, refusals = [], [], []
         for provider in providers:
             ok, reason = provider.supports(layer)
             if ok:
@@ -413,6 +430,9 @@ class Planner:
                     continue
                 reason = f"at input shape {list(shape)}: {problem}"
             declined.append(f"{provider.name} declined: {reason}")
+            refusals.append((provider, reason))
+        self.options[layer.name] = LayerOptions(tuple(c.provider for c in able),
+                                                tuple(refusals))
         if not able:
             raise PlacementError(
                 f"{source}: no provider can run layer {layer.name!r} ({layer.op}): "

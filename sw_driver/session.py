@@ -1,19 +1,20 @@
 """``InferenceSession``: onnxruntime's API over Tessera's integer layers and providers."""
 
-import time
+import threading
 import warnings
 
 import numpy as np
 
+from .dispatch import plan_layers, run_layer, run_locks
 from .errors import (
     InputError,
-    LayerError,
     ProviderUnavailableError,
     UnknownProviderError,
 )
 from .importer import import_model
 from .planner import Planner
-from .providers import ALIASES, PROVIDERS, Provider
+from .providers import ALIASES, PROVIDERS, CPUProvider, Provider
+from .run_options import check_run_options, needed_layers, stop_if_terminated
 
 __all__ = ["InferenceSession"]
 
@@ -49,6 +50,15 @@ def _make_providers(providers):
     return made
 
 
+def _with_cpu(providers):
+    """``(providers, implicit)``: the list with a CPU provider at the end when it has none
+    (as onnxruntime appends its CPU provider), and the one appended, or None."""
+    if any(isinstance(p, CPUProvider) for p in providers):
+        return providers, None
+    implicit = CPUProvider()
+    return [*providers, implicit], implicit
+
+
 class InferenceSession:
     """Run a QDQ int8 ONNX model with Tessera's providers, like ``onnxruntime``'s session.
 
@@ -61,12 +71,26 @@ class InferenceSession:
         Tried in this order for each layer: the first that supports a layer runs it, unless
         the planner estimates another one able to is faster (:mod:`sw_driver.planner`).
         Names come from :data:`sw_driver.providers.PROVIDERS` (``"cpu"``, and
-        ``"CPUExecutionProvider"`` as an alias). Default ``["cpu"]``. A provider that cannot
-        run on this machine (:class:`~sw_driver.errors.ProviderUnavailableError`) is skipped
-        with a ``RuntimeWarning`` when others are listed; alone, its error propagates.
+        ``"CPUExecutionProvider"`` as an alias). Default ``["cpu"]``. As in onnxruntime, the
+        CPU provider is appended when the list lacks it, so every layer can run; the profile
+        says which layers fell back to it and why. A provider that cannot run on this
+        machine (:class:`~sw_driver.errors.ProviderUnavailableError`) is skipped with a
+        ``RuntimeWarning`` when others are listed; alone, its error propagates (the
+        implicit CPU is for layers, not for a missing device).
     planner : sw_driver.planner.Planner, optional
         Decides each layer's provider (by cost where providers estimate one, else by
         order); default ``Planner()``.
+    cpu_fallback : bool, optional
+        Append the CPU provider when the list lacks it (default True). False is
+        onnxruntime's ``session.disable_cpu_ep_fallback``: a layer the listed providers
+        cannot run is then a :class:`~sw_driver.errors.PlacementError` naming it.
+
+    Notes
+    -----
+    :meth:`run` may be called from several threads at once. Each provider says what it
+    allows (:class:`~sw_driver.providers.Concurrency`): the CPU runs calls side by side, a
+    device takes one layer (the twin, a card) or one run (OpenCL) at a time. A device
+    fault is retried, then the layer falls back (:mod:`sw_driver.dispatch`).
 
     Raises
     ------
@@ -74,11 +98,17 @@ class InferenceSession:
         A subclass naming the file, node or layer: see :mod:`sw_driver.errors`.
     """
 
-    def __init__(self, path_or_bytes, providers=None, *, planner=None):
-        self._providers = _make_providers(["cpu"] if providers is None else providers)
+    def __init__(self, path_or_bytes, providers=None, *, planner=None, cpu_fallback=True):
+        if not isinstance(cpu_fallback, bool):
+            raise TypeError(f"cpu_fallback must be True or False, not {cpu_fallback!r}")
+        listed = _make_providers(["cpu"] if providers is None else providers)
+        self._providers, implicit = _with_cpu(listed) if cpu_fallback else (listed, None)
         self._graph = import_model(path_or_bytes)
         self._planner = Planner() if planner is None else planner
         self._placement = self._planner.place(self._graph, self._providers)
+        self._planned = plan_layers(self._placement, self._planner, self._providers,
+                                    implicit)
+        self._hold_run_locks = run_locks(self._planned)
         # Optional hook: a device provider that sees the whole placement can keep a tensor
         # on its device when every consumer runs there too (and it is not a model output).
         placed = [(layer, provider) for layer, provider, _ in self._placement]
@@ -87,7 +117,8 @@ class InferenceSession:
             prepare = getattr(provider, "prepare", None)
             if prepare is not None:
                 prepare(placed, outputs)
-        self._profile = []
+        self._last_profile = []  # the last run's, whichever thread ran it
+        self._thread = threading.local()  # .profile: the calling thread's last run's
 
     @property
     def graph(self):
@@ -103,7 +134,8 @@ class InferenceSession:
         return list(self._graph.outputs)
 
     def get_providers(self):
-        """Names of the session's providers, in the order they are tried."""
+        """Names of the session's providers, in the order they are tried (ending with
+        ``"cpu"``, appended when not listed)."""
         return [p.name for p in self._providers]
 
     def _check_feeds(self, feeds):
@@ -153,13 +185,23 @@ class InferenceSession:
             Outputs to return, in this order; None returns all, in the model's order.
         input_feed : dict of str -> numpy.ndarray
             One float32 array per model input; batch size N >= 1.
-        run_options : None
-            Accepted for onnxruntime compatibility; must be None.
+        run_options : sw_driver.RunOptions, onnxruntime.RunOptions or None
+            ``terminate`` (checked before each layer), ``only_execute_path_to_fetches`` and
+            ``logid`` are honoured; see :mod:`sw_driver.run_options`. Other types are
+            refused.
 
         Returns
         -------
         list of numpy.ndarray
+
+        Raises
+        ------
+        LayerFaultError
+            Every provider able to run a layer met a device fault on it.
+        RunTerminatedError
+            ``run_options.terminate`` was set.
         """
+        options = check_run_options(run_options)
         env = self._check_feeds(input_feed)
         outputs = [o.name for o in self._graph.outputs]
         if output_names is None:
@@ -168,40 +210,43 @@ class InferenceSession:
         if unknown:
             raise InputError(f"unknown output name(s) {unknown}; the model's outputs are "
                              f"{outputs}")
-        profile = []
-        for layer, provider, reason in self._placement:
-            inputs = [env[name] for name in layer.inputs]
-            start = time.perf_counter()
-            try:
-                result = provider.run(layer, inputs)
-            except (ValueError, OverflowError) as exc:
-                raise LayerError(
-                    f"{self._graph.source}: layer {layer.name!r} ({layer.op}) failed on "
-                    f"provider {provider.name!r} with inputs of shape "
-                    f"{[list(i.shape) for i in inputs]}: {exc}") from exc
-            seconds = time.perf_counter() - start
-            env[layer.output] = result
-            entry = {"layer": layer.name, "op": layer.op, "provider": provider.name,
-                     "seconds": seconds, "bytes": provider.bytes_moved(layer, inputs, result),
-                     "reason": reason}
-            cycles = getattr(provider, "cycles", None)  # accelerators' performance counters
-            if cycles is not None and cycles(layer) is not None:
-                entry["cycles"] = cycles(layer)
-            profile.append(entry)
-        for provider in self._providers:
-            provider.finish_profile(profile)  # device times, known once the queue drained
-        self._profile = profile
+        planned = self._planned
+        if options.only_execute_path_to_fetches:
+            needed = {id(layer) for layer in needed_layers(
+                [step.layer for step in planned], output_names)}
+            planned = [step for step in planned if id(step.layer) in needed]
+        profile, broken = [], {}
+        with self._hold_run_locks():
+            for done, step in enumerate(planned):
+                stop_if_terminated(options, self._graph.source, step.layer, done,
+                                   len(planned))
+                inputs = [env[name] for name in step.layer.inputs]
+                env[step.layer.output], entry = run_layer(step, inputs, broken,
+                                                          self._graph.source)
+                profile.append(entry)
+            for provider in self._providers:
+                provider.finish_profile(profile)  # device times, known once the queue drained
+        self._thread.profile = self._last_profile = profile
         return [env[name] for name in output_names]
 
     def profile(self):
-        """Per-layer record of the last :meth:`run`.
+        """Per-layer record of the last :meth:`run` made by the calling thread (or, if it
+        has made none, the last one by any thread).
 
         Returns
         -------
         list of dict
             One per layer in execution order, with keys ``layer``, ``op``, ``provider``,
-            ``seconds``, ``bytes`` (moved to and from a device; 0 on the CPU) and
-            ``reason`` (why the layer went to that provider); for layers that ran on an
-            accelerator also ``cycles`` (its performance counter).
+            ``seconds``, ``bytes`` (moved to and from a device; 0 on the CPU),
+            ``reason`` (why the layer went to that provider), ``fell_back_from`` (a list
+            of ``{"provider", "why"}``, one per provider preferred to the one that ran it:
+            declined at placement, or failed in this run) and ``faults`` (a list of
+            ``{"provider", "attempt", "error", "seconds"}``, one per device fault met in
+            this run); for layers that ran on an accelerator also ``cycles`` (its
+            performance counter).
         """
-        return [dict(entry) for entry in self._profile]
+        profile = getattr(self._thread, "profile", None)
+        if profile is None:
+            profile = self._last_profile
+        return [dict(entry, fell_back_from=[dict(d) for d in entry["fell_back_from"]],
+                     faults=[dict(f) for f in entry["faults"]]) for entry in profile]
