@@ -168,8 +168,11 @@ def run_layer(step, inputs, broken, source):
         result, seconds, moved, cycles = outcome
         entry = {"layer": layer.name, "op": layer.op, "provider": provider.name,
                  "seconds": seconds, "bytes": moved,
-                 "reason": _reason(step, provider, faults, fell_back), "fell_back_from": fell_back,
-                 "faults": faults}
+                 "reason": _reason(step, provider, faults, fell_back)}
+        # Like ``cycles``, present only when there is something to say.
+        for key, value in (("fell_back_from", fell_back), ("faults", faults)):
+            if value:
+                entry[key] = value
         if cycles is not None:
             entry["cycles"] = cycles
         return result, entry

@@ -237,16 +237,16 @@ class InferenceSession:
         -------
         list of dict
             One per layer in execution order, with keys ``layer``, ``op``, ``provider``,
-            ``seconds``, ``bytes`` (moved to and from a device; 0 on the CPU),
-            ``reason`` (why the layer went to that provider), ``fell_back_from`` (a list
-            of ``{"provider", "why"}``, one per provider preferred to the one that ran it:
-            declined at placement, or failed in this run) and ``faults`` (a list of
-            ``{"provider", "attempt", "error", "seconds"}``, one per device fault met in
-            this run); for layers that ran on an accelerator also ``cycles`` (its
-            performance counter).
+            ``seconds``, ``bytes`` (moved to and from a device; 0 on the CPU) and
+            ``reason`` (why the layer went to that provider); for layers that ran on an
+            accelerator also ``cycles`` (its performance counter); for layers that did
+            not run on the first provider listed, ``fell_back_from`` (a list of
+            ``{"provider", "why"}``, one per provider preferred to the one that ran it:
+            declined at placement, or failed in this run); for layers that met device
+            faults, ``faults`` (a list of ``{"provider", "attempt", "error", "seconds"}``).
         """
         profile = getattr(self._thread, "profile", None)
         if profile is None:
             profile = self._last_profile
-        return [dict(entry, fell_back_from=[dict(d) for d in entry["fell_back_from"]],
-                     faults=[dict(f) for f in entry["faults"]]) for entry in profile]
+        return [{key: [dict(item) for item in value] if isinstance(value, list) else value
+                 for key, value in entry.items()} for entry in profile]

@@ -101,14 +101,14 @@ def test_cpu_is_appended_and_the_profile_says_what_fell_back(digits):
     assert_identical(got, want, "engine stand-in + implicit cpu")
     for name, entry in _by_layer(session).items():
         if name in ENGINE_LAYERS:
-            assert entry["provider"] == "engine" and entry["fell_back_from"] == [], entry
+            assert entry["provider"] == "engine" and "fell_back_from" not in entry, entry
             continue
         assert entry["provider"] == "cpu", entry
         assert entry["fell_back_from"] == [
             {"provider": "engine",
              "why": f"the stand-in runs Conv and Dense, not {entry['op']}"}], entry
         assert "implicit CPU fallback" in entry["reason"], entry
-        assert entry["faults"] == []
+        assert "faults" not in entry, entry
 
 
 def test_a_listed_cpu_is_not_appended_again(digits):
@@ -163,7 +163,7 @@ def test_two_faults_fall_back_and_the_device_is_skipped_for_the_run(digits):
         "provider": "engine", "why": "met device faults: engine attempt 1: stand-in fault 1 "
         "on conv2; engine attempt 2: stand-in fault 2 on conv2"}]
     assert "fell back to cpu" in profile["conv2"]["reason"]
-    assert profile["fc"]["provider"] == "cpu" and profile["fc"]["faults"] == []
+    assert profile["fc"]["provider"] == "cpu" and "faults" not in profile["fc"]
     assert profile["fc"]["fell_back_from"] == [{
         "provider": "engine",
         "why": "skipped: it failed layer 'conv2' on all 2 attempts earlier in this run"}]
@@ -290,7 +290,7 @@ def test_one_shot_fault_is_retried_on_the_twin(sim, digits, inject_before, fault
     assert re.fullmatch(message, only["error"]), only["error"]
     assert "ran again on sim after a reset" in profile["conv2"]["reason"]
     assert profile["conv2"]["cycles"] > 0
-    assert all(not e["faults"] for name, e in profile.items() if name != "conv2")
+    assert all("faults" not in e for name, e in profile.items() if name != "conv2")
 
 
 @pytest.mark.slow
