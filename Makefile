@@ -21,6 +21,7 @@ help:
 	@echo "make verilog [R=8 C=8]         Verilog of the array into build/"
 	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
 	@echo "make bench                     benchmarks into bench/results/*.json"
+	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
 	@echo "make lint                      ruff"
 	@echo "make clean                     remove build/ and bench results"
 	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
@@ -50,6 +51,13 @@ bitstream: setup
 
 bench: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES)
+
+# 10**4 random layer configurations through every provider against the golden models and
+# onnxruntime (bench/results/soak.json); ONLY=4711 repeats one case and prints it in full.
+.PHONY: soak
+soak: setup
+	OPENBLAS_NUM_THREADS=1 $(TESSERA) soak --seed $(SEED) --count $(or $(COUNT),10000) \
+	  $(if $(ONLY),--only $(ONLY))
 
 demo: setup
 	$(TESSERA) demo

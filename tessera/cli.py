@@ -183,6 +183,16 @@ def _print_bench_error(name, error):
         console.print_exception()
 
 
+def cmd_soak(args):
+    from bench.soak.console import soak_command
+
+    try:
+        return soak_command(console, seed=args.seed, count=args.count, only=args.only,
+                            backends=args.backends, use_onnxruntime=not args.no_onnxruntime)
+    except ValueError as error:
+        return _fail(error)
+
+
 #: Largest M, K or N `tessera demo-array` takes: cocotb simulates ~10^4 cycles a second,
 #: and 1024^3 on the 8x8 array is already 16 M operand beats.
 DEMO_MAX_SIDE = 1024
@@ -568,6 +578,19 @@ def build_parser():
     p = sub.add_parser("bench", help="run benchmarks into bench/results/*.json")
     p.add_argument("names", nargs="*")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("soak", help="random layers through every backend against the golden "
+                                    "models and onnxruntime; bench/results/soak.json")
+    p.add_argument("--seed", type=int, default=1, help="soak seed (default %(default)s)")
+    p.add_argument("--count", type=int, default=10000,
+                   help="configurations 0..COUNT-1 (default %(default)s)")
+    p.add_argument("--only", help="run these cases instead and print each in full, e.g. 4711 "
+                                  "or 3,17,40-49 (writes no JSON)")
+    p.add_argument("--backends", help="comma-separated providers (default: all of cpu, "
+                                      "opencl, gpu, sim, pcie; unavailable ones are reported)")
+    p.add_argument("--no-onnxruntime", action="store_true",
+                   help="skip the comparison with onnxruntime")
+    p.set_defaults(func=cmd_soak)
 
     p = sub.add_parser("demo", help="the digits CNN on the Verilator twin vs the CPU and "
                                     "onnxruntime: accuracy, identity, per-layer profile")
