@@ -173,7 +173,7 @@ def test_providers_are_tried_in_order_per_layer(built):
 def test_layer_no_provider_can_run_is_named(built):
     _, path, _ = built["lenet"]
     with pytest.raises(PlacementError, match=r"layer 'x_QuantizeLinear' \(Quantize\)"):
-        InferenceSession(path, providers=[_PoolsOnly()])
+        InferenceSession(path, providers=[_PoolsOnly()], cpu_fallback=False)
 
 
 def test_unknown_provider_lists_the_known_ones(built, monkeypatch):
