@@ -14,8 +14,13 @@ from tessera import cli
 
 @pytest.fixture
 def results(tmp_path, monkeypatch):
-    """bench/results in a temporary folder, and a fresh record of what was written."""
+    """bench/results in a temporary folder, and a fresh record of what was written.
+
+    The test works inside that folder so that, as in real use (``bench/results/...`` below
+    the repository), the summary shows a short relative path: an absolute temporary path is
+    long enough for the table to fold it, splitting the name the test looks for."""
     monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(common, "WRITTEN", [])
     return tmp_path
 
