@@ -4,9 +4,9 @@ Implements ``models.requant.requantize`` applied to ``acc + bias``::
 
     y = clamp(z + round_half_even((acc + bias) * M / 2**n), lo, hi)
 
-with a 64-bit product and ``hw.fixedpoint.rounding_shift`` (nearest, ties to even). ``acc + bias`` wraps at
-32 bits like the hardware accumulator it continues; the golden models refuse layers where
-that could happen, so inside the contract there is no wrap.
+with a 64-bit product and ``hw.fixedpoint.rounding_shift`` (nearest, ties to even).
+``acc + bias`` wraps at 32 bits like the hardware accumulator it continues; the golden
+models refuse layers where that could happen, so inside the contract there is no wrap.
 """
 
 from amaranth import Module, Signal, signed, unsigned
