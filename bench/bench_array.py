@@ -9,7 +9,7 @@ import os
 import tempfile
 
 from bench.common import metric, write_results
-from hw.config import ArrayConfig
+from contract.config import ArrayConfig
 from sim.runner import run_testbench
 
 SHAPES = [(64, 256, 64), (16, 64, 16), (8, 8, 8), (64, 4, 64)]

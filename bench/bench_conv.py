@@ -15,8 +15,7 @@ import time
 import numpy as np
 
 from bench.common import metric, write_results
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
 from sw_driver.accelerator import Accelerator

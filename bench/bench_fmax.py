@@ -12,8 +12,8 @@ import argparse
 import sys
 
 from bench.common import metric, write_results
+from contract.config import ArrayConfig
 from hw import bitstream
-from hw.config import ArrayConfig
 
 TARGET_MHZ = 150.0  # the project's fmax target for the 8x8 array on the ULX3S-85F
 

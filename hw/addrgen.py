@@ -11,7 +11,7 @@ Activations are stored HWC (``addr = (iy*W + ix)*C_in + c``), so within one kern
 addresses of consecutive ``(v, c)`` are consecutive: the shared offset is one counter that
 adds 1, or ``row_skip`` at the end of a kernel row. Each row lane keeps its own window base
 (``iy0, ix0, addr0``) and moves it by the descriptor's group step when a group ends; the
-driver precomputes the steps (``hw.conv_config.DESCRIPTOR_FIELDS``), so there is no
+driver precomputes the steps (``contract.descriptor.DESCRIPTOR_FIELDS``), so there is no
 multiplier or divider here. The lanes' first positions (pixels 0..R-1) are walked once per
 layer in R cycles and kept as "home" positions to restart every column tile with no bubble.
 
@@ -23,7 +23,8 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from .conv_config import DESCRIPTOR_FIELDS, ConvEngineConfig
+from contract.config import ConvEngineConfig
+from contract.descriptor import DESCRIPTOR_FIELDS
 
 #: Coordinates of window origins: |iy0|, |ix0| stay well inside 2^17 for 16-bit sizes.
 COORD = signed(18)

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from amaranth.build import Clock, Resource
 
+from contract.config import ArrayConfig
+
 from .boards import icebreaker, ulx3s
-from .config import ArrayConfig
 
 #: Board name -> amaranth-boards platform class.
 KNOWN_BOARDS = {**ulx3s.PLATFORMS, **icebreaker.PLATFORMS}
@@ -205,7 +206,7 @@ def _run_tool(step, argv, cwd, env, log_path, say):
 def tool_versions(family="ecp5", env=None):
     """Versions of Amaranth, Yosys, nextpnr and the packer for ``family``, as the tools
     report them."""
-    from tessera.toolchain import tool_env
+    from .toolchain import tool_env
 
     env = tool_env() if env is None else env
     probes = {"yosys": (env["YOSYS"], "-V")}
@@ -348,7 +349,7 @@ def build_bitstream(board, config=None, build_root="build", *,
     """
     from rich.console import Console
 
-    from tessera.toolchain import apply_tool_env, tool_env
+    from .toolchain import apply_tool_env, tool_env
 
     console = Console(highlight=False) if console is None else console
     if config is None:

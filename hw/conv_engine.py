@@ -29,8 +29,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from contract.config import ConvEngineConfig
+from contract.streams import PARAM_ENTRY_FIELDS
+
 from .addrgen import AddressGenerator, address_width, descriptor_layout
-from .conv_config import ConvEngineConfig
 from .requant import Requantizer, output_layout
 from .systolic import SystolicArray
 
@@ -44,12 +46,11 @@ def weight_load_layout(cols):
 
 
 def param_word_layout(cols):
-    """One column tile's requantization constants (one entry of the parameter table)."""
+    """One column tile's requantization constants (one entry of the parameter table), laid
+    out as the host link carries them (``contract.streams.PARAM_ENTRY_FIELDS``)."""
     return data.StructLayout({
-        "bias": data.ArrayLayout(signed(32), cols),
-        "multiplier": data.ArrayLayout(unsigned(31), cols),
-        "shift": data.ArrayLayout(unsigned(6), cols),
-    })
+        name: data.ArrayLayout(signed(width) if is_signed else unsigned(width), cols)
+        for name, width, is_signed in PARAM_ENTRY_FIELDS})
 
 
 def param_load_layout(cols):

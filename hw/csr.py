@@ -1,10 +1,10 @@
-"""The CSR decoder, generated from the register map in ``hw/regmap.py``."""
+"""The CSR decoder, generated from the register map in ``contract/regmap.py``."""
 
 from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .regmap import REGISTERS
+from contract.regmap import REGISTERS
 
 ADDR_WIDTH = 10  # byte addresses 0x000-0x3ff
 
@@ -26,7 +26,7 @@ def port_name(register):
 
 
 class CsrBank(wiring.Component):
-    """Registers of ``hw.regmap.REGISTERS`` behind one CSR bus.
+    """Registers of ``contract.regmap.REGISTERS`` behind one CSR bus.
 
     Ports per register, by access kind (``<name>`` is the register name in lower case):
     RO: ``<name>`` in, the value to read. RW: ``<name>`` out, the stored value.

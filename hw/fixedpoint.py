@@ -9,7 +9,7 @@ rounder: one multiplexer into the same adder.
 
 from amaranth import Const, Mux, Signal, signed
 
-SHIFT_MIN, SHIFT_MAX = 1, 62  # as models.requant.SHIFT_MIN / SHIFT_MAX
+from contract.requant import SHIFT_MAX, SHIFT_MIN
 
 
 def rounding_shift(m, value, multiplier, shift, *, en, name):

@@ -11,7 +11,7 @@ from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import check_positive_int
+from contract.config import check_positive_int
 
 
 def pixel_layout(lanes):

@@ -8,7 +8,7 @@ from amaranth import Cat, ClockSignal, Const, Instance, Module, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import MULTIPLIER_LATENCY
+from contract.config import MULTIPLIER_LATENCY
 
 
 class Int8Multiplier(wiring.Component):

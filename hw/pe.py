@@ -4,7 +4,8 @@ from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import check_positive_int
+from contract.config import check_positive_int
+
 from .multiplier import Int8Multiplier
 
 

@@ -13,7 +13,9 @@ from amaranth import Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import check_positive_int
+from contract.config import check_positive_int
+from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
+
 from .fixedpoint import clamp, rounding_shift
 from .pipeline import lockstep_pipeline
 
@@ -57,9 +59,9 @@ class Requantizer(wiring.Component):
         super().__init__({
             "accumulators": In(stream.Signature(accumulator_layout(lanes, acc_width))),
             "results": Out(stream.Signature(output_layout(lanes))),
-            "bias": In(data.ArrayLayout(signed(32), lanes)),
-            "multiplier": In(data.ArrayLayout(unsigned(31), lanes)),
-            "shift": In(data.ArrayLayout(unsigned(6), lanes)),
+            "bias": In(data.ArrayLayout(signed(BIAS_WIDTH), lanes)),
+            "multiplier": In(data.ArrayLayout(unsigned(MULTIPLIER_WIDTH), lanes)),
+            "shift": In(data.ArrayLayout(unsigned(SHIFT_WIDTH), lanes)),
             "params": In(RequantParams),
         })
 
@@ -67,7 +69,7 @@ class Requantizer(wiring.Component):
         m = Module()
         advance = lockstep_pipeline(m, self.accumulators, self.results, self.LATENCY)
         for lane in range(self.lanes):
-            total = Signal(signed(32), name=f"total{lane}")
+            total = Signal(signed(ACC_WIDTH), name=f"total{lane}")
             with m.If(advance):
                 m.d.sync += total.eq(self.accumulators.payload.acc[lane] + self.bias[lane])
             shifted = rounding_shift(m, total, self.multiplier[lane], self.shift[lane],

@@ -15,12 +15,12 @@ from amaranth import Module, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import check_positive_int
-from .eltwise_config import ADD_PARAM_FIELDS
+from contract.config import check_positive_int
+from contract.descriptor import ADD_PARAM_FIELDS
+from models.eltwise import ADD_LEFT_SHIFT
+
 from .fixedpoint import clamp, rounding_shift
 from .pipeline import lockstep_pipeline
-
-ADD_LEFT_SHIFT = 20  # as models.eltwise.ADD_LEFT_SHIFT
 
 
 def operand_pair_layout(lanes):
@@ -37,7 +37,7 @@ def sum_layout(lanes):
 
 def add_params_layout():
     """Per-layer constants (``models.eltwise.add_multipliers`` and the zero points), from
-    ``hw.eltwise_config.ADD_PARAM_FIELDS``."""
+    ``contract.descriptor.ADD_PARAM_FIELDS``."""
     return data.StructLayout({name: signed(width) if is_signed else unsigned(width)
                               for name, width, is_signed, _ in ADD_PARAM_FIELDS})
 

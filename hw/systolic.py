@@ -16,7 +16,8 @@ from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import ArrayConfig
+from contract.config import ArrayConfig
+
 from .pe import ProcessingElement
 
 

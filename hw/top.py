@@ -26,45 +26,30 @@ from amaranth import Module, Mux, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .conv_config import DESCRIPTOR_FIELDS, ConvEngineConfig
-from .conv_engine import ConvEngine, param_word_layout
+from contract.config import ConvEngineConfig
+from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
+from contract.regmap import ERROR_CODES, ID_VALUE, MAP_VERSION, OPCODES, pack_config
+from contract.streams import (
+    POOL_MAX_WIDTH,
+    WORD_BITS,
+    add_words,
+    output_words,
+    param_words,
+    weight_words,
+)
+
+from .conv_engine import ConvEngine
 from .csr import CsrBank, csr_bus_signature
-from .eltwise_config import ADD_PARAM_FIELDS
 from .maxpool import MaxPool2x2
-from .regmap import ID_VALUE, MAP_VERSION, OPCODES
 from .residual_add import ResidualAdd
 
-ERROR_BAD_OPCODE = 1
-ERROR_BAD_DESCRIPTOR = 2
-ERROR_FORCED = 0xEE  # the twin's injected error flag
-POOL_MAX_WIDTH = 128  # line buffer of the 2x2 max pool: 64 words of C bytes
+ERROR_BAD_OPCODE = ERROR_CODES["BAD_OPCODE"][0]
+ERROR_BAD_DESCRIPTOR = ERROR_CODES["BAD_DESCRIPTOR"][0]
+ERROR_FORCED = ERROR_CODES["FORCED"][0]
 
 
 def word_layout():
-    return data.StructLayout({"data": 32, "last": 1})
-
-
-def words_for(bits):
-    return -(-bits // 32)
-
-
-def param_words(cols):
-    """32-bit words per column-tile parameter entry on the host-to-device stream."""
-    return words_for(param_word_layout(cols).size)
-
-
-def weight_words(cols):
-    return words_for(8 * cols)
-
-
-def output_words(cols):
-    """Words per beat of C int8: an output beat, or one POOL input pixel."""
-    return words_for(8 * cols)
-
-
-def add_words(cols):
-    """Words per ADD input beat: C bytes of ``a``, then C bytes of ``b``."""
-    return words_for(16 * cols)
+    return data.StructLayout({"data": WORD_BITS, "last": 1})
 
 
 class AcceleratorTop(wiring.Component):
@@ -108,7 +93,7 @@ class AcceleratorTop(wiring.Component):
         m.d.comb += [
             csr.id.eq(ID_VALUE),
             csr.version.eq(MAP_VERSION),
-            csr.config.eq(rows | (cols << 8) | (cfg.array.acc_width << 16)),
+            csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width)),
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from .config import ArrayConfig
+from contract.config import ArrayConfig
 
 TOP_NAME = "systolic_array"
 

@@ -1,8 +1,9 @@
 """Build a design with Verilator and run cocotb testbenches on it (cocotb_tools.runner).
 
-The design is the systolic array for an ``ArrayConfig``; a configuration object with
-``make_top()`` and ``top_name`` (e.g. ``hw.conv_config.ConvEngineConfig``) names its own top
-instead, and its ``env()`` adds to the testbench environment. Each configuration gets its
+The design is the systolic array for an ``ArrayConfig``, the convolution engine for a
+``ConvEngineConfig``; a build description with ``make_top()`` and ``top_name`` (e.g.
+``sim.system.TopBuild``) names its own top instead. The configuration's ``env()`` adds to
+the testbench environment. Each configuration gets its
 own Verilog and Verilator build folder, ``build/<config.name>/``; builds are serialised with
 a file lock so parallel pytest workers can share them.
 
@@ -18,9 +19,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from hw.config import ArrayConfig
+from contract.config import ArrayConfig, ConvEngineConfig
+from hw.toolchain import VERILATOR_WARNING_FLAGS, apply_tool_env
 from hw.verilog import TOP_NAME, write_array_verilog
-from tessera.toolchain import VERILATOR_WARNING_FLAGS, apply_tool_env
 
 from .outcomes import failure_lines, first_build_errors, log_tail, read_outcomes
 
@@ -38,18 +39,32 @@ def _locked(path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+def _names_its_top(config):
+    return isinstance(config, ConvEngineConfig) or hasattr(config, "make_top")
+
+
+def _make_top(config):
+    # ConvEngineConfig is plain contract data (no Amaranth), so its generator is found here
+    # rather than by a method that would import the hardware from the contract.
+    if isinstance(config, ConvEngineConfig):
+        from hw.conv_engine import ConvEngine
+
+        return ConvEngine(config)
+    return config.make_top()
+
+
 def _top_name(config):
-    return config.top_name if hasattr(config, "make_top") else TOP_NAME
+    return config.top_name if _names_its_top(config) else TOP_NAME
 
 
 def _write_verilog(config, build_root):
     """``build/<config.name>/<top>.v``, rewritten only when it changes (keeps builds cached)."""
-    if not hasattr(config, "make_top"):
+    if not _names_its_top(config):
         return write_array_verilog(config, build_root)
     from amaranth.back import verilog
 
     path = Path(build_root) / config.name / f"{config.top_name}.v"
-    text = verilog.convert(config.make_top(), name=config.top_name, emit_src=False)
+    text = verilog.convert(_make_top(config), name=config.top_name, emit_src=False)
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
@@ -81,9 +96,9 @@ def build_array(config, *, waves=False, build_root=BUILD_ROOT, log=terminal_log)
     """
     from cocotb_tools.runner import get_runner
 
-    if not isinstance(config, ArrayConfig) and not hasattr(config, "make_top"):
-        raise TypeError(f"config must be an ArrayConfig or name its top (make_top), "
-                        f"not {config!r}")
+    if not isinstance(config, ArrayConfig) and not _names_its_top(config):
+        raise TypeError(f"config must be an ArrayConfig, a ConvEngineConfig or name its top "
+                        f"(make_top), not {config!r}")
     apply_tool_env()
     build_root = Path(build_root).resolve()
     build_dir = build_root / config.name / ("verilator-fst" if waves else "verilator")

@@ -2,7 +2,7 @@
 
 from dataclasses import asdict, dataclass, field
 
-from hw.conv_config import ConvEngineConfig
+from contract.config import ConvEngineConfig
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
+from contract.config import ConvEngineConfig
 from hw.addrgen import descriptor_layout
-from hw.conv_config import ConvEngineConfig
 from hw.conv_engine import (
     activation_load_layout,
     param_load_layout,

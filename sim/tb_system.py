@@ -11,7 +11,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
-from hw.conv_config import ConvEngineConfig
+from contract.config import ConvEngineConfig
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.requant import requantize
 from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream

@@ -13,7 +13,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import with_timeout
 
-from hw.config import ArrayConfig
+from contract.config import ArrayConfig
 from models.gemm import gemm_int8
 from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
 from sim.packing import OperandPacker, ResultUnpacker

@@ -2,8 +2,7 @@
 
 from dataclasses import dataclass
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from sim.blocks import BlockBuild
 from sim.system import TopBuild
 

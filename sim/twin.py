@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hw.conv_config import ConvEngineConfig
-from tessera.toolchain import VERILATOR_WARNING_FLAGS, require, tool_env
+from contract.config import ConvEngineConfig
+from hw.toolchain import VERILATOR_WARNING_FLAGS, require, tool_env
 
 from .outcomes import first_build_errors
 from .runner import BUILD_ROOT, _locked

@@ -1,6 +1,6 @@
 """Register offsets and fields of the Tessera accelerator.
 
-Generated from hw/regmap.py by `python -m hw.regmap`; do not edit.
+Generated from contract/regmap.py by `python -m contract.regmap`; do not edit.
 """
 
 import enum
@@ -177,3 +177,20 @@ class Opcode(enum.IntEnum):
     CONV = 1
     POOL = 2
     ADD = 3
+
+
+class ErrorCode(enum.IntEnum):
+    """Values of the ERROR_CODE register."""
+
+    NONE = 0x0  # no error
+    BAD_OPCODE = 0x1  # unknown opcode
+    BAD_DESCRIPTOR = 0x2  # bad descriptor
+    FORCED = 0xee  # error flag raised
+
+
+ERROR_MEANINGS = {
+    ErrorCode.NONE: 'no error',
+    ErrorCode.BAD_OPCODE: 'unknown opcode',
+    ErrorCode.BAD_DESCRIPTOR: 'bad descriptor',
+    ErrorCode.FORCED: 'error flag raised',
+}

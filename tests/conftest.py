@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from tessera.toolchain import apply_tool_env
+from hw.toolchain import apply_tool_env
 
 apply_tool_env()
 

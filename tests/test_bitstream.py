@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from amaranth.sim import Simulator
 
+from contract.config import ArrayConfig
 from hw import bitstream
 from hw.boards.pattern import PatternHarness, expected_checksums
-from hw.config import ArrayConfig
 
 DATA = Path(__file__).parent / "data"
 

@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+from contract.config import ArrayConfig, ConvEngineConfig
 from hw.addrgen import AddressGenerator, address_width
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
 from hw.conv_engine import ConvEngine
 from models.conv import conv2d, conv_output_size
 from models.requant import requantize

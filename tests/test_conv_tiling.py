@@ -5,8 +5,7 @@ of the engine (``engine_reference``) against the golden model."""
 import numpy as np
 import pytest
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.pool import max_pool2d
 from models.requant import requantize

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hw.config import ArrayConfig
+from contract.config import ArrayConfig
 from hw.pe import ProcessingElement
 from hw.systolic import SystolicArray
 

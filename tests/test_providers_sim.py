@@ -12,8 +12,7 @@ import qdq_models
 from assertions import assert_exact
 from onnx import helper
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sw_driver import InferenceSession
 from sw_driver.errors import ProviderUnavailableError

@@ -1,15 +1,47 @@
-"""The register map: generated files up to date, decoder behaviour in simulation."""
+"""The register map and the rest of the contract: generated files up to date, decoder
+behaviour in simulation, and the RTL, the driver and the C header agreeing with it."""
 
 import pytest
 from amaranth.sim import Simulator
 
+from contract.config import ArrayConfig, ConvEngineConfig
+from contract.regmap import (
+    ID_VALUE,
+    REGISTERS,
+    ROOT,
+    Field,
+    Register,
+    by_name,
+    pack_config,
+    stale_files,
+    unpack_config,
+)
+from contract.requant import (
+    BIAS_WIDTH,
+    MULTIPLIER_MAX,
+    MULTIPLIER_MIN,
+    MULTIPLIER_WIDTH,
+    SHIFT_MAX,
+    SHIFT_MIN,
+    SHIFT_WIDTH,
+)
+from contract.streams import (
+    POOL_MAX_WIDTH,
+    pack_param_entry,
+    param_entry_bits,
+    param_entry_offsets,
+    param_words,
+)
+from hw.conv_engine import param_word_layout
 from hw.csr import CsrBank
-from hw.regmap import ID_VALUE, REGISTERS, Field, Register, by_name, stale_files
+from hw.requant import Requantizer
+from hw.top import AcceleratorTop
+from sw_driver import regs
 
 
 def test_generated_files_are_current():
     stale = stale_files()
-    assert not stale, f"regenerate with `python -m hw.regmap`: stale {stale}"
+    assert not stale, f"regenerate with `python -m contract.regmap`: stale {stale}"
 
 
 def test_bad_register_descriptions_are_refused():
@@ -75,3 +107,106 @@ def test_every_register_has_a_port():
     dut._MustUse__silence = True  # only its ports are inspected
     for reg in REGISTERS:
         assert hasattr(dut, reg.name.lower())
+
+
+# --- The contract: one fact, read by the RTL, the driver and the generated files ----------
+
+
+def test_config_word_packs_and_unpacks():
+    word = pack_config(rows=8, cols=16, acc_width=32)
+    assert word == 8 | 16 << 8 | 32 << 16
+    assert unpack_config(word) == {"rows": 8, "cols": 16, "acc_width": 32}
+    # The driver's constants are generated from the same fields.
+    assert regs.CONFIG_COLS_MASK == 0xFF00 and regs.CONFIG_COLS_SHIFT == 8
+
+
+def test_config_word_refuses_values_its_fields_cannot_hold():
+    with pytest.raises(ValueError, match=r"CONFIG.cols holds 8 bits, so 0 to 255, not 256"):
+        pack_config(rows=8, cols=256, acc_width=32)
+    with pytest.raises(ValueError, match=r"CONFIG.rows holds 8 bits, so 0 to 255, not -1"):
+        pack_config(rows=-1, cols=8, acc_width=32)
+
+
+def test_error_codes_reach_the_driver_and_the_c_header():
+    assert {code.name: int(code) for code in regs.ErrorCode} == {
+        "NONE": 0, "BAD_OPCODE": 1, "BAD_DESCRIPTOR": 2, "FORCED": 0xEE}
+    assert regs.ERROR_MEANINGS[2] == "bad descriptor"
+    header = (ROOT / "sim/twin/tessera_regs.h").read_text()
+    assert "#define TESSERA_ERROR_FORCED 0xeeu" in header
+    assert "#define TESSERA_OP_POOL 2" in header
+
+
+def test_param_entry_layout_is_the_hardwares():
+    for cols in (1, 3, 8):
+        layout = param_word_layout(cols)
+        assert layout.size == param_entry_bits(cols)
+        for name, (offset, width) in param_entry_offsets(cols).items():
+            assert (layout[name].offset, layout[name].shape.elem_shape.width) == \
+                (offset, width), f"field {name} at {cols} lanes"
+    assert param_words(8) == 18  # 8 lanes x (32 + 31 + 6) bits = 552 bits
+
+
+def test_param_entry_packs_lanes_little_endian():
+    entry = pack_param_entry({"bias": [-1, 2], "multiplier": [MULTIPLIER_MIN, MULTIPLIER_MAX],
+                              "shift": [SHIFT_MIN, SHIFT_MAX]}, 2)
+    value = int.from_bytes(entry, "little")
+    assert len(entry) == 4 * param_words(2)
+    assert value & 0xFFFFFFFF == 0xFFFFFFFF and (value >> 32) & 0xFFFFFFFF == 2
+    assert (value >> 64) & (2**31 - 1) == MULTIPLIER_MIN
+    assert (value >> 95) & (2**31 - 1) == MULTIPLIER_MAX
+    assert (value >> 126) & 63 == SHIFT_MIN and (value >> 132) & 63 == SHIFT_MAX
+    with pytest.raises(ValueError, match="field 'shift' needs 2 lanes, not 1"):
+        pack_param_entry({"bias": [0, 0], "multiplier": [0, 0], "shift": [1]}, 2)
+
+
+def test_requant_widths_hold_the_models_ranges():
+    assert (MULTIPLIER_WIDTH, SHIFT_WIDTH) == (31, 6)
+    assert MULTIPLIER_MAX < 1 << MULTIPLIER_WIDTH and SHIFT_MAX < 1 << SHIFT_WIDTH
+    requantizer = Requantizer(lanes=2)
+    requantizer._MustUse__silence = True  # only its ports are inspected
+    assert len(requantizer.multiplier[0]) == MULTIPLIER_WIDTH
+    assert len(requantizer.shift[0]) == SHIFT_WIDTH
+    assert len(requantizer.bias[0]) == BIAS_WIDTH
+
+
+def test_rtl_top_publishes_the_contract():
+    """The accelerator top, simulated: its ID, CONFIG and POOL_MAX_WIDTH registers and the
+    error code of a bad opcode are the contract's values."""
+    config = ConvEngineConfig(array=ArrayConfig(rows=2, cols=3), act_depth=64,
+                              weight_depth=16, max_col_tiles=2)
+    dut = AcceleratorTop(config)
+    registers = by_name()
+    seen = {}
+
+    async def bench(ctx):
+        async def write(name, value):
+            ctx.set(dut.csr.addr, registers[name].offset)
+            ctx.set(dut.csr.w_data, value)
+            ctx.set(dut.csr.w_en, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.w_en, 0)
+
+        async def read(name):
+            ctx.set(dut.csr.addr, registers[name].offset)
+            ctx.set(dut.csr.r_en, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.r_en, 0)
+            return ctx.get(dut.csr.r_data)
+
+        for name in ("ID", "CONFIG", "POOL_MAX_WIDTH", "PARAM_DEPTH"):
+            seen[name] = await read(name)
+        await write("OPCODE", regs.Opcode.NOP)  # no layer to start: refused as an opcode
+        await write("CTRL", regs.CTRL_START_MASK)
+        await ctx.tick()
+        seen["STATUS"] = await read("STATUS")
+        seen["ERROR_CODE"] = await read("ERROR_CODE")
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert unpack_config(seen["CONFIG"]) == {"rows": 2, "cols": 3, "acc_width": 32}
+    assert seen == {"ID": ID_VALUE, "CONFIG": pack_config(rows=2, cols=3, acc_width=32),
+                    "POOL_MAX_WIDTH": POOL_MAX_WIDTH, "PARAM_DEPTH": 2,
+                    "STATUS": regs.STATUS_ERROR_MASK,
+                    "ERROR_CODE": regs.ErrorCode.BAD_OPCODE}

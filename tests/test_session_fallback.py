@@ -12,8 +12,7 @@ import re
 import pytest
 from assertions import assert_exact
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sim.twin import Fault
 from sw_driver import InferenceSession

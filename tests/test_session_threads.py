@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 import qdq_models
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sw_driver import InferenceSession
 from sw_driver.opencl import NoPlatformError, list_devices

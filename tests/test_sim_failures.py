@@ -7,7 +7,7 @@ The runs use the 1x1 array (also built by ``test_systolic_cocotb.py``, so usuall
 import pytest
 
 import sim.runner
-from hw.config import ArrayConfig
+from contract.config import ArrayConfig
 from sim.outcomes import failure_lines, first_build_errors, read_outcomes
 from sim.runner import SimBuildError, TestbenchFailed, build_array, run_testbench
 from tessera import cli
@@ -120,7 +120,7 @@ def test_build_errors_fall_back_to_the_log_tail(tmp_path):
 
 @pytest.mark.slow
 def test_a_failing_twin_build_quotes_the_tool_error(tmp_path, monkeypatch):
-    from hw.conv_config import ConvEngineConfig
+    from contract.config import ConvEngineConfig
     from sim import twin
 
     config = ConvEngineConfig(array=TINY, act_depth=256, weight_depth=64, max_col_tiles=2)

@@ -18,8 +18,7 @@ from bench.soak import KINDS, draw_case, open_backends, repro_command, run_case
 from bench.soak.backends import BACKENDS
 from bench.soak.onnx_reference import check_model, qdq_model
 from bench.soak.tally import Tally
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from sw_driver.importer import import_model
 from tessera.cli import main
 

@@ -2,8 +2,7 @@
 
 import pytest
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from sim.runner import run_testbench
 from sim.system import TopBuild
 

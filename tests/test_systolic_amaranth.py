@@ -3,7 +3,7 @@
 import numpy as np
 from amaranth.sim import Simulator
 
-from hw.config import ArrayConfig
+from contract.config import ArrayConfig
 from hw.systolic import SystolicArray
 from models.gemm import gemm_int8
 from sim.streams import stream_get, stream_put

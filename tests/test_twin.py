@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from assertions import assert_exact
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.eltwise import add
 from models.pool import max_pool2d

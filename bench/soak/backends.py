@@ -34,7 +34,7 @@ class Backend:
         A provider name from :data:`BACKENDS`.
     log : callable
         Receives build messages (the twin's first build takes a minute or two).
-    sim_config : hw.conv_config.ConvEngineConfig or None
+    sim_config : contract.config.ConvEngineConfig or None
         The engine the "sim" backend simulates (None: the provider's default, 8x8).
     """
 

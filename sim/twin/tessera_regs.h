@@ -1,5 +1,5 @@
 /* Register map of the Tessera accelerator.
- * Generated from hw/regmap.py by `python -m hw.regmap`; do not edit. */
+ * Generated from contract/regmap.py by `python -m contract.regmap`; do not edit. */
 #ifndef TESSERA_REGS_H
 #define TESSERA_REGS_H
 
@@ -96,5 +96,10 @@
 #define TESSERA_OP_CONV 1
 #define TESSERA_OP_POOL 2
 #define TESSERA_OP_ADD 3
+
+#define TESSERA_ERROR_NONE 0x00u /* no error */
+#define TESSERA_ERROR_BAD_OPCODE 0x01u /* unknown opcode */
+#define TESSERA_ERROR_BAD_DESCRIPTOR 0x02u /* bad descriptor */
+#define TESSERA_ERROR_FORCED 0xeeu /* error flag raised */
 
 #endif /* TESSERA_REGS_H */

@@ -1,18 +1,17 @@
-"""The accelerator's register map: one Python description, from which the RTL decoder
-(``hw/csr.py``), the driver's constants (``sw_driver/regs.py``), the C header
-(``sim/twin/tessera_regs.h``) and ``docs/register-map.md`` are all generated.
+"""The accelerator's register map, opcodes and error codes: one Python description, from
+which the RTL decoder (``hw/csr.py``), the driver's constants (``sw_driver/regs.py``), the C
+header (``sim/twin/tessera_regs.h``) and ``docs/register-map.md`` are all generated.
 
 Plain Python (no Amaranth import), so the driver can read it without the HDL.
-Run ``python -m hw.regmap`` to regenerate the files; ``tests/test_regmap.py`` fails when
-any of them is stale.
+Run ``python -m contract.regmap`` to regenerate the files; ``tests/test_regmap.py`` fails
+when any of them is stale.
 """
 
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .conv_config import DESCRIPTOR_FIELDS
-from .eltwise_config import ADD_PARAM_FIELDS
+from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
 MAP_VERSION = (0 << 16) | 1
@@ -114,7 +113,7 @@ REGISTERS = (
              _whole("cycles")),
     Register("PERF_COMPUTE", 0x094, "RO", "Busy cycles after loading: the engine computing "
              "and sending results", _whole("cycles")),
-    # The convolution descriptor, one register per field of hw.conv_config.DESCRIPTOR_FIELDS
+    # The convolution descriptor, one register per field of DESCRIPTOR_FIELDS
     # (each field is the low bits of its register; signed fields are two's complement).
     *(Register(f"CONV_{name.upper()}", 0x100 + 4 * index, "RW",
                f"Convolution descriptor: {meaning} ({'signed ' if signed else ''}{width} bits)",
@@ -130,6 +129,14 @@ REGISTERS = (
 # Layer operations, shared by the hardware's `m.Case`s and the driver's descriptors.
 # Depthwise and dense layers are lowered to CONV by the driver (sw_driver.conv_lowering).
 OPCODES = {"NOP": 0, "CONV": 1, "POOL": 2, "ADD": 3}
+
+# Why a layer failed, as the ERROR_CODE register reports it: name -> (value, meaning).
+ERROR_CODES = {
+    "NONE": (0, "no error"),
+    "BAD_OPCODE": (1, "unknown opcode"),
+    "BAD_DESCRIPTOR": (2, "bad descriptor"),
+    "FORCED": (0xEE, "error flag raised"),  # the twin's fault injection (dbg_force_error)
+}
 
 
 def _check_map(registers):
@@ -148,6 +155,29 @@ def by_name():
     return {reg.name: reg for reg in REGISTERS}
 
 
+def _fields(register_name):
+    return {f.name: f for f in by_name()[register_name].fields}
+
+
+def pack_config(*, rows, cols, acc_width):
+    """The CONFIG register's word for an array of ``rows`` x ``cols`` with ``acc_width``-bit
+    accumulators; each must fit its field."""
+    word = 0
+    for name, value in (("rows", rows), ("cols", cols), ("acc_width", acc_width)):
+        f = _fields("CONFIG")[name]
+        if not 0 <= value < 1 << f.width:
+            raise ValueError(f"CONFIG.{name} holds {f.width} bits, so 0 to "
+                             f"{(1 << f.width) - 1}, not {value!r}")
+        word |= value << f.lsb
+    return word
+
+
+def unpack_config(word):
+    """``{"rows", "cols", "acc_width"}`` read from a CONFIG register word."""
+    return {name: (word >> f.lsb) & ((1 << f.width) - 1)
+            for name, f in _fields("CONFIG").items()}
+
+
 def field_constants(register):
     """``(NAME_FIELD, shift, mask)`` of each field narrower than the whole register."""
     return [(f"{register.name}_{f.name.upper()}", f.lsb, ((1 << f.width) - 1) << f.lsb)
@@ -157,7 +187,8 @@ def field_constants(register):
 def python_module():
     """Text of ``sw_driver/regs.py``."""
     lines = ['"""Register offsets and fields of the Tessera accelerator.',
-             "", "Generated from hw/regmap.py by `python -m hw.regmap`; do not edit.", '"""',
+             "", "Generated from contract/regmap.py by `python -m contract.regmap`; do not edit.",
+             '"""',
              "", "import enum", "", f"ID_VALUE = {ID_VALUE:#010x}",
              f"MAP_VERSION = {MAP_VERSION:#x}", "", "",
              "class Reg(enum.IntEnum):", '    """Register byte offsets."""', ""]
@@ -170,13 +201,20 @@ def python_module():
             lines += [f"{prefix}_SHIFT = {shift}", f"{prefix}_MASK = {mask:#x}"]
     lines += ["", "", "class Opcode(enum.IntEnum):", '    """Layer operations."""', ""]
     lines += [f"    {name} = {value}" for name, value in OPCODES.items()]
+    lines += ["", "", "class ErrorCode(enum.IntEnum):",
+              '    """Values of the ERROR_CODE register."""', ""]
+    lines += [f"    {name} = {value:#x}  # {meaning}"
+              for name, (value, meaning) in ERROR_CODES.items()]
+    lines += ["", "", "ERROR_MEANINGS = {"]
+    lines += [f"    ErrorCode.{name}: {meaning!r}," for name, (_, meaning) in ERROR_CODES.items()]
+    lines.append("}")
     return "\n".join(lines) + "\n"
 
 
 def c_header():
     """Text of ``sim/twin/tessera_regs.h``."""
     lines = ["/* Register map of the Tessera accelerator.",
-             " * Generated from hw/regmap.py by `python -m hw.regmap`; do not edit. */",
+             " * Generated from contract/regmap.py by `python -m contract.regmap`; do not edit. */",
              "#ifndef TESSERA_REGS_H", "#define TESSERA_REGS_H", "",
              f"#define TESSERA_ID_VALUE 0x{ID_VALUE:08x}u",
              f"#define TESSERA_MAP_VERSION 0x{MAP_VERSION:x}u", ""]
@@ -188,6 +226,9 @@ def c_header():
     lines.append("")
     for name, value in OPCODES.items():
         lines.append(f"#define TESSERA_OP_{name} {value}")
+    lines.append("")
+    for name, (value, meaning) in ERROR_CODES.items():
+        lines.append(f"#define TESSERA_ERROR_{name} 0x{value:02x}u /* {meaning} */")
     lines += ["", "#endif /* TESSERA_REGS_H */"]
     return "\n".join(lines) + "\n"
 
@@ -195,9 +236,10 @@ def c_header():
 def markdown():
     """Text of ``docs/register-map.md``."""
     lines = ["# Register map", "",
-             "Generated from `hw/regmap.py` by `python -m hw.regmap`; do not edit. The same",
-             "description generates the RTL decoder (`hw/csr.py`), the driver's constants",
-             "(`sw_driver/regs.py`) and the C header (`sim/twin/tessera_regs.h`).", "",
+             "Generated from `contract/regmap.py` by `python -m contract.regmap`; do not edit.",
+             "The same description generates the RTL decoder (`hw/csr.py`), the driver's",
+             "constants (`sw_driver/regs.py`) and the C header (`sim/twin/tessera_regs.h`).",
+             "",
              "Access: RO read-only; RW read-write; W1P writing 1 to a bit pulses it for one",
              "cycle; W1C bits are set by the hardware and cleared by writing 1.", "",
              "| offset | name | access | bits | description |",
@@ -211,6 +253,10 @@ def markdown():
             lines.append(f"| | `.{f.name}` | | {bits} | {f.doc} |")
     lines += ["", "## Opcodes", "", "| value | operation |", "|---|---|"]
     lines += [f"| {value} | `{name}` |" for name, value in OPCODES.items()]
+    lines += ["", "## Error codes (`ERROR_CODE`)", "", "| value | name | meaning |",
+              "|---|---|---|"]
+    lines += [f"| `{value:#04x}` | `{name}` | {meaning} |"
+              for name, (value, meaning) in ERROR_CODES.items()]
     return "\n".join(lines) + "\n"
 
 
