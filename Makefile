@@ -27,6 +27,7 @@ help:
 	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
 	@echo "make quantize [MODEL=x.onnx] [CALIB=digits|x.npy] [METHOD=minmax] [OUT=y.onnx]"
 	@echo "make zoo / make zoo-digits     random zoo models into build/zoo / retrain the digits CNN"
+	@echo "make serve [CONFIG=x.toml]     KServe v2 inference server on 127.0.0.1 (docs/serving.md)"
 
 setup: $(STAMP)
 
@@ -95,3 +96,11 @@ zoo: setup
 
 zoo-digits: setup
 	$(TESSERA) zoo --digits
+
+# -- serving: KServe v2 over HTTP on 127.0.0.1 (docs/serving.md) ----------------------------
+# `make serve` alone serves the shipped digits model for two demo tenants on port 8000.
+SERVE_EXAMPLE := tessera/serve/example.toml
+
+.PHONY: serve
+serve: setup
+	$(TESSERA) serve --config $(or $(CONFIG),$(SERVE_EXAMPLE)) $(if $(PORT),--port $(PORT))

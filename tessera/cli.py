@@ -519,6 +519,31 @@ def cmd_zoo(args):
     return 0
 
 
+def cmd_serve(args):
+    # The web stack is an optional extra (pip install .[serve]): imported only here.
+    from rich.markup import escape
+
+    from tessera.serve import ServeConfigError, load_config
+
+    try:
+        config = load_config(args.config)
+    except ServeConfigError as exc:
+        # Escaped: the message names tables like [tenants.a], which rich would take as markup.
+        console.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    try:
+        from tessera.serve import server
+    except ImportError as exc:
+        raise ValueError(f"tessera serve needs the serving extra ({exc.name} is missing): "
+                         f"pip install '.[serve]' or make setup") from None
+    port = config.port if args.port is None else args.port
+    names = ", ".join(config.models)
+    console.print(f"serving {names} for {len(config.tenants)} tenant(s) on "
+                  f"http://{config.host}:{port}/v2")
+    server.run(config, port=args.port)
+    return 0
+
+
 def _add_runtime_commands(sub):
     p = sub.add_parser("run", help="run an int8 QDQ model on Tessera's providers, profiled")
     p.add_argument("model", help="QDQ ONNX model")
@@ -552,6 +577,12 @@ def _add_runtime_commands(sub):
     p.add_argument("--digits", action="store_true",
                    help="instead retrain the digits CNN and rewrite models/zoo/digits_*.onnx")
     p.set_defaults(func=cmd_zoo)
+
+    p = sub.add_parser("serve", help="KServe v2 inference server on 127.0.0.1 for the models "
+                                     "and tenants of a TOML file (docs/serving.md)")
+    p.add_argument("--config", required=True, help="serve configuration (TOML)")
+    p.add_argument("--port", type=int, help="override the file's [server] port")
+    p.set_defaults(func=cmd_serve)
 
 
 def build_parser():

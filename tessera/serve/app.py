@@ -1,0 +1,195 @@
+"""The HTTP application: KServe v2 endpoints over Tessera sessions, with tenants and limits.
+
+This is the only module of the serving layer that imports FastAPI; ``tessera serve``
+imports it on demand, so the runtime and the rest of the CLI never load the web stack.
+"""
+
+import hmac
+import threading
+import time
+from dataclasses import dataclass
+
+import anyio.to_thread
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sw_driver import InferenceSession
+from sw_driver.errors import InputError, TesseraError
+from sw_driver.planner import Planner
+
+from .admission import Admission, planner_seconds_per_image
+from .limits import TokenBucket, retry_after
+from .protocol import HEADER_LENGTH, ProtocolError, decode_infer, encode_infer, tensor_metadata
+
+__all__ = ["create_app"]
+
+
+class _Refused(Exception):
+    """Ends a request with a v2 error: ``{"error": message}`` and the given status."""
+
+    def __init__(self, status, message, headers=None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers
+
+
+@dataclass
+class _Model:
+    config: object
+    session: InferenceSession
+    lock: threading.BoundedSemaphore  # the device's run slots
+
+
+def _load_models(config, admission):
+    slots = {name: threading.BoundedSemaphore(d.workers) for name, d in config.devices.items()}
+    models = {}
+    for name, model in config.models.items():
+        planner = Planner()
+        try:
+            session = InferenceSession(str(model.path), providers=list(model.providers),
+                                       planner=planner)
+        except TesseraError as exc:
+            raise type(exc)(f"{config.source}: [models.{name}]: {exc}") from exc
+        admission.add_model(name, planner_seconds_per_image(session.graph, planner))
+        models[name] = _Model(model, session, slots[model.device])
+    return models
+
+
+def create_app(config, *, clock=time.monotonic):
+    """A FastAPI application serving ``config`` (a :class:`~tessera.serve.config.ServeConfig`).
+
+    Sessions are created here, so a model that cannot load fails at startup, naming it.
+    ``clock`` drives the rate limits (tests pass a fake one).
+    """
+    admission = Admission(config.devices)
+    models = _load_models(config, admission)
+    buckets = {name: TokenBucket(t.rate, t.burst, clock) for name, t in config.tenants.items()}
+    app = FastAPI(title="Tessera inference server", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.config, app.state.models, app.state.admission = config, models, admission
+
+    @app.exception_handler(_Refused)
+    async def refused(request, exc):
+        return JSONResponse({"error": exc.message}, status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc):
+        message = {404: f"no endpoint {request.method} {request.url.path}",
+                   405: f"method {request.method} not allowed on {request.url.path}"}
+        return JSONResponse({"error": message.get(exc.status_code, str(exc.detail))},
+                            status_code=exc.status_code)
+
+    def tenant_of(request):
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise _Refused(401, "missing bearer token: send 'Authorization: Bearer <token>'",
+                           {"WWW-Authenticate": "Bearer"})
+        found = None
+        for tenant in config.tenants.values():
+            if hmac.compare_digest(tenant.token.encode(), token.strip().encode()):
+                found = tenant
+        if found is None:
+            raise _Refused(401, "invalid bearer token", {"WWW-Authenticate": "Bearer"})
+        return found
+
+    def model_for(request, name):
+        tenant = tenant_of(request)
+        if name not in models:
+            raise _Refused(404, f"unknown model {name!r}")
+        if name not in tenant.models:
+            raise _Refused(403, f"tenant {tenant.name!r} may not use model {name!r}")
+        return tenant, models[name]
+
+    @app.get("/v2")
+    async def server_metadata():
+        return {"name": "tessera", "version": "0.1.0", "extensions": ["binary_tensor_data"]}
+
+    @app.get("/v2/health/live")
+    async def live():
+        return Response(status_code=200)
+
+    @app.get("/v2/health/ready")
+    async def ready():
+        # Every session was created at startup; a failed one stopped the server.
+        return Response(status_code=200)
+
+    @app.get("/v2/models/{name}")
+    async def model_metadata(name: str, request: Request):
+        _, model = model_for(request, name)
+        session = model.session
+        return {"name": name, "versions": ["1"], "platform": "tessera_onnx_int8",
+                "inputs": [tensor_metadata(i) for i in session.get_inputs()],
+                "outputs": [tensor_metadata(o) for o in session.get_outputs()]}
+
+    @app.get("/v2/models/{name}/ready")
+    async def model_ready(name: str, request: Request):
+        model_for(request, name)
+        return Response(status_code=200)
+
+    @app.get("/v2/models/{name}/stats")
+    async def model_stats(name: str, request: Request):
+        _, model = model_for(request, name)
+        return {"name": name, "device": model.config.device,
+                "providers": model.session.get_providers(), "predictor": admission.stats(name)}
+
+    async def read_body(request):
+        limit = config.max_body_bytes
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _Refused(413, f"request body of {declared} bytes exceeds the server's "
+                                f"max_body_bytes of {limit}")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _Refused(413, f"request body exceeds the server's max_body_bytes of "
+                                    f"{limit}")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def run(model, feeds, names):
+        with model.lock:
+            start = time.perf_counter()
+            values = model.session.run(names, feeds)
+            return values, time.perf_counter() - start
+
+    @app.post("/v2/models/{name}/infer")
+    async def infer(name: str, request: Request):
+        tenant, model = model_for(request, name)
+        wait = buckets[tenant.name].take()
+        if wait > 0:
+            raise _Refused(429, f"tenant {tenant.name!r} is over its rate limit of "
+                                f"{tenant.rate:g} requests/s (burst {tenant.burst})",
+                           {"Retry-After": retry_after(wait)})
+        body = await read_body(request)
+        session = model.session
+        try:
+            decoded = decode_infer(body, request.headers.get(HEADER_LENGTH),
+                                   session.get_inputs(), session.get_outputs())
+        except ProtocolError as exc:
+            raise _Refused(exc.status, f"model {name!r}: {exc}") from None
+        images = max(int(next(iter(decoded.feeds.values())).shape[0]), 1)
+        slo = None if tenant.slo_ms is None else tenant.slo_ms / 1e3
+        device = model.config.device
+        predicted, refusal = admission.admit(name, device, images, slo)
+        if refusal is not None:
+            raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
+                                f"{refusal.message}",
+                           {"Retry-After": retry_after(refusal.retry_after)})
+        names = [n for n, _ in decoded.outputs]
+        seconds = None
+        try:
+            values, seconds = await anyio.to_thread.run_sync(run, model, decoded.feeds, names)
+        except InputError as exc:
+            raise _Refused(400, f"model {name!r}: {exc}") from None
+        except TesseraError as exc:
+            raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
+        finally:
+            admission.done(name, device, images, predicted, seconds)
+        infos = {o.name: o for o in session.get_outputs()}
+        content, headers = encode_infer(name, decoded, dict(zip(names, values, strict=True)),
+                                        infos)
+        return Response(content=content, headers=headers)
+
+    return app

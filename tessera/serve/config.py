@@ -1,0 +1,262 @@
+"""The ``tessera serve`` configuration file: models, devices and tenants, in TOML.
+
+Read with the standard library's :mod:`tomllib` (no dependency) and checked in full before
+the server starts: every refusal is a :class:`ServeConfigError` naming the file, the table
+and key, and what was expected. See ``docs/serving.md`` for the format.
+"""
+
+import ipaddress
+import math
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sw_driver.errors import TesseraError
+
+__all__ = ["DeviceConfig", "ModelConfig", "PRIORITIES", "ServeConfig", "ServeConfigError",
+           "TenantConfig", "load_config", "parse_config"]
+
+#: Priority classes, most important first.
+PRIORITIES = ("high", "normal", "low")
+#: Shortest token accepted: a guessable token is no authentication.
+MIN_TOKEN_LENGTH = 16
+
+_SERVER_KEYS = {"host", "port", "max_body_bytes"}
+_DEVICE_KEYS = {"workers"}
+_MODEL_KEYS = {"path", "providers", "device"}
+_TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst"}
+_TOP_KEYS = {"server", "devices", "models", "tenants"}
+
+
+class ServeConfigError(TesseraError, ValueError):
+    """The serve configuration is unreadable or wrong; the message names file, key, value."""
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """A device queue: ``workers`` runs may execute on it at once."""
+
+    name: str
+    workers: int
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A served model: its ONNX file, the session's providers and the device it queues on."""
+
+    name: str
+    path: Path
+    providers: tuple
+    device: str
+
+
+@dataclass(frozen=True)
+class TenantConfig:
+    """A tenant: its bearer token, the models it may use, its class, SLO and rate limit.
+
+    ``slo_ms`` is None for a best-effort tenant; ``rate`` is requests per second refilled
+    into a bucket of ``burst`` requests.
+    """
+
+    name: str
+    token: str
+    models: tuple
+    priority: str
+    slo_ms: float | None
+    rate: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """The whole file, checked. ``source`` is the file it came from (for messages)."""
+
+    source: str
+    host: str
+    port: int
+    max_body_bytes: int
+    devices: dict
+    models: dict
+    tenants: dict
+
+
+def load_config(path, environ=None):
+    """Read and check a TOML configuration file.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The file; model paths in it are relative to its folder.
+    environ : mapping, optional
+        Where ``token_env`` names are looked up (default ``os.environ``).
+
+    Raises
+    ------
+    ServeConfigError
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ServeConfigError(f"cannot read serve config {str(path)!r}: "
+                               f"{exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ServeConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(data, source=str(path), base=path.parent, environ=environ)
+
+
+def _unknown(source, where, table, allowed):
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ServeConfigError(f"{source}: unknown key(s) {unknown} in {where}; "
+                               f"allowed: {sorted(allowed)}")
+
+
+def _table(source, where, value):
+    if not isinstance(value, dict):
+        raise ServeConfigError(f"{source}: {where} must be a table, not "
+                               f"{type(value).__name__} {value!r}")
+    return value
+
+
+def _number(source, where, value, *, integer=False, positive=True):
+    kinds = (int,) if integer else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or (positive and value <= 0):
+        kind = "a positive integer" if integer else "a positive number"
+        raise ServeConfigError(f"{source}: {where} must be {kind}, not {value!r}")
+    return value
+
+
+def _string_list(source, where, value):
+    if not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
+        raise ServeConfigError(f"{source}: {where} must be a non-empty list of strings, "
+                               f"not {value!r}")
+    return tuple(value)
+
+
+def _server(source, data):
+    table = _table(source, "[server]", data.get("server", {}))
+    _unknown(source, "[server]", table, _SERVER_KEYS)
+    host = table.get("host", "127.0.0.1")
+    try:
+        loopback = isinstance(host, str) and ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        # Tenants' tokens travel in clear HTTP: the server stays on this machine.
+        raise ServeConfigError(f"{source}: [server] host must be a loopback address such "
+                               f"as '127.0.0.1', not {host!r}")
+    port = table.get("port", 8000)
+    if not (isinstance(port, int) and not isinstance(port, bool) and 0 <= port <= 65535):
+        raise ServeConfigError(f"{source}: [server] port must be an integer in 0..65535 "
+                               f"(0: any free port), not {port!r}")
+    body = _number(source, "[server] max_body_bytes", table.get("max_body_bytes", 64 << 20),
+                   integer=True)
+    return host, port, body
+
+
+def _devices(source, data):
+    tables = _table(source, "[devices]", data.get("devices", {}))
+    devices = {}
+    for name, table in tables.items():
+        where = f"[devices.{name}]"
+        _unknown(source, where, _table(source, where, table), _DEVICE_KEYS)
+        workers = _number(source, f"{where} workers", table.get("workers", 1), integer=True)
+        devices[name] = DeviceConfig(name, workers)
+    # Without a [devices] table the CPU is the one device, one run per core.
+    devices.setdefault("cpu", DeviceConfig("cpu", os.cpu_count() or 1))
+    return devices
+
+
+def _models(source, data, base, devices):
+    tables = _table(source, "[models]", data.get("models", {}))
+    if not tables:
+        raise ServeConfigError(f"{source}: no models: add a [models.NAME] table with "
+                               f"path = \"model.onnx\"")
+    models = {}
+    for name, table in tables.items():
+        where = f"[models.{name}]"
+        _unknown(source, where, _table(source, where, table), _MODEL_KEYS)
+        if "path" not in table or not isinstance(table["path"], str):
+            raise ServeConfigError(f"{source}: {where} path must be the model's ONNX file "
+                                   f"(a string), not {table.get('path')!r}")
+        path = Path(table["path"])
+        path = path if path.is_absolute() else base / path
+        if not path.is_file():
+            raise ServeConfigError(f"{source}: {where} path: no such file {str(path)!r}")
+        providers = _string_list(source, f"{where} providers",
+                                 table.get("providers", ["cpu"]))
+        device = table.get("device", "cpu")
+        if device not in devices:
+            raise ServeConfigError(f"{source}: {where} device {device!r} is not declared; "
+                                   f"devices: {sorted(devices)}")
+        models[name] = ModelConfig(name, path, providers, device)
+    return models
+
+
+def _token(source, where, table, environ):
+    if ("token" in table) == ("token_env" in table):
+        raise ServeConfigError(f"{source}: {where} needs exactly one of token (the bearer "
+                               f"token) or token_env (the environment variable holding it)")
+    if "token_env" in table:
+        name = table["token_env"]
+        if not isinstance(name, str) or name not in environ:
+            raise ServeConfigError(f"{source}: {where} token_env: environment variable "
+                                   f"{name!r} is not set")
+        token, what = environ[name], f"token_env {name!r}"
+    else:
+        token, what = table["token"], "token"
+    if not isinstance(token, str) or len(token) < MIN_TOKEN_LENGTH or not token.isprintable() \
+            or any(c.isspace() for c in token):
+        raise ServeConfigError(f"{source}: {where} {what} must be a string of at least "
+                               f"{MIN_TOKEN_LENGTH} printable characters without spaces")
+    return token
+
+
+def _tenants(source, data, models, environ):
+    tables = _table(source, "[tenants]", data.get("tenants", {}))
+    if not tables:
+        raise ServeConfigError(f"{source}: no tenants: add a [tenants.NAME] table with a "
+                               f"token and its models")
+    tenants, owners = {}, {}
+    for name, table in tables.items():
+        where = f"[tenants.{name}]"
+        _unknown(source, where, _table(source, where, table), _TENANT_KEYS)
+        token = _token(source, where, table, environ)
+        if token in owners:
+            raise ServeConfigError(f"{source}: {where} has the same token as "
+                                   f"[tenants.{owners[token]}]; each tenant needs its own")
+        owners[token] = name
+        names = _string_list(source, f"{where} models", table.get("models"))
+        unknown = [m for m in names if m not in models]
+        if unknown:
+            raise ServeConfigError(f"{source}: {where} models {unknown} are not declared; "
+                                   f"models: {sorted(models)}")
+        priority = table.get("priority", "normal")
+        if priority not in PRIORITIES:
+            raise ServeConfigError(f"{source}: {where} priority must be one of "
+                                   f"{list(PRIORITIES)}, not {priority!r}")
+        slo = table.get("slo_ms")
+        if slo is not None:
+            slo = float(_number(source, f"{where} slo_ms", slo))
+        rate = float(_number(source, f"{where} rate", table.get("rate", 100.0)))
+        burst = _number(source, f"{where} burst", table.get("burst", max(1, math.ceil(rate))),
+                        integer=True)
+        tenants[name] = TenantConfig(name, token, names, priority, slo, rate, burst)
+    return tenants
+
+
+def parse_config(data, *, source="<config>", base=".", environ=None):
+    """Check a configuration already parsed into a dict (see :func:`load_config`)."""
+    environ = os.environ if environ is None else environ
+    _table(source, "the file", data)
+    _unknown(source, "the top level", data, _TOP_KEYS)
+    host, port, body = _server(source, data)
+    devices = _devices(source, data)
+    models = _models(source, data, Path(base), devices)
+    tenants = _tenants(source, data, models, environ)
+    return ServeConfig(source, host, port, body, devices, models, tenants)

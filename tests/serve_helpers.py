@@ -1,0 +1,76 @@
+"""Shared pieces of the serving tests: a two-tenant config on the shipped digits model."""
+
+from pathlib import Path
+
+import numpy as np
+
+DIGITS = Path(__file__).resolve().parent.parent / "models" / "zoo" / "digits_qdq.onnx"
+TOKEN_A = "tenant-a-token-0123456789"
+TOKEN_B = "tenant-b-token-9876543210"
+AUTH_A = {"Authorization": f"Bearer {TOKEN_A}"}
+AUTH_B = {"Authorization": f"Bearer {TOKEN_B}"}
+
+CONFIG = f"""
+[server]
+host = "127.0.0.1"
+port = 0
+max_body_bytes = 65536
+
+[devices.cpu]
+workers = 2
+
+[models.digits]
+path = "{DIGITS.as_posix()}"
+providers = ["cpu"]
+
+[models.digits_b]
+path = "{DIGITS.as_posix()}"
+
+[tenants.a]
+token = "{TOKEN_A}"
+models = ["digits"]
+priority = "high"
+slo_ms = 2000
+rate = 10
+burst = {{burst_a}}
+
+[tenants.b]
+token = "{TOKEN_B}"
+models = ["digits_b"]
+priority = "low"
+rate = 5
+burst = {{burst_b}}
+"""
+
+
+def write_config(tmp_path, *, burst_a=1000, burst_b=1000, text=None):
+    """The config file in ``tmp_path`` (or ``text`` instead), its path."""
+    path = tmp_path / "serve.toml"
+    path.write_text(CONFIG.format(burst_a=burst_a, burst_b=burst_b) if text is None else text)
+    return path
+
+
+def digits_input(rng, n):
+    """``n`` random images in the digits model's input range, float32 [n, 1, 8, 8]."""
+    return rng.random((n, 1, 8, 8), dtype=np.float32)
+
+
+def json_request(x, name="input", datatype="FP32", shape=None):
+    return {"inputs": [{"name": name, "datatype": datatype,
+                        "shape": list(x.shape) if shape is None else shape,
+                        "data": x.reshape(-1).tolist()}]}
+
+
+def output_array(response_json, name="logits"):
+    (out,) = [o for o in response_json["outputs"] if o["name"] == name]
+    return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+
+
+class FakeClock:
+    """A monotonic clock that moves only when told (rate limits without sleeping)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now

@@ -1,0 +1,220 @@
+"""`tessera serve` in process (FastAPI's TestClient): the v2 protocol, tenants, limits."""
+
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from sw_driver import InferenceSession
+from tessera.serve import load_config
+from tessera.serve.admission import Admission
+from tessera.serve.app import create_app
+from tessera.serve.config import DeviceConfig
+from tessera.serve.protocol import HEADER_LENGTH
+from tests.serve_helpers import (
+    AUTH_A,
+    AUTH_B,
+    DIGITS,
+    FakeClock,
+    digits_input,
+    json_request,
+    output_array,
+    write_config,
+)
+
+INFER = "/v2/models/digits/infer"
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return InferenceSession(str(DIGITS))
+
+
+def _client(tmp_path, clock=None, **bursts):
+    app = create_app(load_config(write_config(tmp_path, **bursts)),
+                     **({} if clock is None else {"clock": clock}))
+    return TestClient(app)
+
+
+@pytest.fixture
+def client(tmp_path):
+    with _client(tmp_path) as c:
+        yield c
+
+
+def test_health_and_metadata(client):
+    assert client.get("/v2/health/live").status_code == 200
+    assert client.get("/v2/health/ready").status_code == 200
+    assert client.get("/v2").json()["extensions"] == ["binary_tensor_data"]
+    meta = client.get("/v2/models/digits", headers=AUTH_A).json()
+    assert meta["name"] == "digits"
+    assert meta["inputs"] == [{"name": "input", "datatype": "FP32", "shape": [-1, 1, 8, 8]}]
+    assert meta["outputs"] == [{"name": "logits", "datatype": "FP32", "shape": [-1, 10]}]
+    assert client.get("/v2/models/digits/ready", headers=AUTH_A).status_code == 200
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_json_infer_is_bit_identical_to_the_session(client, reference, rng, n):
+    x = digits_input(rng, n)
+    body = json_request(x)
+    body["id"] = "req-7"
+    response = client.post(INFER, headers=AUTH_A, json=body)
+    assert response.status_code == 200, response.text
+    got = response.json()
+    assert got["id"] == "req-7" and got["model_name"] == "digits"
+    (expected,) = reference.run(None, {"input": x})
+    assert got["outputs"][0]["shape"] == [n, 10]
+    np.testing.assert_array_equal(output_array(got), expected)
+    assert output_array(got).tobytes() == expected.tobytes()
+
+
+def test_nested_json_data(client, reference, rng):
+    x = digits_input(rng, 2)
+    body = json_request(x)
+    body["inputs"][0]["data"] = x.tolist()
+    got = client.post(INFER, headers=AUTH_A, json=body).json()
+    np.testing.assert_array_equal(output_array(got), reference.run(None, {"input": x})[0])
+
+
+def test_binary_tensors(client, reference, rng):
+    x = digits_input(rng, 3)
+    header = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [3, 1, 8, 8],
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "outputs": [{"name": "logits",
+                                      "parameters": {"binary_data": True}}]}).encode()
+    response = client.post(INFER, headers={**AUTH_A, HEADER_LENGTH: str(len(header)),
+                                           "Content-Type": "application/octet-stream"},
+                           content=header + x.astype("<f4").tobytes())
+    assert response.status_code == 200, response.text
+    size = int(response.headers[HEADER_LENGTH])
+    meta = json.loads(response.content[:size])
+    (out,) = meta["outputs"]
+    assert out["parameters"]["binary_data_size"] == 3 * 10 * 4 and "data" not in out
+    got = np.frombuffer(response.content[size:], dtype="<f4").reshape(out["shape"])
+    assert got.tobytes() == reference.run(None, {"input": x})[0].tobytes()
+
+
+def test_unauthenticated_and_forbidden(client, rng):
+    body = json_request(digits_input(rng, 1))
+    for headers in ({}, {"Authorization": "Basic abc"}, {"Authorization": "Bearer nope"}):
+        response = client.post(INFER, headers=headers, json=body)
+        assert response.status_code == 401, headers
+        assert "token" in response.json()["error"]
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+    assert client.get("/v2/models/digits").status_code == 401
+    response = client.post(INFER, headers=AUTH_B, json=body)
+    assert response.status_code == 403
+    assert response.json() == {"error": "tenant 'b' may not use model 'digits'"}
+    assert client.get("/v2/models/digits_b", headers=AUTH_A).status_code == 403
+    assert client.post("/v2/models/digits_b/infer", headers=AUTH_B, json=body).status_code == 200
+
+
+def test_unknown_model_and_endpoint(client):
+    response = client.get("/v2/models/resnet", headers=AUTH_A)
+    assert response.status_code == 404
+    assert response.json() == {"error": "unknown model 'resnet'"}
+    assert client.post("/v2/models/resnet/infer", headers=AUTH_A, json={}).status_code == 404
+    assert client.get("/v2/nothing").json() == {"error": "no endpoint GET /v2/nothing"}
+
+
+def _bad(client, body, content=None, headers=AUTH_A):
+    response = client.post(INFER, headers=headers,
+                           **({"json": body} if body is not None else {"content": content}))
+    assert response.status_code == 400, response.text
+    return response.json()["error"]
+
+
+def test_bad_tensors_name_the_field(client, rng):
+    x = digits_input(rng, 2)
+    assert "inputs[0].name 'image' is not an input of the model; its inputs are ['input']" in \
+        _bad(client, json_request(x, name="image"))
+    assert "inputs[0] ('input').datatype is 'INT8'; the model expects 'FP32'" in \
+        _bad(client, json_request(x, datatype="INT8"))
+    assert "inputs[0] ('input').shape is [2, 1, 8, 9]; model input 'input' expects " \
+           "[-1, 1, 8, 8]" in _bad(client, json_request(x, shape=[2, 1, 8, 9]))
+    assert "shape is [2, 64]" in _bad(client, json_request(x, shape=[2, 64]))
+    assert "inputs[0] ('input').data holds 128 values; shape [3, 1, 8, 8] needs 192" in \
+        _bad(client, json_request(x, shape=[3, 1, 8, 8]))
+    body = json_request(x)
+    body["inputs"][0]["data"] = ["a"] * 128
+    assert "data must be a list of numbers" in _bad(client, body)
+    assert "request needs \"inputs\"" in _bad(client, {"outputs": []})
+    body = json_request(x)
+    body["outputs"] = [{"name": "probs"}]
+    assert "outputs[0].name 'probs' is not an output of the model; its outputs are " \
+           "['logits']" in _bad(client, body)
+    assert "request body is not valid JSON" in _bad(client, None, content=b"{nope")
+
+
+def test_bad_binary_sizes(client, rng):
+    x = digits_input(rng, 1)
+    header = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 1, 8, 8],
+                                     "parameters": {"binary_data_size": 100}}]}).encode()
+    error = _bad(client, None, content=header + x.tobytes(),
+                 headers={**AUTH_A, HEADER_LENGTH: str(len(header))})
+    assert "binary_data_size is 100; shape [1, 1, 8, 8] of FP32 needs 256 bytes" in error
+    error = _bad(client, None, content=header, headers={**AUTH_A, HEADER_LENGTH: "9999"})
+    assert f"{HEADER_LENGTH} must be an integer" in error
+    # JSON cannot carry NaN; a binary tensor can, and the session's own check names it.
+    x[0, 0, 0, 0] = np.nan
+    header = header.replace(b"100", b"256")
+    error = _bad(client, None, content=header + x.tobytes(),
+                 headers={**AUTH_A, HEADER_LENGTH: str(len(header))})
+    assert "model 'digits': input 'input' holds a non-finite value (" in error
+
+
+def test_oversized_body(client):
+    response = client.post(INFER, headers=AUTH_A, content=b" " * 70000)
+    assert response.status_code == 413
+    assert "max_body_bytes of 65536" in response.json()["error"]
+
+
+def test_rate_limit_429_with_retry_after(tmp_path, rng):
+    clock = FakeClock()
+    body = json_request(digits_input(rng, 1))
+    with _client(tmp_path, clock, burst_a=3, burst_b=1) as client:
+        codes = [client.post(INFER, headers=AUTH_A, json=body).status_code for _ in range(5)]
+        assert codes == [200, 200, 200, 429, 429]
+        response = client.post(INFER, headers=AUTH_A, json=body)
+        assert response.headers["Retry-After"] == "1"  # 10/s: a token in 0.1 s, rounded up
+        assert "tenant 'a' is over its rate limit of 10 requests/s (burst 3)" in \
+            response.json()["error"]
+        # Tenant b's bucket is its own (5/s, burst 1): a token in 0.2 s.
+        b = "/v2/models/digits_b/infer"
+        assert client.post(b, headers=AUTH_B, json=body).status_code == 200
+        assert client.post(b, headers=AUTH_B, json=body).status_code == 429
+        clock.now += 0.25  # refills a's bucket by 2.5 and b's by 1.25
+        codes = [client.post(INFER, headers=AUTH_A, json=body).status_code for _ in range(3)]
+        assert codes == [200, 200, 429]
+        assert client.post(b, headers=AUTH_B, json=body).status_code == 200
+
+
+def test_slo_admission_refuses_what_cannot_meet_its_slo(tmp_path, rng):
+    text = write_config(tmp_path).read_text().replace("slo_ms = 2000", "slo_ms = 0.001")
+    with TestClient(create_app(load_config(write_config(tmp_path, text=text)))) as client:
+        response = client.post(INFER, headers=AUTH_A, json=json_request(digits_input(rng, 1)))
+        assert response.status_code == 503
+        assert "over the SLO of 0.001 ms" in response.json()["error"]
+        assert response.headers["Retry-After"] == "1"
+        stats = client.get("/v2/models/digits/stats", headers=AUTH_A).json()
+        assert stats["predictor"]["planner_seconds_per_image"] > 0
+        assert stats["predictor"]["runs_measured"] == 0
+
+
+def test_admission_counts_the_queue_ahead():
+    admission = Admission({"cpu": DeviceConfig("cpu", 2)})
+    admission.add_model("m", 0.010)  # 10 ms per image
+    grants = [admission.admit("m", "cpu", 1, 0.030) for _ in range(5)]
+    # Predicted latency = backlog / 2 workers + 10 ms: 10, 15, 20, 25, 30 ms: all <= 30 ms.
+    assert [refusal is None for _, refusal in grants] == [True] * 5
+    own, refusal = admission.admit("m", "cpu", 1, 0.030)
+    assert refusal is not None and "predicted latency 35.00 ms" in refusal.message
+    assert refusal.retry_after == pytest.approx(0.005)
+    assert admission.admit("m", "cpu", 1, None)[1] is None  # best effort: always admitted
+    for predicted, _ in grants:
+        admission.done("m", "cpu", 1, predicted, 0.020)  # measured twice the prediction
+    stats = admission.stats("m")
+    assert stats["runs_measured"] == 5
+    assert stats["prediction_error_p50"] == pytest.approx(0.5)
+    assert 0.010 < stats["calibrated_seconds_per_image"] <= 0.020
