@@ -11,16 +11,23 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hw.config import ArrayConfig
-from hw.conv_config import DESCRIPTOR_FIELDS, ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
+from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
+from contract.regmap import unpack_config
+from contract.streams import (
+    ACTIVATIONS_PER_WORD,
+    POOL_MAX_WIDTH,
+    add_words,
+    output_words,
+    pack_param_entry,
+    weight_words,
+)
 from sw_driver import regs
 from sw_driver.conv_lowering import assemble_output, lower_conv2d
+from sw_driver.cycle_model import pass_cycles
 from sw_driver.errors import DeviceError
-from sw_driver.planner import pass_cycles
-from sw_driver.regs import Opcode, Reg
+from sw_driver.regs import ERROR_MEANINGS, Opcode, Reg
 from sw_driver.transport.base import Deadline, TransportError
-
-ERROR_NAMES = {1: "unknown opcode", 2: "bad descriptor", 0xEE: "error flag raised"}
 
 
 class AcceleratorError(DeviceError):
@@ -34,7 +41,7 @@ class DeadlinePolicy:
     A pass may take ``margin`` times its expected cycles, and never fewer than
     ``min_cycles``; in wall-clock time, those cycles at the transport's slowest rate
     (:attr:`~sw_driver.transport.Transport.min_cycles_per_second`), and never less than
-    ``min_seconds``. The model (:func:`sw_driver.planner.pass_cycles`) is within 10 % of
+    ``min_seconds``. The model (:func:`sw_driver.cycle_model.pass_cycles`) is within 10 % of
     the twin's counters, so the margin is for what it cannot see (a board's link stalling);
     the floors keep tiny passes from being cut short by scheduling noise. With the defaults
     a stuck small layer on the twin is reported after 100 000 simulated cycles (about
@@ -130,24 +137,12 @@ def pass_program(engine_pass, config, *, pool=False):
     """The :class:`PassProgram` of one :class:`~sw_driver.conv_lowering.EnginePass` on an
     accelerator with ``config`` (the stream format ``hw/top.py`` documents); with ``pool``
     the engine's output goes through the fused 2x2 / stride 2 max pool."""
-    from hw.conv_engine import param_word_layout
-    from hw.top import output_words, param_words, weight_words
-
     p, cols = engine_pass, config.cols
-    layout = param_word_layout(cols)
-    entries = []
-    for tile in range(p.bias.shape[0]):
-        value = 0
-        for field, values in (("bias", p.bias), ("multiplier", p.multiplier),
-                              ("shift", p.shift)):
-            offset, shape = layout[field].offset, layout[field].shape
-            width = shape.elem_shape.width
-            for lane in range(cols):
-                value |= (int(values[tile, lane]) & ((1 << width) - 1)) \
-                    << (offset + lane * width)
-        entries.append(value.to_bytes(4 * param_words(cols), "little"))
+    entries = [pack_param_entry({"bias": p.bias[tile], "multiplier": p.multiplier[tile],
+                                 "shift": p.shift[tile]}, cols)
+               for tile in range(p.bias.shape[0])]
     activations = p.activations.astype(np.int8).tobytes()
-    activations += bytes(-len(activations) % 4)
+    activations += bytes(-len(activations) % ACTIVATIONS_PER_WORD)
     writes = [(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK),
               (Reg.OPCODE, Opcode.CONV)]
     writes += [(Reg[f"CONV_{name.upper()}"], int(p.descriptor[name]) & 0xFFFFFFFF)
@@ -164,15 +159,14 @@ def pass_program(engine_pass, config, *, pool=False):
         c2h_bytes=beats * output_words(cols) * 4, output_beats=beats, cols=cols)
 
 
-def pool_program(x, config, *, name="maxpool"):
+def pool_program(x, config, *, name="maxpool", max_width=POOL_MAX_WIDTH):
     """The program of a 2x2 / stride 2 max pool of int8 NCHW ``x``: every (image, group of
-    C channels) is one frame of row-major pixels."""
-    from hw.top import POOL_MAX_WIDTH, output_words
-
+    C channels) is one frame of row-major pixels. ``max_width`` is the widest feature map
+    the device's pool takes (its ``POOL_MAX_WIDTH`` register)."""
     n, c, h, w = x.shape
-    if not 2 <= w <= POOL_MAX_WIDTH or h < 2:
+    if not 2 <= w <= max_width or h < 2:
         raise ValueError(f"layer {name!r}: the 2x2 max pool takes feature maps 2 to "
-                         f"{POOL_MAX_WIDTH} wide and at least 2 high, not {h}x{w}")
+                         f"{max_width} wide and at least 2 high, not {h}x{w}")
     cols = config.cols
     groups = -(-c // cols)
     padded = np.full((n, groups * cols, h, w), -128, np.int8)
@@ -192,10 +186,7 @@ def pool_program(x, config, *, name="maxpool"):
 
 def add_program(a, b, params, config, *, name="add"):
     """The program of a residual add of two int8 tensors of one shape; ``params`` maps each
-    ``hw.eltwise_config.ADD_PARAM_FIELDS`` name to its value."""
-    from hw.eltwise_config import ADD_PARAM_FIELDS
-    from hw.top import add_words, output_words
-
+    ``contract.descriptor.ADD_PARAM_FIELDS`` name to its value."""
     cols = config.cols
     size = a.size
     beats = -(-size // cols)
@@ -236,12 +227,12 @@ class Accelerator:
         if version >> 16 != regs.MAP_VERSION >> 16:
             raise AcceleratorError(f"register map version {version >> 16}.{version & 0xffff} "
                                    f"is not supported by this driver ({regs.MAP_VERSION:#x})")
-        word = read(Reg.CONFIG)
-        array = ArrayConfig(rows=word & 0xFF, cols=(word >> 8) & 0xFF,
-                            acc_width=(word >> 16) & 0xFF)
+        array = ArrayConfig(**unpack_config(read(Reg.CONFIG)))
         self.config = ConvEngineConfig(array=array, act_depth=read(Reg.ACT_DEPTH),
                                        weight_depth=read(Reg.WEIGHT_DEPTH),
                                        max_col_tiles=read(Reg.PARAM_DEPTH))
+        #: Widest feature map the device's 2x2 max pool takes.
+        self.pool_max_width = read(Reg.POOL_MAX_WIDTH)
         transport.csr_write(Reg.IRQ_ENABLE, 0b11)
         self.last_counters = Counters()
 
@@ -272,7 +263,8 @@ class Accelerator:
     def max_pool2d(self, x, *, name="maxpool"):
         """2x2 / stride 2 max pool of int8 NCHW ``x`` (``models.pool.max_pool2d(x, 2, 2)``)."""
         x = np.asarray(x)
-        beats, self.last_counters = self.run_program(pool_program(x, self.config, name=name))
+        beats, self.last_counters = self.run_program(
+            pool_program(x, self.config, name=name, max_width=self.pool_max_width))
         n, c, h, w = x.shape
         groups = -(-c // self.config.cols)
         out = beats.reshape(n, groups, h // 2, w // 2, self.config.cols)
@@ -375,7 +367,7 @@ class Accelerator:
         self.reset()
         raise AcceleratorError(
             f"layer pass {name!r} failed: status {self._describe_status(status)}, error "
-            f"code {code} ({ERROR_NAMES.get(code, 'unknown')}); the device has been reset")
+            f"code {code} ({ERROR_MEANINGS.get(code, 'unknown')}); the device has been reset")
 
     @staticmethod
     def _describe_status(status):

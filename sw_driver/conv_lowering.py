@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hw.conv_config import DESCRIPTOR_FIELDS, KERNEL_MAX, STRIDES, ConvEngineConfig
+from contract.config import ConvEngineConfig
+from contract.descriptor import DESCRIPTOR_FIELDS, KERNEL_MAX, STRIDES
 from models.conv import _padding, _positive_pair, conv_output_size
 from models.requant import (
     INT8_MAX,
@@ -78,7 +79,7 @@ class EnginePass:
     name : str
         Layer name and pass index, for messages.
     descriptor : dict
-        Field name -> int, for every field of ``hw.conv_config.DESCRIPTOR_FIELDS``.
+        Field name -> int, for every field of ``contract.descriptor.DESCRIPTOR_FIELDS``.
     activations : numpy.ndarray of int8, shape (H * W * C_in,)
         The ``act_in`` stream in order (HWC).
     weights : numpy.ndarray of int8, shape (col_tiles * K, cols)

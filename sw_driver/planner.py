@@ -38,15 +38,13 @@ import numpy as np
 from models.conv import conv_output_size
 
 from . import graph as g
+from .accelerator import pass_program
+from .cycle_model import pass_cycles
 from .errors import PlacementError
 
 __all__ = ["CostModel", "DeviceWork", "Estimate", "LayerOptions", "LinkModel", "Planner",
            "cpu_estimate", "device_work", "format_seconds", "infer_shapes"]
 
-#: Cycles per engine pass beyond loading and computing: the descriptor writes, lane
-#: set-up, the array's skew and drain and the requantizer's stages (about 94 on the 8x8
-#: twin; docs/conv-engine.md).
-PASS_LATENCY_CYCLES = 94
 #: CSR reads per pass the driver makes besides the descriptor writes: performance counters
 #: before and after (6 registers each) and the final status.
 CSR_READS_PER_PASS = 13
@@ -163,29 +161,7 @@ class Estimate:
     note: str = ""
 
 
-def pass_cycles(engine_pass, config):
-    """Modelled device cycles of one engine pass, as the twin's PERF_CYCLES counts them.
-
-    The engine does not overlap loading with computing (docs/conv-engine.md). Loading
-    takes a cycle per stream word plus one per activation byte written (the buffer takes a
-    byte a cycle), one per weight row and one per parameter entry. The array then takes a
-    beat per cycle, unless the output stream is the bottleneck (a beat of C bytes leaves in
-    ``output_words(C) + 1`` cycles); plus :data:`PASS_LATENCY_CYCLES`. Fitted to and
-    within 10 % of the twin's counters (tests/test_planner.py).
-    """
-    from hw.top import output_words, param_words, weight_words
-
-    cols = config.cols
-    act_words = -(-engine_pass.activations.size // 4)
-    load = (5 * act_words + (weight_words(cols) + 1) * engine_pass.weights.shape[0]
-            + (param_words(cols) + 1) * engine_pass.bias.shape[0])
-    compute = max(engine_pass.beats, engine_pass.output_beats * (output_words(cols) + 1))
-    return load + compute + PASS_LATENCY_CYCLES
-
-
 def _passes_work(passes, config):
-    from .accelerator import pass_program
-
     total = DeviceWork(0, 0, 0, 0, 0)
     for engine_pass in passes:
         program = pass_program(engine_pass, config)

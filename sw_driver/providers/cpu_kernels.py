@@ -26,7 +26,7 @@ from numpy.lib.stride_tricks import as_strided, sliding_window_view
 
 from models import conv as golden
 from models.eltwise import add as golden_add
-from models.requant import INT32_MAX, INT32_MIN
+from models.requant import INT32_MAX, INT32_MIN, MULTIPLIER_MAX, MULTIPLIER_MIN, SHIFT_MIN
 
 __all__ = ["CHUNK", "add", "conv2d", "conv2d_requant", "dense"]
 
@@ -197,8 +197,8 @@ def _layer_constants(w, bias, zx, multiplier, shift, ow):
 
 def _compute_layer_constants(w, bias, zx, multiplier, shift, ow):
     o = w.shape[0]
-    m = _channel_param(multiplier, o, 1 << 30, (1 << 31) - 1)
-    sh_n = _channel_param(shift, o, 1, SHIFT_FLOAT_MAX)
+    m = _channel_param(multiplier, o, MULTIPLIER_MIN, MULTIPLIER_MAX)
+    sh_n = _channel_param(shift, o, SHIFT_MIN, SHIFT_FLOAT_MAX)
     if m is None or sh_n is None:
         return None
     c0 = -zx * w.reshape(o, -1).sum(axis=1, dtype=np.int64)

@@ -11,8 +11,7 @@ device's, so when the user lists "sim" every layer it supports runs on it (the p
 reason still shows the modelled cycles). See :mod:`sw_driver.planner`.
 """
 
-from hw.config import ArrayConfig
-from hw.conv_config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 
 from .device import DeviceProvider
 
