@@ -129,6 +129,8 @@ REGISTERS = (
 # Layer operations, shared by the hardware's `m.Case`s and the driver's descriptors.
 # Depthwise and dense layers are lowered to CONV by the driver (sw_driver.conv_lowering).
 OPCODES = {"NOP": 0, "CONV": 1, "POOL": 2, "ADD": 3}
+#: Bits the hardware latches of the OPCODE register (a value past them is refused first).
+OPCODE_WIDTH = max(OPCODES.values()).bit_length()
 
 # Why a layer failed, as the ERROR_CODE register reports it: name -> (value, meaning).
 ERROR_CODES = {

@@ -20,7 +20,7 @@ from .fixedpoint import clamp, rounding_shift
 from .pipeline import lockstep_pipeline
 
 
-def accumulator_layout(lanes, acc_width=32):
+def accumulator_layout(lanes, acc_width=ACC_WIDTH):
     return data.StructLayout({"acc": data.ArrayLayout(signed(acc_width), lanes), "last": 1})
 
 
@@ -53,7 +53,7 @@ class Requantizer(wiring.Component):
 
     LATENCY = 4
 
-    def __init__(self, *, lanes, acc_width=32):
+    def __init__(self, *, lanes, acc_width=ACC_WIDTH):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
         self.acc_width = check_positive_int("acc_width", acc_width, maximum=32)
         super().__init__({

@@ -28,8 +28,16 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
 from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
-from contract.regmap import ERROR_CODES, ID_VALUE, MAP_VERSION, OPCODES, pack_config
+from contract.regmap import (
+    ERROR_CODES,
+    ID_VALUE,
+    MAP_VERSION,
+    OPCODE_WIDTH,
+    OPCODES,
+    pack_config,
+)
 from contract.streams import (
+    ACTIVATIONS_PER_WORD,
     POOL_MAX_WIDTH,
     WORD_BITS,
     add_words,
@@ -108,7 +116,7 @@ class AcceleratorTop(wiring.Component):
         busy = Signal()
         # CONV: 0 params, 1 weights, 2 activations, 3 running. POOL, ADD: 4 streaming.
         phase = Signal(range(5))
-        opcode = Signal(2)  # latched at start
+        opcode = Signal(OPCODE_WIDTH)  # latched at start
         pooling = Signal()  # CONV with the fused max pool
         frames_left = Signal(32)
         left = Signal(32)         # entries / words / elements left in this load phase
@@ -189,9 +197,9 @@ class AcceleratorTop(wiring.Component):
             add.operands.valid.eq(streaming & (opcode == OPCODES["ADD"])),
         ]
         # Activations: four bytes per word.
-        act_word = Signal(32)
+        act_word = Signal(WORD_BITS)
         act_held = Signal()
-        act_byte = Signal(2)
+        act_byte = Signal(range(ACTIVATIONS_PER_WORD))
         m.d.comb += [
             engine.act_in.payload.x.eq(act_word.word_select(act_byte, 8)),
             engine.act_in.payload.last.eq(final),
@@ -225,7 +233,7 @@ class AcceleratorTop(wiring.Component):
         m.d.sync += launch.eq(0)
         with m.If(engine.act_in.valid & engine.act_in.ready):
             m.d.sync += [left.eq(left - 1), act_byte.eq(act_byte + 1)]
-            with m.If((act_byte == 3) | final):
+            with m.If((act_byte == ACTIVATIONS_PER_WORD - 1) | final):
                 m.d.sync += act_held.eq(0)
             with m.If(final):
                 m.d.sync += [phase.eq(3), launch.eq(1)]
