@@ -1,5 +1,6 @@
 """`tessera serve` in process (FastAPI's TestClient): the v2 protocol, tenants, limits."""
 
+import asyncio
 import json
 
 import numpy as np
@@ -12,6 +13,7 @@ from tessera.serve.admission import Admission
 from tessera.serve.app import create_app
 from tessera.serve.config import DeviceConfig
 from tessera.serve.protocol import HEADER_LENGTH
+from tessera.serve.queueing import DeviceQueue
 from tests.serve_helpers import (
     AUTH_A,
     AUTH_B,
@@ -206,15 +208,52 @@ def test_admission_counts_the_queue_ahead():
     admission = Admission({"cpu": DeviceConfig("cpu", 2)})
     admission.add_model("m", 0.010)  # 10 ms per image
     grants = [admission.admit("m", "cpu", 1, 0.030) for _ in range(5)]
-    # Predicted latency = backlog / 2 workers + 10 ms: 10, 15, 20, 25, 30 ms: all <= 30 ms.
+    # Predicted latency = work ahead / 2 workers + 10 ms: 10, 15, 20, 25, 30 ms: all <= 30.
     assert [refusal is None for _, refusal in grants] == [True] * 5
-    own, refusal = admission.admit("m", "cpu", 1, 0.030)
-    assert refusal is not None and "predicted latency 35.00 ms" in refusal.message
+    ticket, refusal = admission.admit("m", "cpu", 1, 0.030)
+    assert ticket is None and "predicted latency 35.00 ms" in refusal.message
     assert refusal.retry_after == pytest.approx(0.005)
-    assert admission.admit("m", "cpu", 1, None)[1] is None  # best effort: always admitted
-    for predicted, _ in grants:
-        admission.done("m", "cpu", 1, predicted, 0.020)  # measured twice the prediction
+    # A high-priority request waits only behind what runs (2 x 10 ms), not the 3 waiting.
+    ticket, refusal = admission.admit("m", "cpu", 1, 0.020, "high")
+    assert refusal is None
+    admission.done("m", "cpu", ticket, 1, None)
+    best_effort, refusal = admission.admit("m", "cpu", 1, None, "low")  # no SLO: admitted
+    assert refusal is None
+    admission.done("m", "cpu", best_effort, 1, None)
+    for ticket, _ in grants:
+        admission.done("m", "cpu", ticket, 1, 0.020)  # measured twice the prediction
+    queue = admission.queues["cpu"]
+    assert (queue.running, queue.running_work, queue.waiting_work) == (0, 0.0, [0.0] * 3)
     stats = admission.stats("m")
     assert stats["runs_measured"] == 5
     assert stats["prediction_error_p50"] == pytest.approx(0.5)
     assert 0.010 < stats["calibrated_seconds_per_image"] <= 0.020
+
+
+def test_device_queue_starts_higher_priority_first():
+    async def scenario():
+        queue = DeviceQueue(workers=1, ranks=3)
+        first = queue.enqueue(2, 1.0)  # starts at once: the slot is free
+        assert first.started and queue.predicted_wait(0) == 1.0
+        waiting = {name: queue.enqueue(rank, 1.0) for name, rank in
+                   (("low", 2), ("normal", 1), ("high", 0), ("high2", 0))}
+        assert queue.predicted_wait(0) == 3.0 and queue.predicted_wait(2) == 5.0
+        order = []
+
+        async def run(name):
+            await queue.acquire(waiting[name])
+            order.append(name)
+            await asyncio.sleep(0)
+            queue.finish(waiting[name])
+
+        tasks = [asyncio.create_task(run(name)) for name in waiting]
+        cancelled = asyncio.create_task(queue.acquire(queue.enqueue(1, 1.0)))
+        await asyncio.sleep(0)
+        cancelled.cancel()  # a client that went away leaves the queue
+        queue.finish(first)
+        await asyncio.wait_for(asyncio.gather(*tasks), 5)
+        return order, queue
+
+    order, queue = asyncio.run(scenario())
+    assert order == ["high", "high2", "normal", "low"]
+    assert (queue.running, queue.running_work, queue.waiting_work) == (0, 0.0, [0.0] * 3)

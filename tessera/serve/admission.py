@@ -3,16 +3,18 @@
 Per model, the predicted time of a request of ``N`` images is ``N * per_image``. The
 ``per_image`` figure starts from the planner's per-layer estimates (at batch 1, the cheapest
 timed estimate of each layer, as the planner chooses; layers without one count 0) and is
-then calibrated on every measured run (an exponential moving average). Per device, the
-*backlog* is the predicted time of every admitted request not yet finished; a request's
-predicted latency is ``backlog / workers + its own time``. A tenant with an SLO is refused
-(the caller answers 503 with ``Retry-After``) when that exceeds its SLO; a best-effort
-tenant (no SLO) is always admitted. Nothing here reorders work: runs start in arrival
-order on each device (see ``docs/serving.md`` for what is not done yet).
+then calibrated on every measured run (an exponential moving average). Each device's queue
+(:class:`~tessera.serve.queueing.DeviceQueue`) starts waiting runs by priority, so a
+request's predicted latency is the predicted work running or waiting at its priority or a
+higher one, divided by the device's workers, plus its own time. A tenant with an SLO is
+refused (the caller answers 503 with ``Retry-After``) when that exceeds its SLO; a
+best-effort tenant (no SLO) is always admitted.
 """
 
-import threading
 from dataclasses import dataclass
+
+from .config import PRIORITIES
+from .queueing import DeviceQueue
 
 __all__ = ["Admission", "Refusal", "planner_seconds_per_image"]
 
@@ -55,7 +57,7 @@ class _Predictor:
 
 
 class Admission:
-    """Backlog per device and latency predictor per model; thread-safe.
+    """Latency predictor per model and run queue per device; used from the event loop.
 
     Parameters
     ----------
@@ -63,59 +65,54 @@ class Admission:
     """
 
     def __init__(self, devices):
-        self._workers = {name: d.workers for name, d in devices.items()}
-        self._backlog = dict.fromkeys(devices, 0.0)
+        self.queues = {name: DeviceQueue(d.workers, len(PRIORITIES))
+                       for name, d in devices.items()}
         self._predictors = {}
-        self._lock = threading.Lock()
 
     def add_model(self, name, seconds_per_image):
         self._predictors[name] = _Predictor(seconds_per_image)
 
-    def admit(self, model, device, images, slo_seconds):
-        """Reserve the request's predicted time on ``device``.
+    def admit(self, model, device, images, slo_seconds, priority="normal"):
+        """Queue the request on ``device`` if it can meet ``slo_seconds`` (None: always).
 
         Returns
         -------
-        (float, Refusal or None)
-            The predicted seconds of the request's own run (pass it to :meth:`done`), and
-            the refusal when the predicted latency exceeds ``slo_seconds`` (then nothing is
-            reserved).
+        (Ticket or None, Refusal or None)
+            The ticket to :meth:`~DeviceQueue.acquire` and then pass to :meth:`done`, or
+            the refusal (nothing queued).
         """
-        with self._lock:
-            own = self._predictors[model].per_image * images
-            wait = self._backlog[device] / self._workers[device]
-            if slo_seconds is not None and wait + own > slo_seconds:
-                if own > slo_seconds:
-                    why = (f"its own run is predicted at {own * 1e3:.2f} ms ({images} "
-                           f"image(s)), over the SLO of {slo_seconds * 1e3:g} ms: send "
-                           f"fewer images per request")
-                else:
-                    why = (f"predicted latency {(wait + own) * 1e3:.2f} ms ({wait * 1e3:.2f} "
-                           f"ms queued ahead on device {device!r}) exceeds the SLO of "
-                           f"{slo_seconds * 1e3:g} ms")
-                return own, Refusal(why, max(wait + own - slo_seconds, 0.0))
-            self._backlog[device] += own
-            return own, None
+        own = self._predictors[model].per_image * images
+        queue = self.queues[device]
+        wait = queue.predicted_wait(PRIORITIES.index(priority))
+        if slo_seconds is not None and wait + own > slo_seconds:
+            if own > slo_seconds:
+                why = (f"its own run is predicted at {own * 1e3:.2f} ms ({images} "
+                       f"image(s)), over the SLO of {slo_seconds * 1e3:g} ms: send "
+                       f"fewer images per request")
+            else:
+                why = (f"predicted latency {(wait + own) * 1e3:.2f} ms ({wait * 1e3:.2f} "
+                       f"ms queued ahead on device {device!r}) exceeds the SLO of "
+                       f"{slo_seconds * 1e3:g} ms")
+            return None, Refusal(why, max(wait + own - slo_seconds, 0.0))
+        return queue.enqueue(PRIORITIES.index(priority), own), None
 
-    def done(self, model, device, images, predicted, seconds):
-        """Release a reservation and calibrate the model's predictor with the measured time
-        (None when the run failed: nothing to learn)."""
-        with self._lock:
-            self._backlog[device] = max(0.0, self._backlog[device] - predicted)
-            if seconds is not None:
-                self._predictors[model].observe(images, predicted, seconds)
+    def done(self, model, device, ticket, images, seconds):
+        """Leave the device's queue and calibrate the model's predictor with the measured
+        time (None when the run failed or never ran: nothing to learn)."""
+        self.queues[device].finish(ticket)
+        if seconds is not None:
+            self._predictors[model].observe(images, ticket.work, seconds)
 
     def stats(self, model):
         """Predictor figures of ``model``: planner and calibrated seconds per image, runs
         measured, and the p50/p95 relative error of the predictions."""
-        with self._lock:
-            p = self._predictors[model]
-            errors = sorted(p.abs_errors)
+        p = self._predictors[model]
+        errors = sorted(p.abs_errors)
 
-            def quantile(q):
-                return errors[min(len(errors) - 1, int(q * len(errors)))] if errors else None
+        def quantile(q):
+            return errors[min(len(errors) - 1, int(q * len(errors)))] if errors else None
 
-            return {"planner_seconds_per_image": p.planner,
-                    "calibrated_seconds_per_image": p.per_image, "runs_measured": p.measured,
-                    "prediction_error_p50": quantile(0.5),
-                    "prediction_error_p95": quantile(0.95)}
+        return {"planner_seconds_per_image": p.planner,
+                "calibrated_seconds_per_image": p.per_image, "runs_measured": p.measured,
+                "prediction_error_p50": quantile(0.5),
+                "prediction_error_p95": quantile(0.95)}

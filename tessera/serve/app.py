@@ -5,7 +5,6 @@ imports it on demand, so the runtime and the rest of the CLI never load the web 
 """
 
 import hmac
-import threading
 import time
 from dataclasses import dataclass
 
@@ -37,11 +36,9 @@ class _Refused(Exception):
 class _Model:
     config: object
     session: InferenceSession
-    lock: threading.BoundedSemaphore  # the device's run slots
 
 
 def _load_models(config, admission):
-    slots = {name: threading.BoundedSemaphore(d.workers) for name, d in config.devices.items()}
     models = {}
     for name, model in config.models.items():
         planner = Planner()
@@ -51,7 +48,7 @@ def _load_models(config, admission):
         except TesseraError as exc:
             raise type(exc)(f"{config.source}: [models.{name}]: {exc}") from exc
         admission.add_model(name, planner_seconds_per_image(session.graph, planner))
-        models[name] = _Model(model, session, slots[model.device])
+        models[name] = _Model(model, session)
     return models
 
 
@@ -149,10 +146,9 @@ def create_app(config, *, clock=time.monotonic):
         return b"".join(chunks)
 
     def run(model, feeds, names):
-        with model.lock:
-            start = time.perf_counter()
-            values = model.session.run(names, feeds)
-            return values, time.perf_counter() - start
+        start = time.perf_counter()
+        values = model.session.run(names, feeds)
+        return values, time.perf_counter() - start
 
     @app.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request):
@@ -172,7 +168,7 @@ def create_app(config, *, clock=time.monotonic):
         images = max(int(next(iter(decoded.feeds.values())).shape[0]), 1)
         slo = None if tenant.slo_ms is None else tenant.slo_ms / 1e3
         device = model.config.device
-        predicted, refusal = admission.admit(name, device, images, slo)
+        ticket, refusal = admission.admit(name, device, images, slo, tenant.priority)
         if refusal is not None:
             raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
                                 f"{refusal.message}",
@@ -180,13 +176,14 @@ def create_app(config, *, clock=time.monotonic):
         names = [n for n, _ in decoded.outputs]
         seconds = None
         try:
+            await admission.queues[device].acquire(ticket)
             values, seconds = await anyio.to_thread.run_sync(run, model, decoded.feeds, names)
         except InputError as exc:
             raise _Refused(400, f"model {name!r}: {exc}") from None
         except TesseraError as exc:
             raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
         finally:
-            admission.done(name, device, images, predicted, seconds)
+            admission.done(name, device, ticket, images, seconds)
         infos = {o.name: o for o in session.get_outputs()}
         content, headers = encode_infer(name, decoded, dict(zip(names, values, strict=True)),
                                         infos)

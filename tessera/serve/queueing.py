@@ -1,0 +1,96 @@
+"""A device's run queue: ``workers`` runs at once, the waiting ones started by priority.
+
+Lives in the server's event loop (no locks): requests wait as asyncio futures, not as
+threads, so a flood of low-priority requests cannot hold threads a high-priority one needs.
+Each ticket carries its predicted seconds, so the queue also says how much predicted work
+a new request of a given priority would wait behind: everything running (a run is never
+preempted) plus what waits at its priority or a higher one (lower ones wait behind it).
+"""
+
+import asyncio
+import heapq
+import itertools
+from dataclasses import dataclass, field
+
+__all__ = ["DeviceQueue", "Ticket"]
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One admitted request: its priority rank (0 first), arrival order and predicted work."""
+
+    rank: int
+    seq: int
+    work: float
+    started: bool = False
+    finished: bool = False
+    future: asyncio.Future | None = field(default=None, repr=False)
+
+
+class DeviceQueue:
+    """Run slots of one device, handed out by priority rank, then arrival.
+
+    Parameters
+    ----------
+    workers : int
+        Runs allowed at once.
+    ranks : int
+        Number of priority classes (rank 0 is served first).
+    """
+
+    def __init__(self, workers, ranks):
+        self.workers = workers
+        self.running = 0
+        self.running_work = 0.0
+        self.waiting_work = [0.0] * ranks
+        self._heap = []
+        self._seq = itertools.count()
+
+    def predicted_wait(self, rank):
+        """Predicted seconds before a new request of ``rank`` starts."""
+        return (self.running_work + sum(self.waiting_work[:rank + 1])) / self.workers
+
+    def enqueue(self, rank, work):
+        """Queue a request; it starts at once when a slot is free and nobody is ahead."""
+        ticket = Ticket(rank, next(self._seq), work)
+        self.waiting_work[rank] += work
+        heapq.heappush(self._heap, (rank, ticket.seq, ticket))
+        self._dispatch()
+        return ticket
+
+    async def acquire(self, ticket):
+        """Wait until ``ticket`` holds a slot (cancellation leaves the queue consistent)."""
+        if ticket.started:
+            return
+        ticket.future = asyncio.get_running_loop().create_future()
+        try:
+            await ticket.future
+        except asyncio.CancelledError:
+            self.finish(ticket)
+            raise
+
+    def finish(self, ticket):
+        """Give the slot back (or leave the queue, if it never started); idempotent."""
+        if ticket.finished:
+            return
+        ticket.finished = True
+        if ticket.started:
+            self.running -= 1
+            self.running_work = max(0.0, self.running_work - ticket.work)
+        else:
+            self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
+                                                 - ticket.work)
+        self._dispatch()
+
+    def _dispatch(self):
+        while self.running < self.workers and self._heap:
+            _, _, ticket = heapq.heappop(self._heap)
+            if ticket.finished:
+                continue  # left the queue while waiting
+            ticket.started = True
+            self.running += 1
+            self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
+                                                 - ticket.work)
+            self.running_work += ticket.work
+            if ticket.future is not None and not ticket.future.done():
+                ticket.future.set_result(None)
