@@ -227,7 +227,22 @@ def test_admission_counts_the_queue_ahead():
     stats = admission.stats("m")
     assert stats["runs_measured"] == 5
     assert stats["prediction_error_p50"] == pytest.approx(0.5)
-    assert 0.010 < stats["calibrated_seconds_per_image"] <= 0.020
+    assert stats["measured_seconds_by_images"] == {"1": pytest.approx(0.020)}
+
+
+def test_predictor_interpolates_between_measured_sizes():
+    admission = Admission({"cpu": DeviceConfig("cpu", 1)})
+    admission.add_model("m", 0.001)
+    predictor = admission._predictors["m"]
+    assert predictor.predict(4) == pytest.approx(0.004)  # the planner's, nothing measured
+    predictor.observe(2, 0.004, 0.010)
+    predictor.observe(8, 0.016, 0.022)
+    assert predictor.predict(2) == pytest.approx(0.010)
+    assert predictor.predict(4) == pytest.approx(0.014)  # on the line through (2, 8)
+    assert predictor.predict(1) == pytest.approx(0.010)  # below: the smallest size's time
+    assert predictor.predict(16) == pytest.approx(0.044)  # above: scaled by N
+    predictor.observe(2, 0.010, 0.020)
+    assert predictor.predict(2) == pytest.approx(0.8 * 0.010 + 0.2 * 0.020)
 
 
 def test_device_queue_starts_higher_priority_first():

@@ -1,9 +1,10 @@
 """SLO-aware admission: predict a request's latency before running it, refuse it early.
 
-Per model, the predicted time of a request of ``N`` images is ``N * per_image``. The
-``per_image`` figure starts from the planner's per-layer estimates (at batch 1, the cheapest
-timed estimate of each layer, as the planner chooses; layers without one count 0) and is
-then calibrated on every measured run (an exponential moving average). Each device's queue
+Per model, the predicted time of a request of ``N`` images starts as ``N`` times the
+planner's per-layer estimates at batch 1 (the cheapest timed estimate of each layer, as the
+planner chooses; layers without one count 0); once runs are measured, it is the moving
+average of the measured times at that ``N``, interpolated between the sizes seen (see
+:class:`_Predictor`). Each device's queue
 (:class:`~tessera.serve.queueing.DeviceQueue`) starts waiting runs by priority, so a
 request's predicted latency is the predicted work running or waiting at its priority or a
 higher one, divided by the device's workers, plus its own time. A tenant with an SLO is
@@ -18,8 +19,10 @@ from .queueing import DeviceQueue
 
 __all__ = ["Admission", "Refusal", "planner_seconds_per_image"]
 
-#: Weight of the newest measurement in the moving average of seconds per image.
+#: Weight of the newest measurement in each moving average of measured seconds.
 EWMA_ALPHA = 0.2
+#: Request sizes (images) with their own average; others are interpolated.
+MAX_SIZES = 64
 
 
 def planner_seconds_per_image(graph, planner):
@@ -41,18 +44,39 @@ class Refusal:
 
 
 class _Predictor:
+    """Seconds of a run of ``N`` images: the measured average at each ``N`` seen, between
+    two seen sizes a straight line, below the smallest its time, above the largest its
+    time scaled by ``N`` (runs have a fixed part, so both err on the long side); before
+    any measurement, the planner's seconds per image times ``N``."""
+
     def __init__(self, seconds_per_image):
         self.planner = seconds_per_image
-        self.per_image = seconds_per_image
+        self.by_images = {}  # N -> moving average of measured seconds
         self.measured = 0
         self.abs_errors = []  # |predicted - measured| / measured, the last 1000 runs
+
+    def predict(self, images):
+        seen = self.by_images
+        if images in seen:
+            return seen[images]
+        if not seen:
+            return self.planner * images
+        below = max((n for n in seen if n < images), default=None)
+        above = min((n for n in seen if n > images), default=None)
+        if above is None:
+            return seen[below] * images / below
+        if below is None:
+            return seen[above]
+        return seen[below] + (seen[above] - seen[below]) * (images - below) / (above - below)
 
     def observe(self, images, predicted, seconds):
         if seconds > 0:
             self.abs_errors = [*self.abs_errors[-999:], abs(predicted - seconds) / seconds]
-        sample = seconds / images
-        self.per_image = sample if self.measured == 0 else (
-            (1 - EWMA_ALPHA) * self.per_image + EWMA_ALPHA * sample)
+        old = self.by_images.get(images)
+        if old is None and len(self.by_images) >= MAX_SIZES:
+            return  # enough sizes tracked: interpolate the rest
+        self.by_images[images] = seconds if old is None else (
+            (1 - EWMA_ALPHA) * old + EWMA_ALPHA * seconds)
         self.measured += 1
 
 
@@ -81,7 +105,7 @@ class Admission:
             The ticket to :meth:`~DeviceQueue.acquire` and then pass to :meth:`done`, or
             the refusal (nothing queued).
         """
-        own = self._predictors[model].per_image * images
+        own = self._predictors[model].predict(images)
         queue = self.queues[device]
         wait = queue.predicted_wait(PRIORITIES.index(priority))
         if slo_seconds is not None and wait + own > slo_seconds:
@@ -104,8 +128,9 @@ class Admission:
             self._predictors[model].observe(images, ticket.work, seconds)
 
     def stats(self, model):
-        """Predictor figures of ``model``: planner and calibrated seconds per image, runs
-        measured, and the p50/p95 relative error of the predictions."""
+        """Predictor figures of ``model``: the planner's seconds per image, the measured
+        average seconds per request size, runs measured, and the p50/p95 relative error of
+        each prediction against its run."""
         p = self._predictors[model]
         errors = sorted(p.abs_errors)
 
@@ -113,6 +138,8 @@ class Admission:
             return errors[min(len(errors) - 1, int(q * len(errors)))] if errors else None
 
         return {"planner_seconds_per_image": p.planner,
-                "calibrated_seconds_per_image": p.per_image, "runs_measured": p.measured,
+                "measured_seconds_by_images": {str(n): p.by_images[n]
+                                               for n in sorted(p.by_images)},
+                "runs_measured": p.measured,
                 "prediction_error_p50": quantile(0.5),
                 "prediction_error_p95": quantile(0.95)}
