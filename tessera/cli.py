@@ -14,7 +14,7 @@ console = Console()
 
 
 def _array_config(args):
-    from hw.config import ArrayConfig
+    from contract.config import ArrayConfig
 
     return ArrayConfig(rows=args.rows, cols=args.cols)
 
@@ -170,10 +170,10 @@ def _relative(path):
 
 def _print_bench_error(name, error):
     """A benchmark's known failures in their own words; anything else with its traceback."""
+    from hw.toolchain import ToolchainError
     from sim.runner import SimBuildError, TestbenchFailed
     from sim.twin import TwinBuildError
     from sw_driver.errors import TesseraError
-    from tessera.toolchain import ToolchainError
 
     if isinstance(error, (SimBuildError, TestbenchFailed, TwinBuildError, TesseraError,
                           ToolchainError)):
@@ -649,7 +649,7 @@ def build_parser():
 
 
 def main(argv=None):
-    from tessera.toolchain import ToolchainError, apply_tool_env
+    from hw.toolchain import ToolchainError, apply_tool_env
 
     args = build_parser().parse_args(argv)
     try:

@@ -7,7 +7,8 @@ One top serves every board that has ``led`` resources; the board modules (``ulx3
 from amaranth import Module, Signal
 from amaranth.lib import io, wiring
 
-from ..config import ArrayConfig
+from contract.config import ArrayConfig
+
 from .pattern import CHECKSUM_WIDTH, PatternHarness, fold_bits
 
 

@@ -6,7 +6,7 @@ Yosys maps the behavioural multiplier onto SB_MAC16 only with ``synth_ice40 -dsp
 
 from amaranth_boards.icebreaker import ICEBreakerPlatform
 
-from ..config import ArrayConfig
+from contract.config import ArrayConfig
 
 PLATFORMS = {"icebreaker": ICEBreakerPlatform}
 MULTIPLIERS = {"iCE40UP5K": 8}

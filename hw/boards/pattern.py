@@ -17,7 +17,8 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import Out
 
-from ..config import ArrayConfig, check_positive_int
+from contract.config import ArrayConfig, check_positive_int
+
 from ..systolic import SystolicArray
 
 CHECKSUM_WIDTH = 32
