@@ -205,6 +205,12 @@ def add_program(a, b, params, config, *, name="add"):
                        cols=cols)
 
 
+def _version_fields(word):
+    """``(major, minor)`` of a VERSION register word."""
+    return ((word & regs.VERSION_MAJOR_MASK) >> regs.VERSION_MAJOR_SHIFT,
+            (word & regs.VERSION_MINOR_MASK) >> regs.VERSION_MINOR_SHIFT)
+
+
 class Accelerator:
     """One Tessera accelerator behind ``transport``.
 
@@ -224,9 +230,10 @@ class Accelerator:
             raise AcceleratorError(f"no Tessera accelerator: ID register reads {ident:#010x}, "
                                    f"expected {regs.ID_VALUE:#010x}")
         version = read(Reg.VERSION)
-        if version >> 16 != regs.MAP_VERSION >> 16:
-            raise AcceleratorError(f"register map version {version >> 16}.{version & 0xffff} "
-                                   f"is not supported by this driver ({regs.MAP_VERSION:#x})")
+        major, minor = _version_fields(version)
+        if major != _version_fields(regs.MAP_VERSION)[0]:
+            raise AcceleratorError(f"register map version {major}.{minor} is not supported by "
+                                   f"this driver ({regs.MAP_VERSION:#x})")
         array = ArrayConfig(**unpack_config(read(Reg.CONFIG)))
         self.config = ConvEngineConfig(array=array, act_depth=read(Reg.ACT_DEPTH),
                                        weight_depth=read(Reg.WEIGHT_DEPTH),

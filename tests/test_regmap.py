@@ -37,6 +37,7 @@ from hw.csr import CsrBank
 from hw.requant import Requantizer
 from hw.top import AcceleratorTop
 from sw_driver import regs
+from sw_driver.accelerator import Accelerator, AcceleratorError
 
 
 def test_generated_files_are_current():
@@ -210,3 +211,37 @@ def test_rtl_top_publishes_the_contract():
                     "POOL_MAX_WIDTH": POOL_MAX_WIDTH, "PARAM_DEPTH": 2,
                     "STATUS": regs.STATUS_ERROR_MASK,
                     "ERROR_CODE": regs.ErrorCode.BAD_OPCODE}
+
+
+class _Registers:
+    """Just the discovery registers, as a device would answer them."""
+
+    def __init__(self, **overrides):
+        self.values = {regs.Reg.ID: ID_VALUE, regs.Reg.VERSION: regs.MAP_VERSION,
+                       regs.Reg.CONFIG: pack_config(rows=4, cols=8, acc_width=32),
+                       regs.Reg.ACT_DEPTH: 2048, regs.Reg.WEIGHT_DEPTH: 512,
+                       regs.Reg.PARAM_DEPTH: 8, regs.Reg.POOL_MAX_WIDTH: 64}
+        self.values.update({regs.Reg[name]: value for name, value in overrides.items()})
+
+    def csr_read(self, offset):
+        return self.values[offset]
+
+    def csr_write(self, offset, value):
+        pass
+
+
+def test_driver_learns_the_configuration_from_the_registers():
+    device = Accelerator(_Registers())
+    assert device.config == ConvEngineConfig(array=ArrayConfig(rows=4, cols=8),
+                                             act_depth=2048, weight_depth=512,
+                                             max_col_tiles=8)
+    assert device.pool_max_width == 64
+
+
+def test_driver_refuses_another_device_or_map_major_version():
+    with pytest.raises(AcceleratorError, match="ID register reads 0x00000000, expected "
+                                               "0x54455353"):
+        Accelerator(_Registers(ID=0))
+    with pytest.raises(AcceleratorError, match=r"register map version 1\.0 is not supported"):
+        Accelerator(_Registers(VERSION=1 << 16))
+    Accelerator(_Registers(VERSION=regs.MAP_VERSION + 1))  # a newer minor version is fine
