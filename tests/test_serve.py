@@ -272,3 +272,25 @@ def test_device_queue_starts_higher_priority_first():
     order, queue = asyncio.run(scenario())
     assert order == ["high", "high2", "normal", "low"]
     assert (queue.running, queue.running_work, queue.waiting_work) == (0, 0.0, [0.0] * 3)
+
+
+def test_prometheus_metrics(client, rng):
+    body = json_request(digits_input(rng, 3))
+    assert client.post(INFER, headers=AUTH_A, json=body).status_code == 200
+    assert client.post(INFER, headers=AUTH_B, json=body).status_code == 403
+    assert client.post(INFER, json=body).status_code == 401
+    assert client.post("/v2/models/x" * 3 + "/infer", headers=AUTH_A).status_code == 404
+    response = client.get("/metrics")
+    assert response.status_code == 200 and response.headers["content-type"].startswith(
+        "text/plain")
+    text = response.text
+    for line in ('tessera_requests_total{code="200",model="digits",tenant="a"} 1.0',
+                 'tessera_requests_total{code="403",model="digits",tenant="b"} 1.0',
+                 'tessera_requests_total{code="401",model="digits",tenant="-"} 1.0',
+                 'tessera_request_images_sum{model="digits",tenant="a"} 3.0',
+                 'tessera_compute_seconds_count{model="digits",tenant="a"} 1.0',
+                 'tessera_slo_violations_total{model="digits",tenant="a"} 0.0',
+                 'tessera_prediction_ratio_count{device="cpu"} 1.0'):
+        assert line in text, line
+    assert 'tessera_device_busy_seconds_total{device="cpu"}' in text
+    assert "/v2/models/x" not in text  # unknown names never become labels

@@ -19,6 +19,7 @@ from sw_driver.planner import Planner
 
 from .admission import Admission, planner_seconds_per_image
 from .limits import TokenBucket, retry_after
+from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .protocol import HEADER_LENGTH, ProtocolError, decode_infer, encode_infer, tensor_metadata
 
 __all__ = ["create_app"]
@@ -63,7 +64,9 @@ def create_app(config, *, clock=time.monotonic):
     buckets = {name: TokenBucket(t.rate, t.burst, clock) for name, t in config.tenants.items()}
     app = FastAPI(title="Tessera inference server", docs_url=None, redoc_url=None,
                   openapi_url=None)
+    metrics = Metrics()
     app.state.config, app.state.models, app.state.admission = config, models, admission
+    app.state.metrics = metrics
 
     @app.exception_handler(_Refused)
     async def refused(request, exc):
@@ -90,8 +93,10 @@ def create_app(config, *, clock=time.monotonic):
             raise _Refused(401, "invalid bearer token", {"WWW-Authenticate": "Bearer"})
         return found
 
-    def model_for(request, name):
+    def model_for(request, name, labels=None):
         tenant = tenant_of(request)
+        if labels is not None:
+            labels["tenant"] = tenant.name
         if name not in models:
             raise _Refused(404, f"unknown model {name!r}")
         if name not in tenant.models:
@@ -150,9 +155,25 @@ def create_app(config, *, clock=time.monotonic):
         values = model.session.run(names, feeds)
         return values, time.perf_counter() - start
 
+    @app.get("/metrics")
+    async def prometheus():
+        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
     @app.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request):
-        tenant, model = model_for(request, name)
+        # Label values come from the config only ("-" otherwise): clients cannot add series.
+        labels = {"tenant": "-", "model": name if name in models else "-"}
+        try:
+            response = await answer(name, request, labels)
+        except _Refused as exc:
+            metrics.requests.labels(**labels, code=str(exc.status)).inc()
+            raise
+        metrics.requests.labels(**labels, code="200").inc()
+        return response
+
+    async def answer(name, request, labels):
+        received = time.perf_counter()
+        tenant, model = model_for(request, name, labels)
         wait = buckets[tenant.name].take()
         if wait > 0:
             raise _Refused(429, f"tenant {tenant.name!r} is over its rate limit of "
@@ -175,8 +196,11 @@ def create_app(config, *, clock=time.monotonic):
                            {"Retry-After": retry_after(refusal.retry_after)})
         names = [n for n, _ in decoded.outputs]
         seconds = None
+        metrics.images.labels(**labels).observe(images)
         try:
+            queued = time.perf_counter()
             await admission.queues[device].acquire(ticket)
+            metrics.queue_seconds.labels(**labels).observe(time.perf_counter() - queued)
             values, seconds = await anyio.to_thread.run_sync(run, model, decoded.feeds, names)
         except InputError as exc:
             raise _Refused(400, f"model {name!r}: {exc}") from None
@@ -184,9 +208,17 @@ def create_app(config, *, clock=time.monotonic):
             raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
         finally:
             admission.done(name, device, ticket, images, seconds)
+        metrics.compute_seconds.labels(**labels).observe(seconds)
+        metrics.busy_seconds.labels(device=device).inc(seconds)
+        if ticket.work > 0:
+            metrics.prediction_ratio.labels(device=device).observe(seconds / ticket.work)
         infos = {o.name: o for o in session.get_outputs()}
         content, headers = encode_infer(name, decoded, dict(zip(names, values, strict=True)),
                                         infos)
+        latency = time.perf_counter() - received
+        metrics.latency_seconds.labels(**labels).observe(latency)
+        if slo is not None:  # the series exists (at 0) once the tenant has been answered
+            metrics.slo_violations.labels(**labels).inc(1 if latency > slo else 0)
         return Response(content=content, headers=headers)
 
     return app
