@@ -2,7 +2,9 @@
 
 import asyncio
 import json
+import threading
 
+import httpx2
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -13,7 +15,7 @@ from tessera.serve.admission import Admission
 from tessera.serve.app import create_app
 from tessera.serve.config import DeviceConfig
 from tessera.serve.protocol import HEADER_LENGTH
-from tessera.serve.queueing import DeviceQueue
+from tessera.serve.queueing import DeviceQueue, QueueFull, Shed
 from tests.serve_helpers import (
     AUTH_A,
     AUTH_B,
@@ -247,7 +249,7 @@ def test_predictor_interpolates_between_measured_sizes():
 
 def test_device_queue_starts_higher_priority_first():
     async def scenario():
-        queue = DeviceQueue(workers=1, ranks=3)
+        queue = DeviceQueue(workers=1, ranks=3, max_queue=10)
         first = queue.enqueue(2, 1.0)  # starts at once: the slot is free
         assert first.started and queue.predicted_wait(0) == 1.0
         waiting = {name: queue.enqueue(rank, 1.0) for name, rank in
@@ -294,3 +296,73 @@ def test_prometheus_metrics(client, rng):
         assert line in text, line
     assert 'tessera_device_busy_seconds_total{device="cpu"}' in text
     assert "/v2/models/x" not in text  # unknown names never become labels
+
+
+def test_full_queue_sheds_the_newest_lower_priority_request():
+    async def scenario():
+        queue = DeviceQueue(workers=1, ranks=3, max_queue=2)
+        running = queue.enqueue(2, 1.0)
+        low_a, low_b = queue.enqueue(2, 1.0), queue.enqueue(2, 1.0)
+        high = queue.enqueue(0, 1.0)  # full: takes low_b's place
+        assert low_b.shed and not low_a.shed
+        with pytest.raises(Shed, match="higher-priority request took its place"):
+            await queue.acquire(low_b)
+        waiting_a = asyncio.create_task(queue.acquire(low_a))
+        await asyncio.sleep(0)
+        normal = queue.enqueue(1, 1.0)  # takes low_a's place while low_a awaits
+        with pytest.raises(Shed):
+            await waiting_a
+        with pytest.raises(QueueFull, match=r"max_queue = 2"):
+            queue.enqueue(1, 1.0)  # nobody of a lower priority left to shed
+        for ticket in (running, high, normal):
+            queue.finish(ticket)
+        return queue
+
+    queue = asyncio.run(scenario())
+    assert (queue.running, queue.waiting, queue.waiting_work) == (0, 0, [0.0] * 3)
+
+
+def test_shed_request_is_answered_503(tmp_path, rng):
+    """Through the app: b's run holds the only worker, b's second request waits in a queue
+    of one, a's high-priority request takes its place; b's waiting one gets 503."""
+    text = write_config(tmp_path).read_text().replace("workers = 2",
+                                                      "workers = 1\nmax_queue = 1")
+    app = create_app(load_config(write_config(tmp_path, text=text)))
+    release = threading.Event()
+    model = app.state.models["digits_b"]
+    session = model.session
+
+    class Held:  # the session, but the run waits until released
+        def __getattr__(self, name):
+            return getattr(session, name)
+
+        def run(self, names, feeds):
+            assert release.wait(30)
+            return session.run(names, feeds)
+
+    model.session = Held()
+    body = json_request(digits_input(rng, 1))
+    queue = app.state.admission.queues["cpu"]
+
+    async def scenario():
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
+            def post(model_name, auth):
+                return asyncio.create_task(client.post(f"/v2/models/{model_name}/infer",
+                                                       headers=auth, json=body))
+
+            first = post("digits_b", AUTH_B)
+            while queue.running == 0:
+                await asyncio.sleep(0.001)
+            second = post("digits_b", AUTH_B)
+            while queue.waiting == 0:
+                await asyncio.sleep(0.001)
+            high = post("digits", AUTH_A)
+            shed = await asyncio.wait_for(second, 30)
+            release.set()
+            return await asyncio.wait_for(first, 30), shed, await asyncio.wait_for(high, 30)
+
+    first, shed, high = asyncio.run(scenario())
+    assert (first.status_code, shed.status_code, high.status_code) == (200, 503, 200)
+    assert "shed: a higher-priority request took its place" in shed.json()["error"]
+    assert int(shed.headers["Retry-After"]) >= 1

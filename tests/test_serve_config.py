@@ -52,6 +52,10 @@ def _base():
     (lambda c: c.update(server={"host": "0.0.0.0"}),
      r"\[server\] host must be a loopback address such as '127.0.0.1', not '0.0.0.0'"),
     (lambda c: c.update(server={"port": 70000}), r"\[server\] port must be an integer"),
+    (lambda c: c.update(devices={"cpu": {"max_queue": 0}}),
+     r"\[devices.cpu\] max_queue must be a positive integer, not 0"),
+    (lambda c: c.update(devices={"cpu": {"workers": 1, "queue": 3}}),
+     r"unknown key\(s\) \['queue'\] in \[devices.cpu\]; allowed: \['max_queue', 'workers'\]"),
     (lambda c: c.update(tenants={}), r"no tenants"),
     (lambda c: c.update(models={}), r"no models"),
 ])

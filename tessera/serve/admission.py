@@ -15,7 +15,7 @@ best-effort tenant (no SLO) is always admitted.
 from dataclasses import dataclass
 
 from .config import PRIORITIES
-from .queueing import DeviceQueue
+from .queueing import DeviceQueue, QueueFull
 
 __all__ = ["Admission", "Refusal", "planner_seconds_per_image"]
 
@@ -89,7 +89,7 @@ class Admission:
     """
 
     def __init__(self, devices):
-        self.queues = {name: DeviceQueue(d.workers, len(PRIORITIES))
+        self.queues = {name: DeviceQueue(d.workers, len(PRIORITIES), d.max_queue)
                        for name, d in devices.items()}
         self._predictors = {}
 
@@ -118,7 +118,10 @@ class Admission:
                        f"ms queued ahead on device {device!r}) exceeds the SLO of "
                        f"{slo_seconds * 1e3:g} ms")
             return None, Refusal(why, max(wait + own - slo_seconds, 0.0))
-        return queue.enqueue(PRIORITIES.index(priority), own), None
+        try:
+            return queue.enqueue(PRIORITIES.index(priority), own), None
+        except QueueFull as exc:
+            return None, Refusal(f"device {device!r} is full: {exc}", wait + own)
 
     def done(self, model, device, ticket, images, seconds):
         """Leave the device's queue and calibrate the model's predictor with the measured

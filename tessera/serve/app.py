@@ -21,6 +21,7 @@ from .admission import Admission, planner_seconds_per_image
 from .limits import TokenBucket, retry_after
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .protocol import HEADER_LENGTH, ProtocolError, decode_infer, encode_infer, tensor_metadata
+from .queueing import Shed
 
 __all__ = ["create_app"]
 
@@ -199,7 +200,12 @@ def create_app(config, *, clock=time.monotonic):
         metrics.images.labels(**labels).observe(images)
         try:
             queued = time.perf_counter()
-            await admission.queues[device].acquire(ticket)
+            try:
+                await admission.queues[device].acquire(ticket)
+            except Shed as exc:
+                wait = admission.queues[device].predicted_wait(ticket.rank) + ticket.work
+                raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: shed: {exc}",
+                               {"Retry-After": retry_after(wait)}) from None
             metrics.queue_seconds.labels(**labels).observe(time.perf_counter() - queued)
             values, seconds = await anyio.to_thread.run_sync(run, model, decoded.feeds, names)
         except InputError as exc:

@@ -23,7 +23,9 @@ PRIORITIES = ("high", "normal", "low")
 MIN_TOKEN_LENGTH = 16
 
 _SERVER_KEYS = {"host", "port", "max_body_bytes"}
-_DEVICE_KEYS = {"workers"}
+_DEVICE_KEYS = {"workers", "max_queue"}
+#: Requests that may wait per device when the file does not say.
+DEFAULT_MAX_QUEUE = 256
 _MODEL_KEYS = {"path", "providers", "device"}
 _TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst"}
 _TOP_KEYS = {"server", "devices", "models", "tenants"}
@@ -35,10 +37,11 @@ class ServeConfigError(TesseraError, ValueError):
 
 @dataclass(frozen=True)
 class DeviceConfig:
-    """A device queue: ``workers`` runs may execute on it at once."""
+    """A device queue: ``workers`` runs may execute on it at once, ``max_queue`` wait."""
 
     name: str
     workers: int
+    max_queue: int = DEFAULT_MAX_QUEUE
 
 
 @dataclass(frozen=True)
@@ -166,7 +169,9 @@ def _devices(source, data):
         where = f"[devices.{name}]"
         _unknown(source, where, _table(source, where, table), _DEVICE_KEYS)
         workers = _number(source, f"{where} workers", table.get("workers", 1), integer=True)
-        devices[name] = DeviceConfig(name, workers)
+        max_queue = _number(source, f"{where} max_queue",
+                            table.get("max_queue", DEFAULT_MAX_QUEUE), integer=True)
+        devices[name] = DeviceConfig(name, workers, max_queue)
     # Without a [devices] table the CPU is the one device, one run per core.
     devices.setdefault("cpu", DeviceConfig("cpu", os.cpu_count() or 1))
     return devices

@@ -12,7 +12,15 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceQueue", "Ticket"]
+__all__ = ["DeviceQueue", "QueueFull", "Shed", "Ticket"]
+
+
+class QueueFull(Exception):
+    """The device's queue is full of requests of this priority or a higher one."""
+
+
+class Shed(Exception):
+    """A waiting request gave its place to a higher-priority one (it never started)."""
 
 
 @dataclass(eq=False)
@@ -24,6 +32,7 @@ class Ticket:
     work: float
     started: bool = False
     finished: bool = False
+    shed: bool = False
     future: asyncio.Future | None = field(default=None, repr=False)
 
 
@@ -36,10 +45,16 @@ class DeviceQueue:
         Runs allowed at once.
     ranks : int
         Number of priority classes (rank 0 is served first).
+    max_queue : int
+        Requests that may wait (not counting the running ones). When it is full, a new
+        request takes the place of the newest waiting one of a lower priority, which is
+        shed; with none, the new one is refused (:class:`QueueFull`).
     """
 
-    def __init__(self, workers, ranks):
+    def __init__(self, workers, ranks, max_queue):
         self.workers = workers
+        self.max_queue = max_queue
+        self.waiting = 0
         self.running = 0
         self.running_work = 0.0
         self.waiting_work = [0.0] * ranks
@@ -51,8 +66,26 @@ class DeviceQueue:
         return (self.running_work + sum(self.waiting_work[:rank + 1])) / self.workers
 
     def enqueue(self, rank, work):
-        """Queue a request; it starts at once when a slot is free and nobody is ahead."""
+        """Queue a request; it starts at once when a slot is free and nobody is ahead.
+
+        Raises
+        ------
+        QueueFull
+            ``max_queue`` requests wait, none of them of a lower priority than ``rank``.
+        """
+        if self.waiting >= self.max_queue:
+            waiting = [t for _, _, t in self._heap if not t.finished]
+            victim = max(waiting, key=lambda t: (t.rank, t.seq), default=None)
+            if victim is None or victim.rank <= rank:
+                raise QueueFull(f"{self.waiting} requests of this priority or a higher one "
+                                f"wait already (max_queue = {self.max_queue})")
+            victim.shed = True
+            self.finish(victim)
+            if victim.future is not None and not victim.future.done():
+                victim.future.set_exception(Shed("a higher-priority request took its place "
+                                                 "in the device's queue"))
         ticket = Ticket(rank, next(self._seq), work)
+        self.waiting += 1
         self.waiting_work[rank] += work
         heapq.heappush(self._heap, (rank, ticket.seq, ticket))
         self._dispatch()
@@ -60,6 +93,8 @@ class DeviceQueue:
 
     async def acquire(self, ticket):
         """Wait until ``ticket`` holds a slot (cancellation leaves the queue consistent)."""
+        if ticket.shed:
+            raise Shed("a higher-priority request took its place in the device's queue")
         if ticket.started:
             return
         ticket.future = asyncio.get_running_loop().create_future()
@@ -78,6 +113,7 @@ class DeviceQueue:
             self.running -= 1
             self.running_work = max(0.0, self.running_work - ticket.work)
         else:
+            self.waiting -= 1
             self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
                                                  - ticket.work)
         self._dispatch()
@@ -89,6 +125,7 @@ class DeviceQueue:
                 continue  # left the queue while waiting
             ticket.started = True
             self.running += 1
+            self.waiting -= 1
             self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
                                                  - ticket.work)
             self.running_work += ticket.work
