@@ -160,12 +160,13 @@ def test_bad_binary_sizes(client, rng):
     assert "binary_data_size is 100; shape [1, 1, 8, 8] of FP32 needs 256 bytes" in error
     error = _bad(client, None, content=header, headers={**AUTH_A, HEADER_LENGTH: "9999"})
     assert f"{HEADER_LENGTH} must be an integer" in error
-    # JSON cannot carry NaN; a binary tensor can, and the session's own check names it.
+    # JSON cannot carry NaN; a binary tensor can.
     x[0, 0, 0, 0] = np.nan
     header = header.replace(b"100", b"256")
     error = _bad(client, None, content=header + x.tobytes(),
                  headers={**AUTH_A, HEADER_LENGTH: str(len(header))})
-    assert "model 'digits': input 'input' holds a non-finite value (" in error
+    assert "model 'digits': input 'input' holds a non-finite value (nan at index " \
+           "[0, 0, 0, 0])" in error
 
 
 def test_oversized_body(client):
@@ -218,12 +219,12 @@ def test_admission_counts_the_queue_ahead():
     # A high-priority request waits only behind what runs (2 x 10 ms), not the 3 waiting.
     ticket, refusal = admission.admit("m", "cpu", 1, 0.020, "high")
     assert refusal is None
-    admission.done("m", "cpu", ticket, 1, None)
+    admission.done("m", "cpu", ticket, None)
     best_effort, refusal = admission.admit("m", "cpu", 1, None, "low")  # no SLO: admitted
     assert refusal is None
-    admission.done("m", "cpu", best_effort, 1, None)
+    admission.done("m", "cpu", best_effort, None)
     for ticket, _ in grants:
-        admission.done("m", "cpu", ticket, 1, 0.020)  # measured twice the prediction
+        admission.done("m", "cpu", ticket, 0.020)  # measured twice the prediction
     queue = admission.queues["cpu"]
     assert (queue.running, queue.running_work, queue.waiting_work) == (0, 0.0, [0.0] * 3)
     stats = admission.stats("m")
@@ -366,3 +367,78 @@ def test_shed_request_is_answered_503(tmp_path, rng):
     assert (first.status_code, shed.status_code, high.status_code) == (200, 503, 200)
     assert "shed: a higher-priority request took its place" in shed.json()["error"]
     assert int(shed.headers["Retry-After"]) >= 1
+
+
+def test_gather_takes_waiting_requests_with_the_same_key():
+    async def scenario():
+        queue = DeviceQueue(workers=1, ranks=3, max_queue=10)
+        leader = queue.enqueue(1, 1.0, images=2, key="k")
+        other = queue.enqueue(0, 1.0, images=1, key="j")
+        same = [queue.enqueue(rank, 1.0, images=n, key="k") for rank, n in
+                ((2, 3), (1, 2), (0, 4))]
+        riders = queue.gather(leader, max_images=8)
+        # Queue order (priority, then arrival): the 4-image high one, then the 2-image one;
+        # the 3-image low one would make 11 > 8 images.
+        assert riders == [same[2], same[1]] and all(t.rider and t.started for t in riders)
+        assert not same[0].started and not other.started
+        assert (queue.running, queue.waiting) == (1, 2)
+        for ticket in (*riders, leader):
+            queue.finish(ticket)
+        assert other.started  # the slot went to the next in line
+        for ticket in (other, same[0]):
+            queue.finish(ticket)
+        return queue
+
+    queue = asyncio.run(scenario())
+    assert (queue.running, queue.waiting, queue.running_work) == (0, 0, 0.0)
+
+
+def test_dynamic_batching_is_bit_identical(tmp_path, reference, rng):
+    """Requests that wait while the device is busy run as one batch when it frees up;
+    each gets exactly what a direct session run gives it."""
+    text = write_config(tmp_path).read_text().replace(
+        "workers = 2", "workers = 1").replace('providers = ["cpu"]',
+                                              'providers = ["cpu"]\nmax_batch = 8')
+    app = create_app(load_config(write_config(tmp_path, text=text)))
+    release, calls = threading.Event(), []
+    model = app.state.models["digits"]
+    session = model.session
+
+    class Held:  # the session, counting runs; the first waits until released
+        def __getattr__(self, name):
+            return getattr(session, name)
+
+        def run(self, names, feeds):
+            calls.append(feeds["input"].shape[0])
+            assert release.wait(30)
+            return session.run(names, feeds)
+
+    model.session = Held()
+    inputs = [digits_input(rng, n) for n in (1, 1, 2, 3)]
+    queue = app.state.admission.queues["cpu"]
+
+    async def scenario():
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
+            def post(x):
+                return asyncio.create_task(client.post(INFER, headers=AUTH_A,
+                                                       json=json_request(x)))
+
+            first = post(inputs[0])
+            while queue.running == 0:
+                await asyncio.sleep(0.001)
+            rest = [post(x) for x in inputs[1:]]
+            while queue.waiting < 3:
+                await asyncio.sleep(0.001)
+            release.set()
+            return await asyncio.wait_for(asyncio.gather(first, *rest), 30)
+
+    answers = asyncio.run(scenario())
+    assert calls == [1, 6]  # the first alone, then the three waiting ones as one run
+    for x, answer in zip(inputs, answers, strict=True):
+        assert answer.status_code == 200, answer.text
+        assert output_array(answer.json()).tobytes() == \
+            reference.run(None, {"input": x})[0].tobytes()
+    text = TestClient(app).get("/metrics").text
+    assert 'tessera_batch_images_sum{model="digits"} 7.0' in text
+    assert 'tessera_batch_images_count{model="digits"} 2.0' in text

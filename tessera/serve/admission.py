@@ -96,8 +96,10 @@ class Admission:
     def add_model(self, name, seconds_per_image):
         self._predictors[name] = _Predictor(seconds_per_image)
 
-    def admit(self, model, device, images, slo_seconds, priority="normal"):
-        """Queue the request on ``device`` if it can meet ``slo_seconds`` (None: always).
+    def admit(self, model, device, images, slo_seconds, priority="normal", *, key=None,
+              payload=None):
+        """Queue the request on ``device`` if it can meet ``slo_seconds`` (None: always);
+        ``key`` and ``payload`` go to the ticket (see :meth:`DeviceQueue.gather`).
 
         Returns
         -------
@@ -119,16 +121,21 @@ class Admission:
                        f"{slo_seconds * 1e3:g} ms")
             return None, Refusal(why, max(wait + own - slo_seconds, 0.0))
         try:
-            return queue.enqueue(PRIORITIES.index(priority), own), None
+            return queue.enqueue(PRIORITIES.index(priority), own, images=images, key=key,
+                                 payload=payload), None
         except QueueFull as exc:
             return None, Refusal(f"device {device!r} is full: {exc}", wait + own)
 
-    def done(self, model, device, ticket, images, seconds):
+    def done(self, model, device, ticket, seconds, images=None, predicted=None):
         """Leave the device's queue and calibrate the model's predictor with the measured
-        time (None when the run failed or never ran: nothing to learn)."""
+        time of a run of ``images`` predicted at ``predicted`` (default: the ticket's; a
+        batch's leader passes the batch's); ``seconds`` None when the run failed, never
+        ran, or was another ticket's batch: nothing to learn."""
         self.queues[device].finish(ticket)
         if seconds is not None:
-            self._predictors[model].observe(images, ticket.work, seconds)
+            self._predictors[model].observe(ticket.images if images is None else images,
+                                            ticket.work if predicted is None else predicted,
+                                            seconds)
 
     def stats(self, model):
         """Predictor figures of ``model``: the planner's seconds per image, the measured

@@ -4,11 +4,13 @@ This is the only module of the serving layer that imports FastAPI; ``tessera ser
 imports it on demand, so the runtime and the rest of the CLI never load the web stack.
 """
 
+import asyncio
 import hmac
 import time
 from dataclasses import dataclass
 
 import anyio.to_thread
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -52,6 +54,13 @@ def _load_models(config, admission):
         admission.add_model(name, planner_seconds_per_image(session.graph, planner))
         models[name] = _Model(model, session)
     return models
+
+
+def _batch_key(name, names, feeds):
+    """Requests with equal keys can be concatenated along the batch: same model, outputs,
+    and per-input shape beyond the batch and dtype."""
+    return (name, tuple(names),
+            tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(feeds.items())))
 
 
 def create_app(config, *, clock=time.monotonic):
@@ -134,6 +143,7 @@ def create_app(config, *, clock=time.monotonic):
     async def model_stats(name: str, request: Request):
         _, model = model_for(request, name)
         return {"name": name, "device": model.config.device,
+                "max_batch": model.config.max_batch,
                 "providers": model.session.get_providers(), "predictor": admission.stats(name)}
 
     async def read_body(request):
@@ -159,6 +169,32 @@ def create_app(config, *, clock=time.monotonic):
     @app.get("/metrics")
     async def prometheus():
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def run_batch(model, batch, names):
+        """Run the tickets' feeds as one batch; resolve the riders' outcomes with their
+        slices; return the leader's ``(values, seconds)``."""
+        leader, riders = batch[0], batch[1:]
+        try:
+            feeds = leader.payload if not riders else {
+                k: np.concatenate([t.payload[k] for t in batch]) for k in leader.payload}
+            values, seconds = await anyio.to_thread.run_sync(run, model, feeds, names)
+            total = sum(t.images for t in batch)
+            if riders and any(v.ndim == 0 or v.shape[0] != total for v in values):
+                raise TesseraError(f"model {model.config.name!r}: max_batch > 1 needs every "
+                                   f"output to lead with the batch dimension; got shapes "
+                                   f"{[list(v.shape) for v in values]} for {total} images")
+        except BaseException as exc:
+            for rider in riders:
+                if not rider.outcome.done():
+                    rider.outcome.set_exception(exc)
+            raise
+        start = leader.images
+        for rider in riders:
+            if not rider.outcome.done():  # its client may have gone
+                rider.outcome.set_result(([v[start:start + rider.images] for v in values],
+                                          seconds))
+            start += rider.images
+        return [v[:leader.images] for v in values], seconds
 
     @app.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request):
@@ -189,35 +225,50 @@ def create_app(config, *, clock=time.monotonic):
             raise _Refused(exc.status, f"model {name!r}: {exc}") from None
         images = max(int(next(iter(decoded.feeds.values())).shape[0]), 1)
         slo = None if tenant.slo_ms is None else tenant.slo_ms / 1e3
-        device = model.config.device
-        ticket, refusal = admission.admit(name, device, images, slo, tenant.priority)
+        device, queue = model.config.device, admission.queues[model.config.device]
+        names = [n for n, _ in decoded.outputs]
+        key = None if model.config.max_batch == 1 else _batch_key(name, names, decoded.feeds)
+        ticket, refusal = admission.admit(name, device, images, slo, tenant.priority,
+                                          key=key, payload=decoded.feeds)
         if refusal is not None:
             raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
                                 f"{refusal.message}",
                            {"Retry-After": retry_after(refusal.retry_after)})
-        names = [n for n, _ in decoded.outputs]
-        seconds = None
+        seconds = learned = None
         metrics.images.labels(**labels).observe(images)
         try:
             queued = time.perf_counter()
             try:
-                await admission.queues[device].acquire(ticket)
+                await queue.acquire(ticket)
             except Shed as exc:
-                wait = admission.queues[device].predicted_wait(ticket.rank) + ticket.work
+                wait = queue.predicted_wait(ticket.rank) + ticket.work
                 raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: shed: {exc}",
                                {"Retry-After": retry_after(wait)}) from None
             metrics.queue_seconds.labels(**labels).observe(time.perf_counter() - queued)
-            values, seconds = await anyio.to_thread.run_sync(run, model, decoded.feeds, names)
+            if ticket.rider:  # another request's run carries this one
+                values, seconds = await ticket.outcome
+            else:
+                batch = [ticket, *queue.gather(ticket, model.config.max_batch)]
+                # Shielded: the riders need the run even if the leader's client goes away.
+                values, seconds = await asyncio.shield(
+                    asyncio.ensure_future(run_batch(model, batch, names)))
+                learned = seconds
+                metrics.batch_images.labels(model=name).observe(sum(t.images for t in batch))
+                metrics.busy_seconds.labels(device=device).inc(seconds)
+                predicted = sum(t.work for t in batch)
+                if predicted > 0:
+                    metrics.prediction_ratio.labels(device=device).observe(seconds / predicted)
         except InputError as exc:
             raise _Refused(400, f"model {name!r}: {exc}") from None
         except TesseraError as exc:
             raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
         finally:
-            admission.done(name, device, ticket, images, seconds)
+            if ticket.rider or learned is None:
+                admission.done(name, device, ticket, None)
+            else:
+                admission.done(name, device, ticket, learned,
+                               images=sum(t.images for t in batch), predicted=predicted)
         metrics.compute_seconds.labels(**labels).observe(seconds)
-        metrics.busy_seconds.labels(device=device).inc(seconds)
-        if ticket.work > 0:
-            metrics.prediction_ratio.labels(device=device).observe(seconds / ticket.work)
         infos = {o.name: o for o in session.get_outputs()}
         content, headers = encode_infer(name, decoded, dict(zip(names, values, strict=True)),
                                         infos)

@@ -26,7 +26,7 @@ _SERVER_KEYS = {"host", "port", "max_body_bytes"}
 _DEVICE_KEYS = {"workers", "max_queue"}
 #: Requests that may wait per device when the file does not say.
 DEFAULT_MAX_QUEUE = 256
-_MODEL_KEYS = {"path", "providers", "device"}
+_MODEL_KEYS = {"path", "providers", "device", "max_batch"}
 _TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst"}
 _TOP_KEYS = {"server", "devices", "models", "tenants"}
 
@@ -46,12 +46,14 @@ class DeviceConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """A served model: its ONNX file, the session's providers and the device it queues on."""
+    """A served model: its ONNX file, the session's providers, the device it queues on, and
+    the most images one run may merge from waiting requests (1: no batching)."""
 
     name: str
     path: Path
     providers: tuple
     device: str
+    max_batch: int = 1
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,9 @@ def _models(source, data, base, devices):
         if device not in devices:
             raise ServeConfigError(f"{source}: {where} device {device!r} is not declared; "
                                    f"devices: {sorted(devices)}")
-        models[name] = ModelConfig(name, path, providers, device)
+        max_batch = _number(source, f"{where} max_batch", table.get("max_batch", 1),
+                            integer=True)
+        models[name] = ModelConfig(name, path, providers, device, max_batch)
     return models
 
 

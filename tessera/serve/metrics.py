@@ -29,6 +29,9 @@ class Metrics:
                                          "requests)", tm, buckets=_TIME_BUCKETS, registry=r)
         self.images = Histogram("tessera_request_images", "Images (batch) per request", tm,
                                 buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
+        self.batch_images = Histogram("tessera_batch_images",
+                                      "Images per session run (dynamic batches)", ("model",),
+                                      buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256), registry=r)
         self.slo_violations = Counter("tessera_slo_violations",
                                       "Answered requests slower than the tenant's SLO", tm,
                                       registry=r)

@@ -165,6 +165,14 @@ def _decode_inputs(request, binary, inputs):
     if offset != len(binary):
         raise ProtocolError(f"the body has {len(binary) - offset} bytes after the binary "
                             f"tensors that no binary_data_size accounts for")
+    for name, value in feeds.items():
+        # Checked here, not only by the session: a request may share a batched run with
+        # others, which its NaN must not fail.
+        if value.dtype.kind == "f" and not np.isfinite(value).all():
+            index = tuple(int(i) for i in np.argwhere(~np.isfinite(value))[0])
+            raise ProtocolError(f"input {name!r} holds a non-finite value ({float(value[index])}"
+                                f" at index {list(index)}); Tessera quantizes inputs to int8, "
+                                f"where NaN and Inf have no meaning")
     missing = [name for name in expected if name not in feeds]
     if missing:
         raise ProtocolError(f"request lacks model input(s) {missing}")

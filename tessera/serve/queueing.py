@@ -30,10 +30,15 @@ class Ticket:
     rank: int
     seq: int
     work: float
+    images: int = 1
+    key: object = None  # requests with equal keys may run as one batch (None: never)
     started: bool = False
     finished: bool = False
     shed: bool = False
+    rider: bool = False  # runs inside another ticket's batch, on that ticket's slot
+    payload: object = field(default=None, repr=False)  # the caller's (the request's feeds)
     future: asyncio.Future | None = field(default=None, repr=False)
+    outcome: asyncio.Future | None = field(default=None, repr=False)  # a rider's result
 
 
 class DeviceQueue:
@@ -65,7 +70,7 @@ class DeviceQueue:
         """Predicted seconds before a new request of ``rank`` starts."""
         return (self.running_work + sum(self.waiting_work[:rank + 1])) / self.workers
 
-    def enqueue(self, rank, work):
+    def enqueue(self, rank, work, *, images=1, key=None, payload=None):
         """Queue a request; it starts at once when a slot is free and nobody is ahead.
 
         Raises
@@ -74,7 +79,7 @@ class DeviceQueue:
             ``max_queue`` requests wait, none of them of a lower priority than ``rank``.
         """
         if self.waiting >= self.max_queue:
-            waiting = [t for _, _, t in self._heap if not t.finished]
+            waiting = [t for _, _, t in self._heap if not (t.finished or t.started)]
             victim = max(waiting, key=lambda t: (t.rank, t.seq), default=None)
             if victim is None or victim.rank <= rank:
                 raise QueueFull(f"{self.waiting} requests of this priority or a higher one "
@@ -84,7 +89,7 @@ class DeviceQueue:
             if victim.future is not None and not victim.future.done():
                 victim.future.set_exception(Shed("a higher-priority request took its place "
                                                  "in the device's queue"))
-        ticket = Ticket(rank, next(self._seq), work)
+        ticket = Ticket(rank, next(self._seq), work, images, key, payload=payload)
         self.waiting += 1
         self.waiting_work[rank] += work
         heapq.heappush(self._heap, (rank, ticket.seq, ticket))
@@ -110,7 +115,8 @@ class DeviceQueue:
             return
         ticket.finished = True
         if ticket.started:
-            self.running -= 1
+            if not ticket.rider:
+                self.running -= 1
             self.running_work = max(0.0, self.running_work - ticket.work)
         else:
             self.waiting -= 1
@@ -118,11 +124,35 @@ class DeviceQueue:
                                                  - ticket.work)
         self._dispatch()
 
+    def gather(self, leader, max_images):
+        """Waiting requests with ``leader``'s key to run in its batch, in queue order, while
+        the batch stays within ``max_images``: they start now, on the leader's slot, and
+        each gets an ``outcome`` future for the leader to resolve."""
+        if leader.key is None:
+            return []
+        riders, images = [], leader.images
+        for _, _, ticket in sorted(self._heap, key=lambda entry: entry[:2]):
+            if ticket.finished or ticket.started or ticket.key != leader.key:
+                continue
+            if images + ticket.images > max_images:
+                break
+            images += ticket.images
+            ticket.started = ticket.rider = True
+            ticket.outcome = asyncio.get_running_loop().create_future()
+            self.waiting -= 1
+            self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
+                                                 - ticket.work)
+            self.running_work += ticket.work
+            if ticket.future is not None and not ticket.future.done():
+                ticket.future.set_result(None)
+            riders.append(ticket)
+        return riders
+
     def _dispatch(self):
         while self.running < self.workers and self._heap:
             _, _, ticket = heapq.heappop(self._heap)
-            if ticket.finished:
-                continue  # left the queue while waiting
+            if ticket.finished or ticket.started:
+                continue  # left the queue while waiting, or rode in a batch
             ticket.started = True
             self.running += 1
             self.waiting -= 1
