@@ -1,4 +1,5 @@
-"""Async helpers for Amaranth simulator testbenches: move one beat over a stream."""
+"""Async helpers for Amaranth simulator testbenches: move one beat over a stream, or make
+one access on a CSR bus (``hw.csr.csr_bus_signature``)."""
 
 
 async def stream_put(ctx, stream, payload):
@@ -15,3 +16,21 @@ async def stream_get(ctx, stream):
     payload, = await ctx.tick().sample(stream.payload).until(stream.valid)
     ctx.set(stream.ready, 0)
     return payload
+
+
+async def csr_write(ctx, bus, offset, value):
+    """Write ``value`` to the register at ``offset``; returns after the write cycle."""
+    ctx.set(bus.addr, offset)
+    ctx.set(bus.w_data, value)
+    ctx.set(bus.w_en, 1)
+    await ctx.tick()
+    ctx.set(bus.w_en, 0)
+
+
+async def csr_read(ctx, bus, offset):
+    """Read the register at ``offset`` (one cycle of read latency)."""
+    ctx.set(bus.addr, offset)
+    ctx.set(bus.r_en, 1)
+    await ctx.tick()
+    ctx.set(bus.r_en, 0)
+    return ctx.get(bus.r_data)

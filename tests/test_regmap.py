@@ -36,6 +36,7 @@ from hw.conv_engine import param_word_layout
 from hw.csr import CsrBank
 from hw.requant import Requantizer
 from hw.top import AcceleratorTop
+from sim.streams import csr_read, csr_write
 from sw_driver import regs
 from sw_driver.accelerator import Accelerator, AcceleratorError
 
@@ -63,18 +64,10 @@ def test_decoder_read_write_pulse_and_clear():
         ctx.set(dut.id, ID_VALUE)
 
         async def write(name, value):
-            ctx.set(dut.bus.addr, regs[name].offset)
-            ctx.set(dut.bus.w_data, value)
-            ctx.set(dut.bus.w_en, 1)
-            await ctx.tick()
-            ctx.set(dut.bus.w_en, 0)
+            await csr_write(ctx, dut.bus, regs[name].offset, value)
 
         async def read(name):
-            ctx.set(dut.bus.addr, regs[name].offset)
-            ctx.set(dut.bus.r_en, 1)
-            await ctx.tick()
-            ctx.set(dut.bus.r_en, 0)
-            return ctx.get(dut.bus.r_data)
+            return await csr_read(ctx, dut.bus, regs[name].offset)
 
         seen["id"] = await read("ID")
         await write("IRQ_ENABLE", 3)
@@ -181,18 +174,10 @@ def test_rtl_top_publishes_the_contract():
 
     async def bench(ctx):
         async def write(name, value):
-            ctx.set(dut.csr.addr, registers[name].offset)
-            ctx.set(dut.csr.w_data, value)
-            ctx.set(dut.csr.w_en, 1)
-            await ctx.tick()
-            ctx.set(dut.csr.w_en, 0)
+            await csr_write(ctx, dut.csr, registers[name].offset, value)
 
         async def read(name):
-            ctx.set(dut.csr.addr, registers[name].offset)
-            ctx.set(dut.csr.r_en, 1)
-            await ctx.tick()
-            ctx.set(dut.csr.r_en, 0)
-            return ctx.get(dut.csr.r_data)
+            return await csr_read(ctx, dut.csr, registers[name].offset)
 
         for name in ("ID", "CONFIG", "POOL_MAX_WIDTH", "PARAM_DEPTH"):
             seen[name] = await read(name)
