@@ -40,10 +40,11 @@ def _add_array_options(parser, rows=8, cols=8):
                         help="array columns C (default %(default)s)")
 
 
-def _print_sim_failure(error):
-    """A failed Verilator build or cocotb run: its own messages, no Python traceback."""
-    # Text, not markup: the messages hold "[...]" (lists, shapes) that markup would eat.
-    console.print(Text.assemble(("error: ", "red"), str(error)))
+def _print_error(error, prefix="error: "):
+    """An error in its own words, no Python traceback."""
+    # Text, not markup: messages hold "[...]" (lists, shapes, TOML tables such as
+    # [tenants.a]) that rich's markup would silently eat.
+    console.print(Text.assemble((prefix, "red"), str(error)))
 
 
 def cmd_sim(args):
@@ -177,7 +178,7 @@ def _print_bench_error(name, error):
 
     if isinstance(error, (SimBuildError, TestbenchFailed, TwinBuildError, TesseraError,
                           ToolchainError)):
-        console.print(Text.assemble((f"bench {name} failed: ", "red"), str(error)))
+        _print_error(error, prefix=f"bench {name} failed: ")
     else:
         console.print(Text(f"bench {name} failed:", style="red"))
         console.print_exception()
@@ -219,7 +220,7 @@ def cmd_demo_array(args):
                               log=lambda message: console.print(message, style="dim",
                                                                 markup=False))
         except (SimBuildError, TestbenchFailed) as error:
-            _print_sim_failure(error)
+            _print_error(error)
             return 1
         with open(report_path) as f:
             report = json.load(f)
@@ -521,15 +522,12 @@ def cmd_zoo(args):
 
 def cmd_serve(args):
     # The web stack is an optional extra (pip install .[serve]): imported only here.
-    from rich.markup import escape
-
     from tessera.serve import ServeConfigError, load_config
 
     try:
         config = load_config(args.config)
     except ServeConfigError as exc:
-        # Escaped: the message names tables like [tenants.a], which rich would take as markup.
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        _print_error(exc)
         return 2
     try:
         from tessera.serve import server
@@ -656,7 +654,7 @@ def main(argv=None):
         apply_tool_env()
         return args.func(args)
     except (ValueError, ToolchainError) as error:
-        console.print(f"[red]error:[/] {error}")
+        _print_error(error)
         return 2
 
 

@@ -93,3 +93,16 @@ def test_zoo_writes_random_models_and_run_uses_them(tmp_path, capsys):
     assert (tmp_path / "dwsep_qdq.onnx").exists() and (tmp_path / "resnet8_float.onnx").exists()
     assert main(["run", str(tmp_path / "dwsep_qdq.onnx"), "--samples", "32"]) == 0
     assert "32 samples" in capsys.readouterr().out
+
+
+def test_an_error_with_brackets_is_printed_whole(monkeypatch, capsys):
+    """Usage errors print as plain text: rich markup would silently drop "[tenants.a]"."""
+    from tessera import cli
+
+    def fails(args):
+        raise ValueError("config.toml: [tenants.a] has no key 'token'; expected [1, 2]")
+
+    monkeypatch.setattr(cli, "cmd_zoo", fails)
+    assert main(["zoo"]) == 2
+    out = capsys.readouterr().out
+    assert "error: config.toml: [tenants.a] has no key 'token'; expected [1, 2]" in out
