@@ -119,10 +119,23 @@ class DeviceQueue:
                 self.running -= 1
             self.running_work = max(0.0, self.running_work - ticket.work)
         else:
-            self.waiting -= 1
-            self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
-                                                 - ticket.work)
+            self._leave_queue(ticket)
         self._dispatch()
+
+    def _leave_queue(self, ticket):
+        """Take ``ticket``'s request and its predicted work off the waiting counts."""
+        self.waiting -= 1
+        self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
+                                             - ticket.work)
+
+    def _start(self, ticket):
+        """``ticket`` leaves the queue and runs: its work counts as running, its waiter
+        wakes."""
+        ticket.started = True
+        self._leave_queue(ticket)
+        self.running_work += ticket.work
+        if ticket.future is not None and not ticket.future.done():
+            ticket.future.set_result(None)
 
     def gather(self, leader, max_images):
         """Waiting requests with ``leader``'s key to run in its batch, in queue order, while
@@ -137,14 +150,9 @@ class DeviceQueue:
             if images + ticket.images > max_images:
                 break
             images += ticket.images
-            ticket.started = ticket.rider = True
+            ticket.rider = True
             ticket.outcome = asyncio.get_running_loop().create_future()
-            self.waiting -= 1
-            self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
-                                                 - ticket.work)
-            self.running_work += ticket.work
-            if ticket.future is not None and not ticket.future.done():
-                ticket.future.set_result(None)
+            self._start(ticket)
             riders.append(ticket)
         return riders
 
@@ -153,11 +161,5 @@ class DeviceQueue:
             _, _, ticket = heapq.heappop(self._heap)
             if ticket.finished or ticket.started:
                 continue  # left the queue while waiting, or rode in a batch
-            ticket.started = True
             self.running += 1
-            self.waiting -= 1
-            self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
-                                                 - ticket.work)
-            self.running_work += ticket.work
-            if ticket.future is not None and not ticket.future.done():
-                ticket.future.set_result(None)
+            self._start(ticket)
