@@ -70,8 +70,8 @@ def plan_layers(placement, planner, providers, implicit=None):
         options = planner.options[layer.name]
         # What it fell back from: the providers listed before the chosen one that cannot
         # run it (an able one that lost on cost is no fallback).
-        declined = tuple({"provider": other.name, "why": why}
-                         for other, why in options.declined
+        declined = tuple({"provider": other.name, "why": str(refusal)}
+                         for other, refusal in options.declined
                          if order[id(other)] < order[id(provider)])
         if provider is implicit:
             reason += (" (implicit CPU fallback: cpu was not in the providers list and is "
@@ -132,8 +132,7 @@ def _attempts(provider, layer, inputs, faults, source):
             seconds = time.perf_counter() - start
             # Read under the lock: another thread's run of this layer would overwrite them.
             moved = provider.bytes_moved(layer, inputs, result)
-            cycles = getattr(provider, "cycles", None)  # accelerators' performance counters
-            return result, seconds, moved, None if cycles is None else cycles(layer)
+            return result, seconds, moved, provider.cycles(layer)
     return None
 
 

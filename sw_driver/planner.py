@@ -2,17 +2,19 @@
 
 ``InferenceSession`` asks :meth:`Planner.place` once, when it is created. For every layer:
 
-1. **Can it run?** Each provider's ``supports(layer)`` (shape-free: kernel, strides,
-   groups, weight buffer, requantization ranges). Providers with an ``estimate`` method
-   (the accelerator providers, :mod:`sw_driver.providers.device`) are then asked about the
-   layer *with its input shape*, which the planner infers from the model's input shape;
-   that catches what only the shape decides (an activation buffer too small).
+1. **Can it run?** Each provider's ``supports(layer, shape)``
+   (:class:`~sw_driver.providers.Provider`): kernel, strides, groups, weight buffer,
+   requantization ranges and, with the layer's input shape (which the planner infers from
+   the model's input shape), what only the shape decides (an activation buffer too small,
+   a feature map wider than the device's pool). A refusal is kept with its reason.
 2. **What does it cost?** An accelerator's estimate is the pass list the driver would
    run, counted: device cycles ``ceil(OH*OW/R) * ceil(C_out/C) * C_in*kh*kw`` per image plus
    loading and output-stream cycles plus a fixed latency per pass (:func:`pass_cycles`),
    divided by the clock; plus the link (:class:`LinkModel`): a fixed cost per DMA transfer
    and per register access, and the bytes at the sustained bandwidth. The CPU provider's
-   estimate is a fixed cost per call plus its MACs at a rate (:class:`CostModel`).
+   estimate is a fixed cost per call plus its MACs at a rate (:class:`CostModel`). Each
+   provider gives its own (``estimate(layer, shape)``, a :class:`~sw_driver.providers.Cost`
+   or None); the planner knows no provider by name.
 3. **Which?** When the first provider able to run the layer has a time estimate, the
    cheapest of the able providers that have one wins (ties go to the earlier one). When it
    has none, it wins, as before the planner existed: the order the user gave decides.
@@ -31,7 +33,7 @@ else :attr:`Planner.batch` (1 by default): placement is decided once per session
 any batch is seen.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -41,8 +43,9 @@ from . import graph as g
 from .accelerator import pass_program
 from .cycle_model import pass_cycles
 from .errors import PlacementError
+from .providers.base import Cost
 
-__all__ = ["CostModel", "DeviceWork", "Estimate", "LayerOptions", "LinkModel", "Planner",
+__all__ = ["CostModel", "DeviceWork", "LayerOptions", "LinkModel", "Planner",
            "cpu_estimate", "device_work", "format_seconds", "infer_shapes"]
 
 #: CSR reads per pass the driver makes besides the descriptor writes: performance counters
@@ -139,28 +142,6 @@ class DeviceWork:
                           self.c2h_bytes * times, self.csr_accesses * times)
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A provider's estimate for one layer at the planned batch.
-
-    Attributes
-    ----------
-    seconds : float or None
-        Estimated time; None when the provider has no time model (placement by order).
-    cycles : int or None
-        Device cycles, for accelerators.
-    bytes : int
-        Bytes moved to and from a device (0 on the host).
-    note : str
-        How the figure was reached, shown in the placement reason.
-    """
-
-    seconds: float | None
-    cycles: int | None = None
-    bytes: int = 0
-    note: str = ""
-
-
 def _passes_work(passes, config):
     total = DeviceWork(0, 0, 0, 0, 0)
     for engine_pass in passes:
@@ -231,12 +212,12 @@ def macs(layer, input_shape):
 
 
 def cpu_estimate(layer, input_shape, model):
-    """The CPU provider's :class:`Estimate` (see :class:`CostModel`); None for layers
-    without MACs (nothing to compare: no accelerator runs them)."""
+    """The CPU provider's :class:`~sw_driver.providers.Cost` (see :class:`CostModel`); None
+    for layers without MACs."""
     if not isinstance(layer, (g.Conv, g.Dense)) or input_shape is None:
         return None
     count = macs(layer, input_shape)
-    return Estimate(seconds=model.cpu_layer_seconds + count / model.cpu_macs_per_second,
+    return Cost(seconds=model.cpu_layer_seconds + count / model.cpu_macs_per_second,
                     bytes=0, note=f"{count:,} MACs at {model.cpu_macs_per_second / 1e9:g} "
                                   f"GMAC/s + {format_seconds(model.cpu_layer_seconds)}")
 
@@ -329,8 +310,8 @@ class LayerOptions:
     ----------
     able : tuple of Provider
         The providers able to run the layer at its shape, in the session's order.
-    declined : tuple of (Provider, str)
-        The providers that cannot, each with its reason.
+    declined : tuple of (Provider, Refusal)
+        The providers that cannot, each with its refusal.
     """
 
     able: tuple
@@ -341,7 +322,7 @@ class LayerOptions:
 class _Candidate:
     provider: object
     reason: str
-    estimate: Estimate | None
+    estimate: Cost | None
 
 
 @dataclass
@@ -350,13 +331,14 @@ class Planner:
 
     Parameters
     ----------
-    model : CostModel
-        Rates used for the CPU provider's estimate.
     batch : int
         Batch assumed when the model's batch dimension is symbolic.
+
+    After :meth:`place`, :attr:`estimates` maps each layer name to ``{provider name: Cost
+    or None}`` for the providers able to run it, and :attr:`options` to its
+    :class:`LayerOptions`.
     """
 
-    model: CostModel = field(default_factory=CostModel)
     batch: int = 1
 
     def __post_init__(self):
@@ -381,32 +363,16 @@ class Planner:
                                                          graph.source)))
         return placement
 
-    def _estimate(self, provider, layer, shape):
-        """(fits, reason, estimate) of ``provider`` for ``layer`` on ``shape``."""
-        if shape is None:
-            return True, None, None
-        estimate = getattr(provider, "estimate", None)
-        if estimate is not None:
-            try:
-                return True, None, estimate(layer, shape)
-            except ValueError as exc:
-                return False, str(exc), None
-        if provider.name == "cpu":
-            return True, None, cpu_estimate(layer, shape, self.model)
-        return True, None, None
-
     def _place_layer(self, layer, shape, providers, source):
         declined, able, refusals = [], [], []
         for provider in providers:
-            ok, reason = provider.supports(layer)
-            if ok:
-                fits, problem, estimate = self._estimate(provider, layer, shape)
-                if fits:
-                    able.append(_Candidate(provider, reason, estimate))
-                    continue
-                reason = f"at input shape {list(shape)}: {problem}"
-            declined.append(f"{provider.name} declined: {reason}")
-            refusals.append((provider, reason))
+            refusal = provider.supports(layer, shape)
+            if refusal is None:
+                estimate = None if shape is None else provider.estimate(layer, shape)
+                able.append(_Candidate(provider, provider.describe(layer), estimate))
+                continue
+            declined.append(f"{provider.name} declined: {refusal}")
+            refusals.append((provider, refusal))
         self.options[layer.name] = LayerOptions(tuple(c.provider for c in able),
                                                 tuple(refusals))
         if not able:

@@ -109,14 +109,12 @@ class InferenceSession:
         self._planned = plan_layers(self._placement, self._planner, self._providers,
                                     implicit)
         self._hold_run_locks = run_locks(self._planned)
-        # Optional hook: a device provider that sees the whole placement can keep a tensor
-        # on its device when every consumer runs there too (and it is not a model output).
+        # A device provider that sees the whole placement can keep a tensor on its device
+        # when every consumer runs there too (and it is not a model output).
         placed = [(layer, provider) for layer, provider, _ in self._placement]
         outputs = {o.name for o in self._graph.outputs}
         for provider in self._providers:
-            prepare = getattr(provider, "prepare", None)
-            if prepare is not None:
-                prepare(placed, outputs)
+            provider.prepare(placed, outputs)
         self._last_profile = []  # the last run's, whichever thread ran it
         self._thread = threading.local()  # .profile: the calling thread's last run's
 

@@ -17,7 +17,7 @@ from sw_driver import InferenceSession
 from sw_driver import graph as g
 from sw_driver.errors import PlacementError, UnknownProviderError
 from sw_driver.importer import import_model
-from sw_driver.providers import PROVIDERS, Provider
+from sw_driver.providers import PROVIDERS, Provider, Refusal
 
 SEEDS = {"lenet": 11, "residual": 22, "separable": 33}
 
@@ -149,10 +149,10 @@ class _PoolsOnly(Provider):
 
     name = "pools"
 
-    def supports(self, layer):
+    def supports(self, layer, shape=None):
         if isinstance(layer, g.MaxPool):
-            return True, "max pooling fits the stand-in"
-        return False, f"{layer.op} is not implemented here"
+            return None
+        return Refusal(f"{layer.op} is not implemented here")
 
     def run(self, layer, inputs):
         return PROVIDERS["cpu"]().run(layer, inputs)

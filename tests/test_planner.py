@@ -21,7 +21,7 @@ from sw_driver.planner import (
     device_work,
     infer_shapes,
 )
-from sw_driver.providers import CPUProvider, PCIeProvider, Provider
+from sw_driver.providers import CPUProvider, PCIeProvider, Provider, Refusal
 from sw_driver.providers.device import engine_refusal
 from sw_driver.providers.sim import DEFAULT_CONFIG
 from sw_driver.regs import MAP_VERSION, Reg
@@ -154,9 +154,9 @@ def test_the_clock_and_link_are_configurable():
     slow = PCIeProvider(transport=Registers(), clock_hz=5e6)
     [(_, provider, _)] = Planner().place(graph, [slow, CPUProvider()])
     assert provider.name == "cpu"
-    fast_cpu = Planner(model=CostModel(cpu_macs_per_second=1e12))
-    [(_, provider, _)] = fast_cpu.place(graph, [PCIeProvider(transport=Registers()),
-                                               CPUProvider()])
+    fast_cpu = CPUProvider(costs=CostModel(cpu_macs_per_second=1e12))
+    [(_, provider, _)] = Planner().place(graph, [PCIeProvider(transport=Registers()),
+                                                fast_cpu])
     assert provider.name == "cpu"
     with pytest.raises(ValueError, match="cpu_macs_per_second"):
         CostModel(cpu_macs_per_second=0)
@@ -189,8 +189,14 @@ class Untimed(Provider):
 
     name = "untimed"
 
-    def supports(self, layer):
-        return isinstance(layer, g.Conv), "stand-in"
+    def supports(self, layer, shape=None):
+        return None if isinstance(layer, g.Conv) else Refusal("stand-in runs Conv only")
+
+    def describe(self, layer):
+        return "stand-in"
+
+    def run(self, layer, inputs):
+        raise AssertionError("placement only")
 
 
 def test_without_a_time_estimate_the_order_decides(pcie):

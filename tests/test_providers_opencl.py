@@ -26,7 +26,7 @@ from sw_driver.opencl import (
     NoPlatformError,
     OpenCLRuntime,
 )
-from sw_driver.providers import GPUProvider, OpenCLProvider
+from sw_driver.providers import GPUProvider, OpenCLProvider, Refusal
 from sw_driver.providers import opencl as opencl_module
 
 MODEL_SEEDS = {"lenet": 101, "residual": 202, "separable": 303}
@@ -146,10 +146,10 @@ def test_mixed_placement_reads_back_where_needed(built, monkeypatch, seed):
     _, path, shape = built["lenet"]
     real = OpenCLProvider.supports
 
-    def declines_gap(self, layer):
+    def declines_gap(self, layer, shape=None):
         if layer.op == "GlobalAveragePool":
-            return False, "declined by the test"
-        return real(self, layer)
+            return Refusal("declined by the test")
+        return real(self, layer, shape)
 
     monkeypatch.setattr(OpenCLProvider, "supports", declines_gap)
     x = _inputs(shape, 5, seed)

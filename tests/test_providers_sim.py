@@ -16,8 +16,8 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sw_driver import InferenceSession
 from sw_driver.errors import ProviderUnavailableError
-from sw_driver.planner import CostModel, Planner, device_work
-from sw_driver.providers import PCIeProvider, SimProvider
+from sw_driver.planner import CostModel, device_work
+from sw_driver.providers import CPUProvider, PCIeProvider, SimProvider
 
 #: Small enough to build quickly, large enough for the digits CNN's conv2 (1152 weight
 #: words) and the test models; activations up to 2048 bytes per image.
@@ -159,8 +159,8 @@ def test_pcie_provider_on_the_twin_by_cost(sim):
     (want,) = InferenceSession(DIGITS_QDQ, providers=["cpu"]).run(None, {"input": x})
     session = InferenceSession(DIGITS_QDQ, providers=[pcie, "cpu"])
     assert _on(session, "pcie") == set()
-    slow_cpu = Planner(model=CostModel(cpu_macs_per_second=1e5))
-    session = InferenceSession(DIGITS_QDQ, providers=[pcie, "cpu"], planner=slow_cpu)
+    slow_cpu = CPUProvider(costs=CostModel(cpu_macs_per_second=1e5))
+    session = InferenceSession(DIGITS_QDQ, providers=[pcie, slow_cpu])
     assert _on(session, "pcie") == {"conv1", "conv2", "fc"}
     (got,) = session.run(None, {"input": x})
     assert_identical(got, want, "digits on pcie-over-twin")

@@ -25,7 +25,7 @@ from sw_driver.errors import (
     PlacementError,
     ProviderUnavailableError,
 )
-from sw_driver.providers import CPUProvider, Provider, SimProvider
+from sw_driver.providers import CPUProvider, Provider, Refusal, SimProvider
 
 #: The 4x4 engine of tests/test_providers_sim.py, so the twin's cached build is shared.
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
@@ -57,10 +57,13 @@ class _EngineStandIn(Provider):
         self.calls, self.resets = [], 0
         self._cpu = CPUProvider()
 
-    def supports(self, layer):
+    def supports(self, layer, shape=None):
         if isinstance(layer, (g.Conv, g.Dense)):
-            return True, "a stand-in engine"
-        return False, f"the stand-in runs Conv and Dense, not {layer.op}"
+            return None
+        return Refusal(f"the stand-in runs Conv and Dense, not {layer.op}")
+
+    def describe(self, layer):
+        return "a stand-in engine"
 
     def run(self, layer, inputs):
         self.calls.append(layer.name)

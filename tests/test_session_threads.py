@@ -18,8 +18,8 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sw_driver import InferenceSession
 from sw_driver.opencl import NoPlatformError, list_devices
-from sw_driver.planner import CostModel, Planner
-from sw_driver.providers import PCIeProvider, SimProvider
+from sw_driver.planner import CostModel
+from sw_driver.providers import CPUProvider, PCIeProvider, SimProvider
 
 THREADS = 8
 RUNS = 4
@@ -195,9 +195,9 @@ def test_two_providers_on_one_twin_take_turns(models, sim, watched_twin):
     providers, one device. The transport's lock keeps their layers apart."""
     path, feeds = models["digits"]
     pcie = PCIeProvider(transport=sim.transport.inner)
-    slow_cpu = Planner(model=CostModel(cpu_macs_per_second=1e5))  # convs go to the card
+    slow_cpu = CPUProvider(costs=CostModel(cpu_macs_per_second=1e5))  # convs go to the card
     sessions = [InferenceSession(path, providers=[sim, "cpu"]),
-                InferenceSession(path, providers=[pcie, "cpu"], planner=slow_cpu)]
+                InferenceSession(path, providers=[pcie, slow_cpu])]
     assert pcie.lock is sim.lock
     want = [sessions[0].run(None, feed)[0] for feed in feeds]
 

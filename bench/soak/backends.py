@@ -2,8 +2,8 @@
 
 A :class:`Backend` wraps one provider instance for the whole soak (the twin is built or
 loaded once and reused for every case) and asks it the two questions a session's planner
-asks: will you run this layer (``supports``, then for an accelerator its ``estimate`` at
-the real input shape, where a too-small buffer shows), and what is its output
+asks: will you run this layer (``supports`` at the real input shape, where a too-small
+buffer shows), and what is its output
 (``provider.run(layer, inputs)``). A provider that cannot start here (no OpenCL GPU, no
 XDMA card) is kept as an unavailable backend with the reason its constructor gave.
 """
@@ -60,16 +60,8 @@ class Backend:
 
     def refusal(self, case):
         """Why the provider will not run ``case``'s layer, or None if it will."""
-        ok, reason = self.provider.supports(case.layer)
-        if not ok:
-            return reason
-        if isinstance(self.provider, DeviceProvider):
-            shape = case.inputs[0].shape
-            try:
-                self.provider.estimate(case.layer, shape)
-            except ValueError as exc:
-                return f"at input shape {list(shape)}: {exc}"
-        return None
+        refusal = self.provider.supports(case.layer, tuple(case.inputs[0].shape))
+        return None if refusal is None else refusal.reason
 
     def run(self, case):
         """The provider's output for ``case`` (a NumPy array)."""

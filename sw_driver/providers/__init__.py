@@ -5,15 +5,15 @@ provider classes; other backends register themselves here (``"opencl"``, ``"sim"
 ``"pcie"``) by adding an entry.
 """
 
-from .base import Concurrency, Provider
+from .base import Concurrency, Cost, Provider, Refusal
 from .cpu import CPUProvider
 from .gpu import GPUProvider
 from .opencl import OpenCLProvider
 from .pcie import PCIeProvider
 from .sim import SimProvider
 
-__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "Concurrency", "GPUProvider",
-           "OpenCLProvider", "PCIeProvider", "Provider", "SimProvider"]
+__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "Concurrency", "Cost", "GPUProvider",
+           "OpenCLProvider", "PCIeProvider", "Provider", "Refusal", "SimProvider"]
 
 #: Provider name -> class. Instances are created per session, with no arguments.
 PROVIDERS = {

@@ -1,15 +1,63 @@
-"""The interface every execution provider implements.
+"""The interface every execution provider implements, and the answers it gives.
 
 A provider runs single layers. It holds no global state and no per-run state that a second
 process would need, so a batch can be split across processes, each with its own provider
 instance (``design.md``, "Scaling out").
+
+The planner (:mod:`sw_driver.planner`) and :mod:`sw_driver.dispatch` see a provider only
+through :class:`Provider`: :meth:`~Provider.supports` (a :class:`Refusal`, or None),
+:meth:`~Provider.describe` (what running the layer there means, for the profile),
+:meth:`~Provider.estimate` (a :class:`Cost`, or None) and :meth:`~Provider.run`, plus the
+hooks below with their defaults.
 """
 
+import abc
 import enum
+from dataclasses import dataclass
 
 from ..locks import LazyDeviceLock
 
-__all__ = ["Concurrency", "Provider"]
+__all__ = ["Concurrency", "Cost", "Provider", "Refusal"]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a provider cannot run a layer: shown in the profile's ``reason`` and
+    ``fell_back_from``.
+
+    Attributes
+    ----------
+    reason : str
+        One sentence naming the limit, e.g. ``"kernel 9x9 exceeds the engine's 7x7"``.
+    """
+
+    reason: str
+
+    def __str__(self):
+        return self.reason
+
+
+@dataclass(frozen=True)
+class Cost:
+    """A provider's estimate of one layer at one input shape (the whole batch).
+
+    Attributes
+    ----------
+    seconds : float or None
+        Estimated time; None when the provider has no time model (it is then placed by the
+        session's order, see :mod:`sw_driver.planner`).
+    bytes : int
+        Bytes moved to and from a device (0 on the host).
+    cycles : int or None
+        Device cycles, where a cycle model knows them.
+    note : str
+        How the figures were reached, shown in the placement reason.
+    """
+
+    seconds: float | None = None
+    bytes: int = 0
+    cycles: int | None = None
+    note: str = ""
 
 
 class Concurrency(enum.Enum):
@@ -31,11 +79,11 @@ class Concurrency(enum.Enum):
     PER_RUN = "per run"
 
 
-class Provider:
+class Provider(abc.ABC):
     """One backend that can run some layer kinds.
 
-    Subclasses set :attr:`name` and implement :meth:`supports` and :meth:`run`;
-    :meth:`cost` is optional (the session only reports it).
+    Subclasses set :attr:`name` and implement :meth:`supports` and :meth:`run`; the other
+    methods have defaults that suit a host provider without a time model.
     """
 
     #: Short name used in ``InferenceSession(providers=[...])`` and in profiles.
@@ -48,20 +96,35 @@ class Provider:
     #: providers share their transport's, so two providers on one device take turns).
     lock = LazyDeviceLock()
 
-    def supports(self, layer):
-        """Whether this provider can run ``layer``.
+    @abc.abstractmethod
+    def supports(self, layer, shape=None):
+        """Why this provider cannot run ``layer``, or None when it can.
 
         Parameters
         ----------
         layer : sw_driver.graph.Layer
+        shape : tuple of int, optional
+            The layer's first input shape, when known: a provider whose limits depend on
+            it (an accelerator's buffers) checks them too. Without it, only what holds at
+            every shape is checked.
 
         Returns
         -------
-        (bool, str)
-            The answer and a short reason (shown in the session's profile).
+        Refusal or None
         """
-        raise NotImplementedError
 
+    def describe(self, layer):
+        """What running ``layer`` here means, in a few words, for the placement reason
+        (called only for layers :meth:`supports` accepts)."""
+        return f"{layer.op} on {self.name}"
+
+    def estimate(self, layer, shape):
+        """The :class:`Cost` of running ``layer`` on an input of ``shape``, or None when
+        unknown (the default). Called only where :meth:`supports` accepted ``layer`` at
+        ``shape``."""
+        return None
+
+    @abc.abstractmethod
     def run(self, layer, inputs):
         """Run ``layer`` on its input arrays and return its output array.
 
@@ -76,26 +139,32 @@ class Provider:
         -------
         numpy.ndarray
         """
-        raise NotImplementedError
 
-    def cost(self, layer, batch):
-        """Estimated cost of running ``layer`` on ``batch`` items, or None if unknown.
+    def prepare(self, placement, outputs):
+        """See the whole placement once, when the session is created (default: nothing).
 
-        Returns
-        -------
-        dict or None
-            E.g. ``{"seconds": ..., "bytes": ...}``.
+        Parameters
+        ----------
+        placement : list of (Layer, Provider)
+            Every layer of the session in execution order with the provider running it.
+        outputs : set of str
+            The model's output names (always returned to the host).
         """
-        return None
+        return None  # a hook: nothing to do by default
 
     def bytes_moved(self, layer, inputs, output):
         """Bytes transferred to and from the device for one run (0 for host providers)."""
         return 0
 
+    def cycles(self, layer):
+        """Device cycles of ``layer``'s last run (its performance counter), or None."""
+        return None
+
     def reset(self):
         """Return the device to a known state after a fault, before the layer is retried
         (:class:`~sw_driver.errors.DeviceError`); called with :attr:`lock` held. Host
         providers have nothing to reset."""
+        return None  # a hook: nothing to do by default
 
     def finish_profile(self, profile):
         """Amend this provider's rows of a finished run's profile, in place.
@@ -105,6 +174,7 @@ class Provider:
         layers run asynchronously replaces the host wall times with what it measured on the
         device (the "opencl" provider: OpenCL event profiling).
         """
+        return None  # a hook: nothing to do by default
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"

@@ -15,8 +15,9 @@ from models.pool import avg_pool2d, global_avg_pool, max_pool2d
 from models.requant import requantize
 
 from .. import graph as g
+from .. import planner
 from . import cpu_kernels
-from .base import Concurrency, Provider
+from .base import Concurrency, Provider, Refusal
 
 __all__ = ["CPUProvider"]
 
@@ -94,6 +95,9 @@ class CPUProvider(Provider):
         requantization where that is provably exact), Dense (float32 BLAS on exact integer
         partial sums) and Add (a table of the golden add over all int8 pairs), all
         bit-identical to the golden model, instead of the golden functions. Default True.
+    costs : sw_driver.planner.CostModel, optional
+        The rates of this provider's time estimate for Conv and Dense (default
+        ``CostModel()``); the planner compares it with the accelerators'.
     """
 
     name = "cpu"
@@ -102,13 +106,25 @@ class CPUProvider(Provider):
     #: (tests/test_session_threads.py).
     concurrency = Concurrency.SHARED
 
-    def __init__(self, fast=True):
+    def __init__(self, fast=True, *, costs=None):
         self.fast = bool(fast)
+        self.costs = planner.CostModel() if costs is None else costs
+        if not isinstance(self.costs, planner.CostModel):
+            raise TypeError(f"costs must be a sw_driver.planner.CostModel, not "
+                            f"{type(self.costs).__name__}")
 
-    def supports(self, layer):
+    def supports(self, layer, shape=None):
         if type(layer) in _RUNNERS:
-            return True, "the CPU provider runs every layer kind (golden model)"
-        return False, f"no CPU implementation of {layer.op}"
+            return None
+        return Refusal(f"no CPU implementation of {layer.op}")
+
+    def describe(self, layer):
+        return "the CPU provider runs every layer kind (golden model)"
+
+    def estimate(self, layer, shape):
+        """Conv and Dense: :func:`~sw_driver.planner.cpu_estimate` at :attr:`costs`; other
+        layers None (no accelerator time to compare with)."""
+        return planner.cpu_estimate(layer, shape, self.costs)
 
     def run(self, layer, inputs):
         runner = _RUNNERS[type(layer)]
@@ -117,9 +133,6 @@ class CPUProvider(Provider):
         if isinstance(layer, g.Add):
             return runner(layer, *inputs, fast=self.fast)
         return runner(layer, *inputs)
-
-    def cost(self, layer, batch):
-        return {"bytes": 0}
 
 
 def _add(layer, a, b=None, fast=False):

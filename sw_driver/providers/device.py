@@ -19,7 +19,7 @@ from ..accelerator import Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError
 from ..transport.base import Transport, TransportError
-from .base import Concurrency, Provider
+from .base import Concurrency, Cost, Provider, Refusal
 
 __all__ = ["CountingTransport", "DeviceProvider", "engine_refusal"]
 
@@ -153,20 +153,26 @@ class DeviceProvider(Provider):
 
     # ------------------------------------------------------------ the Provider interface
 
-    def supports(self, layer):
+    def supports(self, layer, shape=None):
         problem = engine_refusal(layer, self.config)
-        if problem:
-            return False, problem
+        if problem is None and shape is not None:
+            try:
+                planner.device_work(layer, shape, self.config)
+            except ValueError as exc:
+                problem = f"at input shape {list(shape)}: {exc}"
+        return None if problem is None else Refusal(problem)
+
+    def describe(self, layer):
         kind = "depthwise Conv" if isinstance(layer, g.Conv) and layer.groups > 1 \
             else layer.op
-        return True, f"{kind} on the {self.label}"
+        return f"{kind} on the {self.label}"
 
-    def estimate(self, layer, input_shape):
-        """The planner's :class:`~sw_driver.planner.Estimate` for ``layer`` on
-        ``input_shape``; raises ValueError when the engine cannot run it at that shape."""
-        work = planner.device_work(layer, input_shape, self.config)
-        return planner.Estimate(seconds=None, cycles=work.cycles, bytes=work.bytes,
-                                note=f"~{work.cycles:,} cycles in {work.passes} pass(es)")
+    def estimate(self, layer, shape):
+        """Modelled cycles and bytes of ``layer`` on ``shape``, without seconds: the twin's
+        wall time is a simulator's (the "pcie" provider adds its clock and link)."""
+        work = planner.device_work(layer, shape, self.config)
+        return Cost(seconds=None, cycles=work.cycles, bytes=work.bytes,
+                    note=f"~{work.cycles:,} cycles in {work.passes} pass(es)")
 
     def run(self, layer, inputs):
         before = self.transport.moved

@@ -44,7 +44,7 @@ from models.pool import WINDOW_MAX
 
 from .. import graph as g
 from ..errors import ProviderUnavailableError
-from .base import Provider
+from .base import Provider, Refusal
 from .cpu import CPUProvider
 
 try:
@@ -146,29 +146,25 @@ class OpenCLProvider(Provider):
 
     # ------------------------------------------------------------ the Provider interface
 
-    def supports(self, layer):
+    def supports(self, layer, shape=None):
         if isinstance(layer, HOST_LAYERS):
-            return True, (f"{layer.op} is float: run on the host with the CPU provider's "
-                          f"code, so int8 rather than float crosses the bus")
+            return None
         if type(layer) not in _DEVICE_RUNNERS and not isinstance(layer, VIEW_LAYERS):
-            return False, f"no OpenCL kernel for {layer.op}"
+            return Refusal(f"no OpenCL kernel for {layer.op}")
         problem = _limits(layer)
-        if problem:
-            return False, problem
+        return None if problem is None else Refusal(problem)
+
+    def describe(self, layer):
+        if isinstance(layer, HOST_LAYERS):
+            return (f"{layer.op} is float: run on the host with the CPU provider's code, so "
+                    f"int8 rather than float crosses the bus")
         if isinstance(layer, VIEW_LAYERS):
-            return True, "a shape change: a view of the device tensor, no launch"
-        return True, f"OpenCL kernel on {self.device_name}"
+            return "a shape change: a view of the device tensor, no launch"
+        return f"OpenCL kernel on {self.device_name}"
 
     def prepare(self, placement, outputs):
-        """Decide which outputs stay on the device (called once by the session).
-
-        Parameters
-        ----------
-        placement : list of (Layer, Provider)
-            Every layer of the session in execution order with the provider running it.
-        outputs : set of str
-            The model's output names (always returned to the host).
-        """
+        """Decide which outputs stay on the device (called once by the session; arguments
+        as for :meth:`Provider.prepare`)."""
         consumers = {}
         for layer, provider in placement:
             for name in layer.inputs:

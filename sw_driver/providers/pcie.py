@@ -17,6 +17,7 @@ from .. import planner
 from ..errors import ProviderUnavailableError
 from ..transport.base import TransportError
 from ..transport.xdma import XdmaTransport
+from .base import Cost
 from .device import DeviceProvider
 
 __all__ = ["DEFAULT_CLOCK_HZ", "DEFAULT_PREFIX", "PCIeProvider"]
@@ -66,12 +67,12 @@ class PCIeProvider(DeviceProvider):
             where = prefix or type(transport).__name__
         super().__init__(transport, where=where)
 
-    def estimate(self, layer, input_shape):
+    def estimate(self, layer, shape):
         """Seconds on the card: modelled cycles at :attr:`clock_hz` plus the link's cost."""
-        work = planner.device_work(layer, input_shape, self.config)
+        work = planner.device_work(layer, shape, self.config)
         compute = work.cycles / self.clock_hz
         link = self.link.seconds(work)
-        return planner.Estimate(
+        return Cost(
             seconds=compute + link, cycles=work.cycles, bytes=work.bytes,
             note=f"{work.cycles:,} cycles at {self.clock_hz / 1e6:g} MHz = "
                  f"{planner.format_seconds(compute)} + link {planner.format_seconds(link)} for "
