@@ -185,12 +185,14 @@ def _print_bench_error(name, error):
 
 
 def cmd_soak(args):
+    from bench.ray_cluster import RayClusterError  # imports no Ray
     from bench.soak.console import soak_command
 
     try:
         return soak_command(console, seed=args.seed, count=args.count, only=args.only,
-                            backends=args.backends, use_onnxruntime=not args.no_onnxruntime)
-    except ValueError as error:
+                            backends=args.backends, use_onnxruntime=not args.no_onnxruntime,
+                            ray=args.ray)
+    except (ValueError, RayClusterError) as error:
         return _fail(error)
 
 
@@ -583,6 +585,15 @@ def _add_runtime_commands(sub):
     p.set_defaults(func=cmd_serve)
 
 
+def _add_ray_argument(parser, what):
+    from bench.ray_cluster import LOCAL
+
+    parser.add_argument("--ray", nargs="?", const=LOCAL, metavar="ADDRESS",
+                        help=f"run {what}: alone, on a local Ray (127.0.0.1 only); with "
+                             f"HOST:PORT, on that Ray cluster (docs/ray.md; needs the [ray] "
+                             f"extra)")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="tessera", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -619,6 +630,7 @@ def build_parser():
                                       "opencl, gpu, sim, pcie; unavailable ones are reported)")
     p.add_argument("--no-onnxruntime", action="store_true",
                    help="skip the comparison with onnxruntime")
+    _add_ray_argument(p, "the configurations as Ray tasks")
     p.set_defaults(func=cmd_soak)
 
     p = sub.add_parser("demo", help="the digits CNN on the Verilator twin vs the CPU and "

@@ -6,6 +6,7 @@ reproduces it; ``--only`` runs chosen cases and prints each in full. The results
 and backend, refusal reasons, onnxruntime differences, and the metric ``soak_mismatches``.
 """
 
+import contextlib
 import re
 import time
 
@@ -156,7 +157,57 @@ def _metrics(tally, seconds):
     return metrics
 
 
-def soak_command(console, *, seed, count, only=None, backends=None, use_onnxruntime=True):
+def _start_on_ray(console, stack, address, seed, indices, names, use_onnxruntime):
+    """(backend infos, None, a function of a progress callback yielding the results)."""
+    from bench.ray_cluster import LOCAL, connect
+
+    from .ray_runner import RaySoak
+
+    where = "a local Ray" if address == LOCAL else f"the Ray cluster at {address}"
+    with console.status(f"starting {where}; the workers open the backends"):
+        ray = stack.enter_context(connect(address))
+        soak = RaySoak(ray, seed, indices, names, use_onnxruntime)
+    cpus = int(ray.cluster_resources().get("CPU", 0))
+    console.print(f"ray: {len(indices)} configurations in {len(soak.chunks)} tasks on {where} "
+                  f"({cpus} CPUs)", markup=False)
+    return soak.backends, None, soak.results
+
+
+def _run(console, seed, only, opened, indices, results, with_progress):
+    """Tally ``results`` with a progress bar, printing failures as they come."""
+    for backend in opened:
+        console.print(f"{backend.name}: {backend.label}", markup=False,
+                      style=None if backend.available else "yellow")
+    tally = Tally(seed, opened)
+    progress = Progress("[progress.description]{task.description}", BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                        console=console, disable=only is not None)
+    with progress:
+        task = progress.add_task(f"soak seed {seed}", total=len(indices))
+        if with_progress is not None:  # Ray: the bar follows the chunks as they finish
+            results = with_progress(lambda n: progress.update(task, advance=n))
+        for result in results:
+            for failure in tally.add(result):
+                _say(progress.console, "red",
+                     f"MISMATCH {failure['backend']} case {failure['index']} "
+                     f"({failure['description']}): {failure['detail']}",
+                     f"  repro: {failure['repro']}")
+            ort = result.onnxruntime
+            if ort is not None and ort.away_from_tie:
+                _say(progress.console, "yellow",
+                     f"onnxruntime differs away from a tie in case {result.case.index}: "
+                     f"{ort.detail}", f"  repro: {repro_command(seed, result.case.index)}")
+            if only is not None:
+                _print_case(console, result)
+            progress.update(task, advance=0 if with_progress else 1,
+                            description=f"soak seed {seed}: {tally.mismatches} mismatches")
+    for backend in opened:
+        backend.close()
+    return tally
+
+
+def soak_command(console, *, seed, count, only=None, backends=None, use_onnxruntime=True,
+                 ray=None):
     """Run the soak as ``tessera soak`` does; return the exit status (0: no mismatch).
 
     Parameters
@@ -172,48 +223,34 @@ def soak_command(console, *, seed, count, only=None, backends=None, use_onnxrunt
     backends : str or None
         Comma-separated provider names (None: all).
     use_onnxruntime : bool
+    ray : str or None
+        Run the cases as Ray tasks (:mod:`.ray_runner`): :data:`bench.ray_cluster.LOCAL`
+        starts a local Ray, ``HOST:PORT`` joins a cluster; None runs them here.
 
     Raises
     ------
     ValueError
         A bad argument; the message names it.
+    bench.ray_cluster.RayClusterError
+        Ray is not installed or the cluster cannot be reached.
     """
     _check_integer("--seed", seed, 0)
     _check_integer("--count", count, 1)
     indices = parse_only(only) if only is not None else range(count)
     names = parse_backends(backends)
     started = time.perf_counter()
-    with console.status("opening the backends (the twin is built on first use: 1-2 "
-                        "minutes, cached in build/twin/)"):
-        opened = open_backends(names, log=lambda message: console.print(
-            message, style="dim", markup=False))
-    for backend in opened:
-        console.print(f"{backend.name}: {backend.label}", markup=False,
-                      style=None if backend.available else "yellow")
-    tally = Tally(seed, opened)
-    progress = Progress("[progress.description]{task.description}", BarColumn(),
-                        MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                        console=console, disable=only is not None)
-    with progress:
-        task = progress.add_task(f"soak seed {seed}", total=len(indices))
-        for result in run_cases(seed, indices, opened, use_onnxruntime):
-            for failure in tally.add(result):
-                _say(progress.console, "red",
-                     f"MISMATCH {failure['backend']} case {failure['index']} "
-                     f"({failure['description']}): {failure['detail']}",
-                     f"  repro: {failure['repro']}")
-            ort = result.onnxruntime
-            if ort is not None and ort.away_from_tie:
-                _say(progress.console, "yellow",
-                     f"onnxruntime differs away from a tie in case {result.case.index}: "
-                     f"{ort.detail}", f"  repro: {repro_command(seed, result.case.index)}")
-            if only is not None:
-                _print_case(console, result)
-            progress.update(task, advance=1,
-                            description=f"soak seed {seed}: {tally.mismatches} mismatches")
+    with contextlib.ExitStack() as stack:
+        if ray is None:
+            with console.status("opening the backends (the twin is built on first use: 1-2 "
+                                "minutes, cached in build/twin/)"):
+                opened = open_backends(names, log=lambda message: console.print(
+                    message, style="dim", markup=False))
+            results, with_progress = run_cases(seed, indices, opened, use_onnxruntime), None
+        else:
+            opened, results, with_progress = _start_on_ray(
+                console, stack, ray, seed, indices, names, use_onnxruntime)
+        tally = _run(console, seed, only, opened, indices, results, with_progress)
     seconds = time.perf_counter() - started
-    for backend in opened:
-        backend.close()
     console.print(_backend_table(tally))
     _print_refusals(console, tally)
     if use_onnxruntime:

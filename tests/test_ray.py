@@ -1,0 +1,111 @@
+"""The soak on a real local Ray (``tessera soak --ray``; docs/ray.md), bound to 127.0.0.1.
+
+One Ray (2 CPUs, no dashboard) is started for the module and shut down after it. The
+seed is the test's seed (printed; ``TESSERA_SEED`` repeats it).
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench import common
+from bench.ray_cluster import LOCAL, RayClusterError, connect, import_ray
+from bench.soak import open_backends, run_cases
+from bench.soak.ray_runner import RaySoak, chunked
+from bench.soak.tally import Tally
+from tessera.cli import main
+
+try:
+    import_ray()  # not a plain import: a local Ray must first be told to stay on 127.0.0.1
+except RayClusterError as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
+CASES = 40
+
+
+@pytest.fixture(scope="module")
+def ray():
+    with connect(LOCAL, num_cpus=2) as ray:
+        yield ray
+
+
+def test_importing_the_project_does_not_import_ray():
+    code = ("import sys, sw_driver, bench.soak, bench.soak.console, bench.soak.ray_runner, "
+            "bench.ray_cluster, tessera.cli\n"
+            "tessera.cli.build_parser()\n"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert out.strip() == "[]"
+
+
+def test_the_local_ray_listens_on_loopback_only(ray):
+    nodes = ray.nodes()
+    assert [node["NodeManagerAddress"] for node in nodes] == ["127.0.0.1"]
+    assert ray.get_runtime_context().gcs_address.startswith("127.0.0.1:")
+
+
+def test_chunks_cover_every_index_once_in_order():
+    for count, cpus in ((1, 2), (40, 2), (1000, 2), (7, 64)):
+        chunks = chunked(range(count), cpus)
+        assert [i for chunk in chunks for i in chunk] == list(range(count)), (count, cpus)
+
+
+def _key(result):
+    return (result.case.seed, result.case.index, result.case.kind, result.case.description)
+
+
+def test_soak_on_ray_equals_the_local_run_case_for_case(ray, seed):
+    print(f"soak seed {seed}, cases 0..{CASES - 1}, cpu, on Ray and locally")
+    local_backends = open_backends(["cpu"], log=lambda message: None)
+    local = list(run_cases(seed, range(CASES), local_backends))
+    soak = RaySoak(ray, seed, range(CASES), ["cpu"])
+    assert len(soak.chunks) > 1  # really spread over several tasks
+    remote = list(soak.results())
+    assert [r.case.index for r in remote] == list(range(CASES))
+    for here, there in zip(local, remote, strict=True):
+        where = f"seed {seed}, case {here.case.index} ({here.case.description})"
+        assert _key(there) == _key(here), where
+        assert there.golden_error == here.golden_error, where
+        assert there.backends == here.backends, where
+        assert there.onnxruntime == here.onnxruntime, where
+    expected, actual = Tally(seed, local_backends), Tally(seed, soak.backends)
+    for result in local:
+        expected.add(result)
+    for result in remote:
+        actual.add(result)
+    assert actual.document() == expected.document()
+
+
+def _soak_json(monkeypatch, tmp_path, argv):
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    assert main(["soak", *argv]) == 0
+    document = json.loads((tmp_path / "soak.json").read_text())
+    for varying in ("date", "wall_seconds"):
+        document.pop(varying, None)
+    document["metrics"] = [m for m in document["metrics"] if m["name"] != "soak_seconds"]
+    return document
+
+
+def test_tessera_soak_ray_writes_the_local_json(ray, seed, monkeypatch, tmp_path, capsys):
+    argv = ["--seed", str(seed % 1000), "--count", "16", "--backends", "cpu"]
+    print(f"tessera soak {' '.join(argv)} [--ray]")
+    local = _soak_json(monkeypatch, tmp_path / "local", argv)
+    on_ray = _soak_json(monkeypatch, tmp_path / "ray", [*argv, "--ray"])
+    assert on_ray == local
+    out = capsys.readouterr().out
+    assert "ray: 16 configurations in" in out and "0 mismatches" in out
+
+
+def test_an_unreachable_address_is_named(capsys):
+    assert main(["soak", "--count", "1", "--ray", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "no Ray cluster answers at 127.0.0.1:1" in err and "Traceback" not in err
+
+
+def test_a_malformed_address_is_named():
+    with pytest.raises(RayClusterError, match="HOST:PORT .* not 'nonsense'"):
+        with connect("nonsense"):
+            pass
