@@ -470,6 +470,53 @@ def cmd_run(args):
     return 0
 
 
+def cmd_run_dataset(args):
+    import numpy as np
+
+    from bench.ray_cluster import LOCAL, RayClusterError, connect  # imports no Ray
+    from sw_driver.errors import TesseraError
+    from tessera.batch import run_dataset
+
+    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+    try:
+        model = _read_file(args.model, "model")
+        try:
+            x = np.load(args.input, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise _UsageError(f"--input {args.input}: not a readable .npy array "
+                              f"({error})") from None
+        started = time.perf_counter()
+        if args.ray is None:
+            with console.status(f"{len(x)} samples through {args.model} on "
+                                f"{', '.join(providers)}"):
+                y = run_dataset(model, x, providers, batch_size=args.batch)
+            where = "one local session"
+        else:
+            where = ("a local Ray" if args.ray == LOCAL else f"the Ray cluster at {args.ray}")
+            with connect(args.ray) as ray, console.status(
+                    f"{len(x)} samples through {args.model} on {args.actors} sessions "
+                    f"on {where}"):
+                y = run_dataset(model, x, providers, batch_size=args.batch, ray=ray,
+                                actors=args.actors)
+            where = f"{args.actors} Ray actors ({where})"
+        wall = time.perf_counter() - started
+    except (TesseraError, _UsageError, ValueError, RayClusterError) as error:
+        return _fail(error)
+    np.save(args.out, y)
+    console.print(f"{len(x)} samples in batches of up to {args.batch} on {where}: "
+                  f"{wall:.2f} s; output {list(y.shape)} {y.dtype} written to {args.out}",
+                  markup=False)
+    return 0
+
+
+def _read_file(path, what):
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as error:
+        raise _UsageError(f"cannot read the {what} {path}: {error.strerror}") from None
+
+
 def cmd_quantize(args):
 
     from sw_driver.errors import TesseraError
@@ -561,6 +608,19 @@ def _add_runtime_commands(sub):
                    help="full placement reasons and per-batch times in the table")
     p.add_argument("-o", "--output", help="save the outputs as .npy")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("run-dataset", help="batch inference over a .npy data set, outputs in "
+                                           "order; on Ray actors with --ray (docs/ray.md)")
+    p.add_argument("model", help="QDQ ONNX model")
+    p.add_argument("--input", required=True, help=".npy array [N, ...] of samples")
+    p.add_argument("--out", required=True, help="where to save the outputs (.npy)")
+    p.add_argument("--providers", default="cpu",
+                   help="comma-separated, tried in order per layer (default %(default)s)")
+    p.add_argument("--batch", type=int, default=64, help="samples per run (default %(default)s)")
+    p.add_argument("--actors", type=int, default=2,
+                   help="sessions (Ray actors) with --ray (default %(default)s)")
+    _add_ray_argument(p, "the batches on a pool of Ray actors, one session each")
+    p.set_defaults(func=cmd_run_dataset)
 
     p = sub.add_parser("quantize", help="float ONNX -> QDQ int8 ONNX with Tessera's quantizer")
     p.add_argument("model", help="float ONNX model")

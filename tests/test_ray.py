@@ -7,7 +7,9 @@ seed is the test's seed (printed; ``TESSERA_SEED`` repeats it).
 import json
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench import common
@@ -15,6 +17,7 @@ from bench.ray_cluster import LOCAL, RayClusterError, connect, import_ray
 from bench.soak import open_backends, run_cases
 from bench.soak.ray_runner import RaySoak, chunked
 from bench.soak.tally import Tally
+from sw_driver import InferenceSession
 from tessera.cli import main
 
 try:
@@ -22,7 +25,11 @@ try:
 except RayClusterError as exc:
     pytest.skip(str(exc), allow_module_level=True)
 
+#: Ray Data touches its own deprecated settings when its context is first read.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+
 CASES = 40
+DIGITS = Path(__file__).resolve().parent.parent / "models" / "zoo" / "digits_qdq.onnx"
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +116,28 @@ def test_a_malformed_address_is_named():
     with pytest.raises(RayClusterError, match="HOST:PORT .* not 'nonsense'"):
         with connect("nonsense"):
             pass
+
+
+def test_run_dataset_on_ray_is_bit_identical_to_one_session(ray, rng, seed, tmp_path, capsys):
+    print(f"run-dataset: seed {seed}, 150 random digits-shaped samples")
+    x = rng.uniform(0, 16, (150, 1, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    session = InferenceSession(str(DIGITS), providers=["cpu"])
+    expected = session.run(None, {session.get_inputs()[0].name: x})[0]
+    common = ["run-dataset", str(DIGITS), "--input", str(tmp_path / "x.npy"), "--batch", "16"]
+    assert main([*common, "--out", str(tmp_path / "local.npy")]) == 0
+    assert main([*common, "--out", str(tmp_path / "ray.npy"), "--ray", "--actors", "2"]) == 0
+    assert "on 2 Ray actors (a local Ray)" in capsys.readouterr().out
+    for name in ("local", "ray"):
+        y = np.load(tmp_path / f"{name}.npy")
+        assert y.dtype == expected.dtype and y.shape == expected.shape, name
+        differ = np.argwhere(y != expected)
+        assert not len(differ), (f"{name}: {len(differ)} elements differ, first at "
+                                 f"{tuple(differ[0])}: {y[tuple(differ[0])]} vs "
+                                 f"{expected[tuple(differ[0])]} (seed {seed})")
+
+
+def test_run_dataset_names_a_bad_input(tmp_path, capsys):
+    assert main(["run-dataset", str(DIGITS), "--input", str(tmp_path / "none.npy"),
+                 "--out", str(tmp_path / "y.npy")]) == 2
+    assert "--input" in capsys.readouterr().err
