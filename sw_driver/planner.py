@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.streams import add_words, output_words
 from models.conv import conv_output_size
 
 from . import graph as g
@@ -92,17 +93,23 @@ class CostModel:
         16 to 64-channel 3x3 layers.
     cpu_layer_seconds : float
         Fixed cost of one Conv/Dense call on the CPU (NumPy's per-call overhead, im2col
-        set-up, requantization): about 20 us for the digits CNN's small layers.
+        set-up, requantization): about 20 us for the digits CNN's small layers; also taken
+        for MaxPool and Add.
+    cpu_elements_per_second : float
+        The CPU provider's MaxPool and Add rate in int8 input elements: 1e9, a rough figure
+        (a few NumPy passes over the data); what matters is that a small pool or add stays
+        on the host rather than pay two DMA transfers over PCIe.
     """
 
     cpu_macs_per_second: float = 2e9
     cpu_layer_seconds: float = 20e-6
+    cpu_elements_per_second: float = 1e9
 
     def __post_init__(self):
-        for name in ("cpu_macs_per_second", "cpu_layer_seconds"):
+        for name in ("cpu_macs_per_second", "cpu_layer_seconds", "cpu_elements_per_second"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and value >= 0) or (
-                    name == "cpu_macs_per_second" and value == 0):
+                    name != "cpu_layer_seconds" and value == 0):
                 raise ValueError(f"{name} must be a positive number, not {value!r}")
 
 
@@ -197,7 +204,48 @@ def device_work(layer, input_shape, config):
                                       hi=layer.hi, config=config, name=layer.name)
                 work = work + _passes_work(passes, config) * count
         return work
+    if isinstance(layer, g.MaxPool):
+        return _pool_work(input_shape, config)
+    if isinstance(layer, g.Add):
+        return _add_work(_add_size(layer, input_shape), config)
     raise ValueError(f"layer {layer.name!r}: {layer.op} does not run on the accelerator")
+
+
+#: Register writes of a POOL pass and of an ADD pass (sw_driver.accelerator's programs).
+POOL_CSR_WRITES, ADD_CSR_WRITES = 7, 15
+#: Fixed cycles of a POOL and of an ADD pass, and the cycles per input beat beyond its
+#: words: fitted on the 4x4 twin's PERF_CYCLES (2 cycles per 1-word pool beat + 31, 3 per
+#: 2-word add beat + 53, from 2x2 to 16x32 maps); the cycle model has no POOL or ADD pass.
+POOL_FIXED_CYCLES, ADD_FIXED_CYCLES, EXTRA_CYCLES_PER_BEAT = 31, 53, 1
+
+
+def _pool_work(shape, config):
+    """One POOL pass: every (image, group of C channels) is a frame; one input beat per
+    pixel of its even rows and columns (an odd last row or column is not sent)."""
+    n, c, h, w = shape
+    frames = n * -(-c // config.cols)
+    words = output_words(config.cols)
+    beats = frames * (h // 2 * 2) * (w // 2 * 2)
+    return DeviceWork(1, POOL_FIXED_CYCLES + beats * (words + EXTRA_CYCLES_PER_BEAT),
+                      beats * words * 4, beats // 4 * words * 4,
+                      POOL_CSR_WRITES + CSR_READS_PER_PASS)
+
+
+def _add_size(layer, shape):
+    """Elements of an Add's output: the first input broadcast with the constant (a second
+    tensor input is taken to have the first's shape, as residual adds do)."""
+    if layer.constant is not None:
+        shape = np.broadcast_shapes(tuple(shape), layer.constant.shape)
+    return int(np.prod(shape))
+
+
+def _add_work(size, config):
+    """One ADD pass: C pairs per input beat (see :func:`_pool_work`)."""
+    beats = -(-size // config.cols)
+    words = add_words(config.cols)
+    return DeviceWork(1, ADD_FIXED_CYCLES + beats * (words + EXTRA_CYCLES_PER_BEAT),
+                      beats * words * 4, beats * output_words(config.cols) * 4,
+                      ADD_CSR_WRITES + CSR_READS_PER_PASS)
 
 
 def macs(layer, input_shape):
@@ -212,9 +260,16 @@ def macs(layer, input_shape):
 
 
 def cpu_estimate(layer, input_shape, model):
-    """The CPU provider's :class:`~sw_driver.providers.Cost` (see :class:`CostModel`); None
-    for layers without MACs."""
-    if not isinstance(layer, (g.Conv, g.Dense)) or input_shape is None:
+    """The CPU provider's :class:`~sw_driver.providers.Cost` (see :class:`CostModel`) for
+    the layers an accelerator also runs (Conv, Dense, MaxPool, Add); None for the others."""
+    if input_shape is None:
+        return None
+    if isinstance(layer, (g.MaxPool, g.Add)):
+        count = int(np.prod(input_shape)) * (2 if isinstance(layer, g.Add) else 1)
+        return Cost(seconds=model.cpu_layer_seconds + count / model.cpu_elements_per_second,
+                    note=f"{count:,} elements at {model.cpu_elements_per_second / 1e9:g} G/s + "
+                         f"{format_seconds(model.cpu_layer_seconds)}")
+    if not isinstance(layer, (g.Conv, g.Dense)):
         return None
     count = macs(layer, input_shape)
     return Cost(seconds=model.cpu_layer_seconds + count / model.cpu_macs_per_second,

@@ -112,10 +112,50 @@ def test_shape_dependent_refusal_is_a_value_error():
     (conv_layer(4, 8, groups=2), "groups=2"),
     # 200 output channels are split into passes; one column tile's K = 9216 is not.
     (conv_layer(1024, 8), "more than the weight buffer's 8192"),
-    (g.MaxPool("pool", ("x",), "y"), "runs Conv and Dense, not MaxPool"),
+    (g.AveragePool("pool", ("x",), "y"), "runs Conv, Dense, 2x2 MaxPool and Add, not "
+                                          "AveragePool"),
 ])
 def test_engine_refusals_name_the_limit(layer, message):
     assert message in engine_refusal(layer, DEFAULT_CONFIG)
+
+
+def pool_layer(kernel=2, stride=2, pad=0):
+    return g.MaxPool("pool", ("x",), "y", kernel=(kernel, kernel), stride=(stride, stride),
+                     padding=(pad,) * 4)
+
+
+def test_max_pool_and_add_refusals_read_the_device():
+    """The pool's limits come from the POOL_MAX_WIDTH register; 0 means no pool."""
+    without = PCIeProvider(transport=Registers())
+    assert "no max pool (its POOL_MAX_WIDTH register reads 0)" in str(
+        without.supports(pool_layer()))
+    registers = Registers()
+    registers.values[Reg.POOL_MAX_WIDTH] = 16
+    device = PCIeProvider(transport=registers)
+    assert device.supports(pool_layer()) is None
+    assert device.supports(pool_layer(), (1, 8, 7, 16)) is None
+    assert "2x2, stride 2, no padding; not kernel (3, 3)" in str(
+        device.supports(pool_layer(kernel=3)))
+    wide = device.supports(pool_layer(), (1, 8, 8, 18))
+    assert str(wide).startswith("at input shape [1, 8, 8, 18]: ") and "2 to 16 wide" in \
+        str(wide)
+    add = g.Add("add", ("a", "b"), "y", a_scale=0.1, b_scale=0.1, y_scale=0.1)
+    assert device.supports(add) is None
+    add.b_scale = 1e-12  # a multiplier below 2**-32: not representable
+    assert "cannot be requantized" in str(device.supports(add))
+    assert "Add on the adder of the 8x8 engine" in device.describe(g.Add("a", ("a",), "y"))
+
+
+def test_small_pools_stay_on_the_cpu_under_pcie_defaults():
+    registers = Registers()
+    registers.values[Reg.POOL_MAX_WIDTH] = 128
+    pcie = PCIeProvider(transport=registers)
+    planner = Planner()
+    [(_, provider, reason)] = planner.place(one_layer_graph(pool_layer(), (16, 8, 8)),
+                                            [pcie, CPUProvider()])
+    assert provider.name == "cpu" and "beats pcie est." in reason, reason
+    work = device_work(pool_layer(), (1, 16, 8, 8), DEFAULT_CONFIG)
+    assert (work.passes, work.h2c_bytes, work.c2h_bytes) == (1, 2 * 64 * 8, 2 * 16 * 8)
 
 
 def test_unequal_strides_are_refused():

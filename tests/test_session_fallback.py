@@ -31,6 +31,7 @@ from sw_driver.providers import CPUProvider, Provider, Refusal, SimProvider
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
                           weight_depth=2048, max_col_tiles=8)
 ENGINE_LAYERS = {"conv1", "conv2", "fc"}  # the digits CNN's Conv and Dense layers
+DEVICE_LAYERS = ENGINE_LAYERS | {"pool1"}  # and its 2x2 max pool: what the twin runs
 
 
 @pytest.fixture(scope="module")
@@ -267,9 +268,10 @@ def test_sim_alone_gets_the_cpu_for_what_the_engine_cannot_run(sim, digits):
     assert session.get_providers() == ["sim", "cpu"]
     assert_identical(session.run(None, feed)[0], want, "sim + implicit cpu")
     profile = _by_layer(session)
-    assert {name for name, e in profile.items() if e["provider"] == "sim"} == ENGINE_LAYERS
+    assert {name for name, e in profile.items() if e["provider"] == "sim"} == DEVICE_LAYERS
     assert profile["input_QuantizeLinear"]["fell_back_from"] == [
-        {"provider": "sim", "why": "the engine runs Conv and Dense, not Quantize"}]
+        {"provider": "sim", "why": "the device runs Conv, Dense, 2x2 MaxPool and Add, not "
+                                   "Quantize"}]
 
 
 @pytest.mark.slow
@@ -286,7 +288,7 @@ def test_one_shot_fault_is_retried_on_the_twin(sim, digits, inject_before, fault
     inject_before("conv2", fault)
     assert_identical(session.run(None, feed)[0], want, f"{fault.name} before conv2")
     profile = _by_layer(session)
-    assert {name for name, e in profile.items() if e["provider"] == "sim"} == ENGINE_LAYERS
+    assert {name for name, e in profile.items() if e["provider"] == "sim"} == DEVICE_LAYERS
     (only,) = profile["conv2"]["faults"]
     assert (only["provider"], only["attempt"]) == ("sim", 1)
     assert re.fullmatch(message, only["error"]), only["error"]

@@ -182,7 +182,7 @@ def test_sim_session_shared_by_threads(models, sim, watched_twin, model):
     path, feeds = models[model]
     session = InferenceSession(path, providers=[sim, "cpu"])
     engine_layers = {layer.name for layer in session.graph.layers
-                     if layer.op in ("Conv", "Dense")}
+                     if layer.op in ("Conv", "Dense", "MaxPool", "Add")}
     assert {layer.name for layer, p, _ in session._placement if p is sim} == engine_layers
     check_concurrent(session, feeds)
     assert watched_twin.calls > 0
@@ -200,12 +200,16 @@ def test_two_providers_on_one_twin_take_turns(models, sim, watched_twin):
                 InferenceSession(path, providers=[pcie, slow_cpu])]
     assert pcie.lock is sim.lock
     want = [sessions[0].run(None, feed)[0] for feed in feeds]
+    # The twin's session runs the 2x2 max pool too; the card's leaves it on the CPU (two
+    # DMA transfers cost more than pooling on the host).
+    expected = [{"conv1", "pool1", "conv2", "fc"}, {"conv1", "conv2", "fc"}]
 
     def work(thread, run):
-        session = sessions[(thread + run) % 2]
+        which = (thread + run) % 2
+        session = sessions[which]
         (got,) = session.run(None, feeds[thread])
         on_device = {e["layer"] for e in session.profile() if e.get("cycles")}
-        if on_device != {"conv1", "conv2", "fc"}:
+        if on_device != expected[which]:
             return f"layers on the device: {sorted(on_device)}"
         return _difference(got, want[thread])
 

@@ -1,17 +1,26 @@
 """What the "sim" and "pcie" providers share: Tessera's layers on a Tessera accelerator.
 
-Both run Conv (regular and depthwise) and Dense layers with :class:`sw_driver.Accelerator`
-over a :class:`~sw_driver.transport.Transport` and differ only in the transport (the
-Verilator twin or the XDMA devices) and in whether the planner gets a time estimate.
-Layers are mapped onto the accelerator with exactly the fields the CPU provider gives the
-golden functions, so outputs are identical bit for bit (the engine is bit-exact with
-``requantize(conv2d(...))``, ``tests/test_twin.py``); everything else falls back.
+Both run, with :class:`sw_driver.Accelerator` over a :class:`~sw_driver.transport.Transport`,
+Conv (regular and depthwise) and Dense layers on the engine, 2x2 / stride 2 MaxPool layers
+on the device's pool (when its ``POOL_MAX_WIDTH`` register says it has one, for feature
+maps up to that wide) and Add layers on its residual-add unit; they differ only in the
+transport (the Verilator twin or the XDMA devices) and in whether the planner gets a time
+estimate. Layers are mapped onto the accelerator with exactly the fields the CPU provider
+gives the golden functions, so outputs are identical bit for bit (``tests/test_twin.py``,
+``tests/test_providers_sim.py``); everything else falls back with the reason.
+
+A Conv followed by a 2x2 MaxPool is run as two device passes: the hardware can fuse them
+(``Accelerator.conv2d(pool=True)``), but doing it from the session would hand the pool
+layer a tensor already pooled, which a fallback of that layer to another provider would
+pool again; not done yet.
 """
 
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
+
+from models.eltwise import add_multipliers
 
 from .. import graph as g
 from .. import planner
@@ -79,6 +88,37 @@ def _probe_input(layer):
     return np.zeros((1, cg * layer.groups, h, w), np.int8)
 
 
+#: The one window the device's max pool runs: (kernel, stride, padding).
+POOL_WINDOW = ((2, 2), (2, 2), (0, 0, 0, 0))
+
+
+def pool_refusal(layer, max_width, shape=None):
+    """Why a device whose pool takes feature maps up to ``max_width`` wide (its
+    ``POOL_MAX_WIDTH`` register; 0: no pool) cannot run MaxPool ``layer``, or None."""
+    if max_width < 2:
+        return (f"this device has no max pool (its POOL_MAX_WIDTH register reads "
+                f"{max_width})")
+    window = (tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding))
+    if window != POOL_WINDOW:
+        return (f"the device's max pool is 2x2, stride 2, no padding; not kernel "
+                f"{layer.kernel}, stride {layer.stride}, padding {layer.padding}")
+    if shape is not None and (len(shape) != 4 or not 2 <= shape[3] <= max_width
+                              or shape[2] < 2):
+        return (f"at input shape {list(shape)}: the device's max pool takes NCHW feature "
+                f"maps 2 to {max_width} wide (POOL_MAX_WIDTH) and at least 2 high")
+    return None
+
+
+def add_refusal(layer):
+    """Why the device's residual-add unit cannot run Add ``layer``, or None: its scales
+    must give the fixed-point multipliers of :func:`models.eltwise.add_multipliers`."""
+    try:
+        add_multipliers(layer.a_scale, layer.b_scale, layer.y_scale)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def engine_refusal(layer, config):
     """Why the engine of ``config`` cannot run ``layer`` at any input size, or None.
 
@@ -89,7 +129,7 @@ def engine_refusal(layer, config):
     buffer) is checked by the planner with the real shape (:func:`planner.device_work`).
     """
     if not isinstance(layer, (g.Conv, g.Dense)):
-        return f"the engine runs Conv and Dense, not {layer.op}"
+        return (f"the device runs Conv, Dense, 2x2 MaxPool and Add, not {layer.op}")
     weight = layer.weight if isinstance(layer, g.Conv) \
         else layer.weight.reshape(*layer.weight.shape, 1, 1)
     options = {} if isinstance(layer, g.Dense) else {
@@ -111,7 +151,8 @@ class _Run:
 
 
 class DeviceProvider(Provider):
-    """Runs Conv and Dense layers on the accelerator behind ``transport``.
+    """Runs Conv, Dense, 2x2 MaxPool and Add layers on the accelerator behind
+    ``transport`` (see the module docstring for what it refuses).
 
     Parameters
     ----------
@@ -154,6 +195,12 @@ class DeviceProvider(Provider):
     # ------------------------------------------------------------ the Provider interface
 
     def supports(self, layer, shape=None):
+        if isinstance(layer, g.MaxPool):
+            problem = pool_refusal(layer, self.accelerator.pool_max_width, shape)
+            return None if problem is None else Refusal(problem)
+        if isinstance(layer, g.Add):
+            problem = add_refusal(layer)
+            return None if problem is None else Refusal(problem)
         problem = engine_refusal(layer, self.config)
         if problem is None and shape is not None:
             try:
@@ -163,9 +210,10 @@ class DeviceProvider(Provider):
         return None if problem is None else Refusal(problem)
 
     def describe(self, layer):
-        kind = "depthwise Conv" if isinstance(layer, g.Conv) and layer.groups > 1 \
-            else layer.op
-        return f"{kind} on the {self.label}"
+        kind = {g.MaxPool: "2x2 MaxPool on the pool of", g.Add: "Add on the adder of"}.get(
+            type(layer), "depthwise Conv on" if isinstance(layer, g.Conv)
+            and layer.groups > 1 else f"{layer.op} on")
+        return f"{kind} the {self.label}"
 
     def estimate(self, layer, shape):
         """Modelled cycles and bytes of ``layer`` on ``shape``, without seconds: the twin's
@@ -180,6 +228,11 @@ class DeviceProvider(Provider):
             y, cycles = self._conv(layer, inputs[0])
         elif isinstance(layer, g.Dense):
             y, cycles = self._dense(layer, inputs[0])
+        elif isinstance(layer, g.MaxPool):
+            y = self.accelerator.max_pool2d(inputs[0], name=layer.name)
+            cycles = self.accelerator.last_counters.cycles
+        elif isinstance(layer, g.Add):
+            y, cycles = self._add(layer, inputs)
         else:
             raise ValueError(f"layer {layer.name!r}: {layer.op} does not run on the "
                              f"accelerator")
@@ -218,6 +271,13 @@ class DeviceProvider(Provider):
             x_zero_point=layer.x_zero_point, y_zero_point=layer.y_zero_point, lo=layer.lo,
             hi=layer.hi, stride=layer.stride, padding=layer.padding, groups=layer.groups,
             name=layer.name)
+        return y, self.accelerator.last_counters.cycles
+
+    def _add(self, layer, inputs):
+        b = inputs[1] if layer.constant is None else layer.constant
+        y = self.accelerator.add(inputs[0], layer.a_scale, layer.a_zero_point, b,
+                                 layer.b_scale, layer.b_zero_point, layer.y_scale,
+                                 layer.y_zero_point, layer.lo, layer.hi, name=layer.name)
         return y, self.accelerator.last_counters.cycles
 
     def _dense(self, layer, x):

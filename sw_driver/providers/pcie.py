@@ -1,4 +1,4 @@
-"""The "pcie" provider: Conv and Dense layers on a Tessera accelerator behind Xilinx XDMA.
+"""The "pcie" provider: Tessera's layers on a Tessera accelerator behind Xilinx XDMA.
 
 The card is found at the device prefix given, else ``$TESSERA_XDMA``, else ``/dev/xdma0``
 (``<prefix>_user``, ``<prefix>_h2c_0``, ``<prefix>_c2h_0``). When the device files do not
@@ -28,7 +28,8 @@ DEFAULT_CLOCK_HZ = 150e6
 
 
 class PCIeProvider(DeviceProvider):
-    """Runs Conv (incl. depthwise) and Dense layers on the card, bit-identical to "cpu".
+    """Runs Conv (incl. depthwise), Dense, 2x2 MaxPool and Add layers on the card,
+    bit-identical to "cpu" (see :mod:`.device`).
 
     Parameters
     ----------

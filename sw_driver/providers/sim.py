@@ -1,4 +1,4 @@
-"""The "sim" provider: Conv and Dense layers on the Verilator twin of the accelerator.
+"""The "sim" provider: Tessera's layers on the Verilator twin of the accelerator.
 
 The twin (``sim/twin.py``, ``docs/twin.md``) is the whole accelerator compiled by
 Verilator, behind the same Transport as a board, so this provider runs exactly the driver
@@ -24,8 +24,8 @@ DEFAULT_CONFIG = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=1
 
 
 class SimProvider(DeviceProvider):
-    """Runs Conv (incl. depthwise) and Dense layers on a Verilator twin, bit-identical to
-    the "cpu" provider; other layers fall back to the next provider.
+    """Runs Conv (incl. depthwise), Dense, 2x2 MaxPool and Add layers on a Verilator twin,
+    bit-identical to the "cpu" provider; other layers fall back to the next provider.
 
     Parameters
     ----------
