@@ -22,6 +22,7 @@ help:
 	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
 	@echo "make bench                     benchmarks into bench/results/*.json"
 	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
+	@echo "     [RAY=1|host:port]         ... as Ray tasks, local or on a cluster (docs/ray.md)"
 	@echo "make lint                      ruff"
 	@echo "make clean                     remove build/ and bench results"
 	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
@@ -55,10 +56,11 @@ bench: setup
 
 # 10**4 random layer configurations through every provider against the golden models and
 # onnxruntime (bench/results/soak.json); ONLY=4711 repeats one case and prints it in full.
+# RAY=1 runs it on a local Ray, RAY=host:port on that cluster (docs/ray.md).
 .PHONY: soak
 soak: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) soak --seed $(SEED) --count $(or $(COUNT),10000) \
-	  $(if $(ONLY),--only $(ONLY))
+	  $(if $(ONLY),--only $(ONLY)) $(if $(RAY),--ray $(filter-out 1,$(RAY)))
 
 demo: setup
 	$(TESSERA) demo
