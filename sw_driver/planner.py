@@ -325,6 +325,11 @@ def _output_shape(layer, shapes):
     return tuple(x)  # Add, Quantize, Dequantize, Softmax keep the shape
 
 
+def infer_layer_shape(layer, input_shape):
+    """The output shape of ``layer`` (one input) on ``input_shape``."""
+    return tuple(int(d) for d in _output_shape(layer, [tuple(input_shape)]))
+
+
 def infer_shapes(graph, batch):
     """Tensor name -> shape for every tensor whose shape follows from the model's inputs.
 

@@ -91,7 +91,10 @@ def test_digits_identical_to_cpu(sim):
     (got,) = session.run(None, {"input": x})
     assert_identical(got, want, "digits, 32 test images")
     for entry in session.profile():
-        if entry["provider"] == "sim":
+        if entry["layer"] == "pool1":  # computed in conv1's pass
+            assert (entry["provider"], entry["cycles"], entry["bytes"]) == ("sim", 0, 0)
+            assert "fused into 'conv1'" in entry["reason"], entry
+        elif entry["provider"] == "sim":
             assert entry["cycles"] > 0 and entry["bytes"] > 0, entry
             assert "Verilator twin" in entry["reason"], entry
         else:
@@ -112,6 +115,29 @@ def test_test_models_identical_to_cpu(sim, built, name, batch, seed):
     assert _on(session, "sim") == accelerated, what
     (got,) = session.run(None, {"x": x})
     assert_identical(got, want, what)
+
+
+@pytest.mark.slow
+def test_fused_pool_falling_back_gets_the_full_conv_output(sim, monkeypatch):
+    """conv1 runs fused with pool1; when pool1 then fails on the device and falls back to
+    the CPU, the CPU is given conv1's whole output (the golden model's), not the pooled."""
+    from sw_driver.errors import DeviceError
+
+    _, _, x, _ = load_digits_split()
+    (want,) = InferenceSession(DIGITS_QDQ, providers=["cpu"]).run(None, {"input": x[:3]})
+    session = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
+    real = sim.run
+
+    def pool_fails(layer, inputs):
+        if layer.name == "pool1":
+            raise DeviceError("stand-in fault on pool1")
+        return real(layer, inputs)
+
+    monkeypatch.setattr(sim, "run", pool_fails)
+    (got,) = session.run(None, {"input": x[:3]})
+    assert_identical(got, want, "digits, pool1 fused then fallen back")
+    profile = {entry["layer"]: entry for entry in session.profile()}
+    assert profile["pool1"]["provider"] == "cpu" and profile["conv1"]["provider"] == "sim"
 
 
 @pytest.mark.slow
@@ -162,11 +188,20 @@ def test_refused_layers_fall_back_with_a_reason(sim, built, seed):
 
 
 @pytest.mark.slow
-def test_cycle_model_matches_the_twin(sim):
-    """The planner's cycles are within 10 % of the twin's PERF_CYCLES, layer by layer."""
+def test_cycle_model_matches_the_twin(sim, monkeypatch):
+    """The planner's cycles are within 10 % of the twin's PERF_CYCLES, layer by layer (as
+    the planner counts them: a Conv and its MaxPool as two passes)."""
     _, _, x, _ = load_digits_split()
+    fused = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
+    fused.run(None, {"input": x[:4]})
+    monkeypatch.setattr(sim, "fuse", False)
     session = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
     session.run(None, {"input": x[:4]})
+    moved = {e["layer"]: e["bytes"] for e in session.profile()}
+    # Fused, conv1 returns its 4x16x8x8 output pooled (a quarter: 3072 bytes fewer), and
+    # pool1's round trip is gone.
+    fused_moved = {e["layer"]: e["bytes"] for e in fused.profile()}
+    assert (fused_moved["conv1"], fused_moved["pool1"]) == (moved["conv1"] - 3072, 0)
     layers = {layer.name: layer for layer in session.graph.layers}
     shapes = {"conv1": (4, 1, 8, 8), "pool1": (4, 16, 8, 8), "conv2": (4, 16, 4, 4),
               "fc": (4, 32)}

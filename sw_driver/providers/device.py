@@ -9,12 +9,11 @@ estimate. Layers are mapped onto the accelerator with exactly the fields the CPU
 gives the golden functions, so outputs are identical bit for bit (``tests/test_twin.py``,
 ``tests/test_providers_sim.py``); everything else falls back with the reason.
 
-A Conv followed by a 2x2 MaxPool is run as two device passes: the hardware can fuse them
-(``Accelerator.conv2d(pool=True)``), but doing it from the session would hand the pool
-layer a tensor already pooled, which a fallback of that layer to another provider would
-pool again; not done yet.
+A Conv whose only reader is a 2x2 MaxPool on the same device runs fused with it, in one
+pass per band (:mod:`.fusion`, decided in :meth:`DeviceProvider.prepare`).
 """
 
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -29,6 +28,7 @@ from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError
 from ..transport.base import Transport, TransportError
 from .base import Concurrency, Cost, Provider, Refusal
+from .fusion import POOL_WINDOW, PooledConvOutput, fusable_pairs
 
 __all__ = ["CountingTransport", "DeviceProvider", "engine_refusal"]
 
@@ -88,10 +88,6 @@ def _probe_input(layer):
     return np.zeros((1, cg * layer.groups, h, w), np.int8)
 
 
-#: The one window the device's max pool runs: (kernel, stride, padding).
-POOL_WINDOW = ((2, 2), (2, 2), (0, 0, 0, 0))
-
-
 def pool_refusal(layer, max_width, shape=None):
     """Why a device whose pool takes feature maps up to ``max_width`` wide (its
     ``POOL_MAX_WIDTH`` register; 0: no pool) cannot run MaxPool ``layer``, or None."""
@@ -148,6 +144,7 @@ def engine_refusal(layer, config):
 class _Run:
     cycles: int
     bytes: int
+    fused: bool = False  # a MaxPool computed in its Conv's pass
 
 
 class DeviceProvider(Provider):
@@ -171,6 +168,10 @@ class DeviceProvider(Provider):
     #: A layer is a self-contained sequence of passes (nothing stays on the device after
     #: it), so threads take turns layer by layer.
     concurrency = Concurrency.PER_LAYER
+    #: Fuse a Conv with the 2x2 MaxPool that alone reads it (:mod:`.fusion`); set False
+    #: before creating a session to run them as two passes (the planner's per-layer
+    #: estimates count them so).
+    fuse = True
 
     def __init__(self, transport, *, where):
         self.where = where
@@ -183,6 +184,8 @@ class DeviceProvider(Provider):
                 f"provider {self.name!r}: no Tessera accelerator at {where}: {exc}") from exc
         self.config = self.accelerator.config
         self._runs = weakref.WeakKeyDictionary()  # layer -> its last _Run, for the profile
+        self._fused = weakref.WeakKeyDictionary()  # conv -> the MaxPool fused with it
+        self._fused_lock = threading.Lock()  # sessions are created while others run
 
     @property
     def label(self):
@@ -224,7 +227,14 @@ class DeviceProvider(Provider):
 
     def run(self, layer, inputs):
         before = self.transport.moved
-        if isinstance(layer, g.Conv):
+        fused = self._fused_conv(layer, inputs[0])
+        if fused is not None:
+            y, cycles = fused
+        elif isinstance(layer, g.MaxPool) and isinstance(inputs[0], PooledConvOutput) \
+                and inputs[0].pool is layer:
+            self._runs[layer] = _Run(0, 0, fused=True)  # computed in the Conv's pass
+            return inputs[0].pooled
+        elif isinstance(layer, g.Conv):
             y, cycles = self._conv(layer, inputs[0])
         elif isinstance(layer, g.Dense):
             y, cycles = self._dense(layer, inputs[0])
@@ -238,6 +248,43 @@ class DeviceProvider(Provider):
                              f"accelerator")
         self._runs[layer] = _Run(cycles, self.transport.moved - before)
         return y
+
+    def prepare(self, placement, outputs):
+        """Fuse each Conv with the 2x2 MaxPool that alone reads it, both on this device
+        (:func:`~.fusion.fusable_pairs`)."""
+        pairs = fusable_pairs(placement, outputs, self) if self.fuse else {}
+        mine = {layer for layer, provider in placement if provider is self}
+        with self._fused_lock:
+            for layer in [conv for conv in self._fused if conv in mine]:
+                del self._fused[layer]
+            self._fused.update(pairs)
+
+    def _fused_conv(self, layer, x):
+        """``(PooledConvOutput, cycles)`` when ``layer`` is fused with its MaxPool and the
+        pool takes its output for input ``x``; else None (it runs unfused)."""
+        with self._fused_lock:
+            pool = self._fused.get(layer)
+        if pool is None or not isinstance(x, np.ndarray) or x.ndim != 4:
+            return None
+        shape = planner.infer_layer_shape(layer, x.shape)
+        if not (2 <= shape[3] <= self.accelerator.pool_max_width and shape[2] >= 2):
+            return None
+        try:
+            y, cycles = self._conv(layer, x, pool=True)
+        except ValueError:  # bands of an even row count do not fit the buffer
+            return None
+        return PooledConvOutput(y, layer, pool, x, shape), cycles
+
+    def finish_profile(self, profile):
+        """Say in the reason of each MaxPool that ran inside its Conv's pass."""
+        with self._fused_lock:
+            fused = {pool.name: (pool, conv) for conv, pool in self._fused.items()}
+        for entry in profile:
+            pool, conv = fused.get(entry["layer"], (None, None))
+            run = self._runs.get(pool) if pool is not None else None
+            if entry["provider"] == self.name and run is not None and run.fused:
+                entry["reason"] += (f"; fused into {conv.name!r}'s device pass (the "
+                                    f"engine's 2x2 max pool after requantization)")
 
     def bytes_moved(self, layer, inputs, output):
         run = self._runs.get(layer)
@@ -263,14 +310,14 @@ class DeviceProvider(Provider):
 
     # ------------------------------------------------------------ layers
 
-    def _conv(self, layer, x):
+    def _conv(self, layer, x, pool=False):
         # The fields the CPU provider gives models.conv.conv2d and models.requant.requantize;
         # keyword arguments only, so options added to Accelerator.conv2d keep defaults.
         y = self.accelerator.conv2d(
             x, layer.weight, layer.bias, layer.multiplier, layer.shift,
             x_zero_point=layer.x_zero_point, y_zero_point=layer.y_zero_point, lo=layer.lo,
             hi=layer.hi, stride=layer.stride, padding=layer.padding, groups=layer.groups,
-            name=layer.name)
+            pool=pool, name=layer.name)
         return y, self.accelerator.last_counters.cycles
 
     def _add(self, layer, inputs):
