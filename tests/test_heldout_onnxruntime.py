@@ -18,33 +18,12 @@ import onnx
 import pytest
 import qdq_models
 
+from bench.soak.ties import NEAR_TIE, average_pool_real, distance_from_tie
 from sw_driver import InferenceSession
 from sw_driver.providers.cpu import CPUProvider
 
 SEEDS = (0, 1, 2)
 BATCH = 4
-NEAR_TIE = 1e-3
-
-
-def _pool_mean_lsb(layer, x):
-    """The real average of each window in output LSB (zero point excluded), float64."""
-    kh, kw = layer.kernel
-    sh, sw = layer.stride
-    top, left, bottom, right = layer.padding
-    n, c, h, w = x.shape
-    xp = np.pad(x.astype(np.int64) - layer.x_zero_point,
-                ((0, 0), (0, 0), (top, bottom), (left, right)))
-    inside = np.pad(np.ones((h, w)), ((top, bottom), (left, right)))
-    oh, ow = (h + top + bottom - kh) // sh + 1, (w + left + right - kw) // sw + 1
-    ratio = np.float64(layer.x_scale) / np.float64(layer.y_scale)
-    real = np.empty((n, c, oh, ow))
-    for i in range(oh):
-        for j in range(ow):
-            rows, cols = slice(i * sh, i * sh + kh), slice(j * sw, j * sw + kw)
-            count = kh * kw if layer.count_include_pad else inside[rows, cols].sum()
-            total = xp[:, :, rows, cols].sum(axis=(2, 3))
-            real[:, :, i, j] = total / count if ratio == 1 else total * ratio / count
-    return real
 
 
 def _exposed(path, names, tmp_path):
@@ -82,8 +61,7 @@ def test_every_layer_matches_unfused_onnxruntime(name, seed, tmp_path):
         diff = np.abs(ours.astype(np.int64) - theirs.astype(np.int64))
         allowed = np.zeros(diff.shape, dtype=bool)
         if layer.op == "AveragePool":
-            real = _pool_mean_lsb(layer, inputs[0])
-            allowed = np.abs(real - np.floor(real) - 0.5) <= NEAR_TIE
+            allowed = distance_from_tie(average_pool_real(layer, inputs[0])) <= NEAR_TIE
         bad = np.argwhere((diff > 1) | ((diff == 1) & ~allowed))
         assert not bad.size, (
             f"{what}: {len(bad)} of {diff.size} elements differ away from a rounding tie; "

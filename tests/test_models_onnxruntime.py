@@ -33,10 +33,12 @@ from onnxruntime.quantization import (
 from qdq_models import CALIBRATION_BATCHES, IR_VERSION, OPSET
 
 from bench.ort_cpu import fused_int8_gemm_is_exact
+from bench.soak.ties import NEAR_TIE, average_pool_real, distance_from_tie
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.eltwise import add
 from models.pool import avg_pool2d, global_avg_pool, max_pool2d
 from models.requant import activation_range, quantize_multiplier, requantize
+from sw_driver import graph as g
 
 # "fused": what onnxruntime really runs (integer kernels); "unfused": the QDQ float
 # reference (DequantizeLinear -> float op -> QuantizeLinear).
@@ -44,18 +46,12 @@ LEVELS = {
     "fused": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     "unfused": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
-#: How close (in output LSB) the real value must be to ``k + 1/2`` for onnxruntime's float32
-#: arithmetic to be allowed to round it the other way. Its float32 errors are below 1e-4
-#: LSB on these layers; 1e-3 leaves a margin and still rejects every ordinary difference.
-NEAR_TIE = 1e-3
-
-
 def _near_ties(real):
     """Where the unrounded real output (in LSB, zero point excluded) is within NEAR_TIE of a
     tie ``k + 1/2``. None (an exact op such as max pooling) means nowhere."""
     if real is None:
         return False
-    return np.abs(real - np.floor(real) - 0.5) <= NEAR_TIE
+    return distance_from_tie(real) <= NEAR_TIE
 
 
 def _compare(actual, expected, *, real, what):
@@ -385,24 +381,12 @@ def test_avg_pool_matches_onnxruntime(case, tmp_path):
 
 
 def _avg_pool_real(xq, zx, x_scale, y_scale, kernel, stride, pads, count_include_pad):
-    """``sum(x - zx) * x_scale / (count * y_scale)`` per window, in float64 (the real mean
-    in output LSB; exact ties stay exact when the two scales are equal)."""
-    n, c, h, w = xq.shape
-    top, left, bottom, right = pads
-    xp = np.pad(xq.astype(np.int64) - zx, ((0, 0), (0, 0), (top, bottom), (left, right)))
-    inside = np.pad(np.ones((h, w), dtype=np.int64), ((top, bottom), (left, right)))
-    oh = (h + top + bottom - kernel) // stride + 1
-    ow = (w + left + right - kernel) // stride + 1
-    real = np.zeros((n, c, oh, ow))
-    ratio = np.float64(x_scale) / np.float64(y_scale)
-    for i in range(oh):
-        for j in range(ow):
-            rows = slice(i * stride, i * stride + kernel)
-            cols = slice(j * stride, j * stride + kernel)
-            total = xp[:, :, rows, cols].sum(axis=(2, 3))
-            count = kernel * kernel if count_include_pad else int(inside[rows, cols].sum())
-            real[:, :, i, j] = total / count if ratio == 1 else total * ratio / count
-    return real
+    """The real mean of each window in output LSB (``bench.soak.ties.average_pool_real`` on
+    the layer these parameters describe)."""
+    layer = g.AveragePool("pool", ("x",), "y", kernel=(kernel, kernel), stride=(stride, stride),
+                          padding=tuple(pads), count_include_pad=bool(count_include_pad),
+                          x_scale=float(x_scale), x_zero_point=zx, y_scale=float(y_scale))
+    return average_pool_real(layer, xq)
 
 
 def _qdq_by_hand(op, attrs, x_params, y_params, x_shape):

@@ -20,14 +20,10 @@ import numpy as np
 from .cases import draw_case
 from .golden import golden_output
 from .onnx_reference import onnxruntime_output
-from .ties import tie_distance
+from .ties import NEAR_TIE, tie_distance
 
-__all__ = ["NEAR_TIE", "BackendOutcome", "CaseResult", "OnnxruntimeComparison",
+__all__ = ["BackendOutcome", "CaseResult", "OnnxruntimeComparison",
            "compare_outputs", "repro_command", "run_case", "run_cases"]
-
-#: How close to a tie ``k + 1/2`` (in output LSB) an onnxruntime difference may be to count
-#: as float32 rounding; the same margin as tests/test_models_onnxruntime.py.
-NEAR_TIE = 1e-3
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import re
 from collections import Counter
 
 from .cases import KINDS
-from .runner import NEAR_TIE, repro_command
+from .runner import repro_command
+from .ties import NEAR_TIE
 
 __all__ = ["STATUSES", "Tally"]
 
