@@ -28,6 +28,7 @@ import onnxruntime as ort
 from bench.common import metric, write_results
 from bench.ort_cpu import cpu_features, fused_int8_gemm_is_exact
 from models.zoo import DIGITS_QDQ, digits, random_models
+from models.zoo.reference import onnxruntime_session
 from sw_driver import InferenceSession
 
 SEED = 17
@@ -35,15 +36,6 @@ SAMPLES = 256
 TWIN_SAMPLES = 16  # the twin simulates every cycle: a few images are enough for agreement
 TARGET_EXACT = 0.999
 TARGET_WITHIN_1 = 1.0
-
-
-def _onnxruntime(path, optimized):
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def _models(tmp):
@@ -77,8 +69,8 @@ def main():
             name = session.get_inputs()[0].name
             last = session.graph.layers[-1]
             scale = last.scale if last.op == "Dequantize" else 1 / 256
-            (reference,) = _onnxruntime(path, optimized=False).run(None, {name: x})
-            (fused,) = _onnxruntime(path, optimized=True).run(None, {name: x})
+            (reference,) = onnxruntime_session(path).run(None, {name: x})
+            (fused,) = onnxruntime_session(path, optimized=True).run(None, {name: x})
             results = {"onnxruntime_fused": _agreement(fused, reference, scale)}
             for runner, providers, samples in _runners():
                 try:

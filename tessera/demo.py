@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.zoo.reference import onnxruntime_session
+
 __all__ = ["DemoResult", "accumulate", "onnxruntime_outputs", "run_session"]
 
 
@@ -48,12 +50,7 @@ class DemoResult:
 
 def onnxruntime_outputs(path, x):
     """Outputs of ``path`` on ``x`` with onnxruntime's CPU provider (one thread)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = onnxruntime_session(path, optimized=True)
     return session.run(None, {session.get_inputs()[0].name: x})[0]
 
 

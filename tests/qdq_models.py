@@ -8,7 +8,6 @@ import logging
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import (
     CalibrationDataReader,
@@ -16,6 +15,8 @@ from onnxruntime.quantization import (
     QuantType,
     quantize_static,
 )
+
+from models.zoo.reference import onnxruntime_session
 
 OPSET = 13
 IR_VERSION = 8  # onnx writes a newer IR than this onnxruntime loads; 8 covers opset 13
@@ -188,11 +189,4 @@ def ort_session(model, optimized=False):
     ``optimized=True`` is onnxruntime's own default, which fuses QDQ groups into int8
     kernels whose results depend on the CPU (``bench.ort_cpu``).
     """
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    if not optimized:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    data = model if isinstance(model, bytes) else open(model, "rb").read()
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+    return onnxruntime_session(model, optimized=optimized)

@@ -12,9 +12,9 @@ output, which is the reference the golden models are compared with.
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from models.zoo.reference import onnxruntime_session
 from sw_driver import graph as g
 from sw_driver.planner import infer_shapes
 
@@ -167,19 +167,9 @@ def qdq_model(case, float_io=False):
                              ir_version=IR_VERSION)
 
 
-def _session_options():
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    return options
-
-
 def onnxruntime_output(case):
     """The int8 output onnxruntime gives for ``case`` with graph optimizations off."""
-    session = ort.InferenceSession(qdq_model(case).SerializeToString(), _session_options(),
-                                   providers=["CPUExecutionProvider"])
+    session = onnxruntime_session(qdq_model(case))
     feeds = {name: array for name, array, _ in _activation_inputs(case)}
     (y,) = session.run(["y"], feeds)
     return y

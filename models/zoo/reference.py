@@ -1,4 +1,5 @@
-"""onnxruntime's post-training quantizer, as the zoo's reference QDQ path.
+"""onnxruntime as the reference: its post-training quantizer for the zoo's QDQ path, and
+the session every comparison and benchmark runs a model in.
 
 The zoo's QDQ models come from ``onnxruntime.quantization.quantize_static`` (QDQ format,
 per-channel QInt8 weights, QInt8 activations, MinMax calibration): the form Tessera's importer
@@ -9,7 +10,30 @@ import logging
 import tempfile
 from pathlib import Path
 
-__all__ = ["quantize_with_onnxruntime"]
+__all__ = ["onnxruntime_session", "quantize_with_onnxruntime"]
+
+
+def onnxruntime_session(model, *, optimized=False, threads=1):
+    """A quiet onnxruntime CPU session for ``model`` (path, bytes or ``ModelProto``).
+
+    ``optimized=False`` turns graph optimizations off (DequantizeLinear -> float op ->
+    QuantizeLinear): the QDQ reference, the same on every CPU. ``optimized=True`` is
+    onnxruntime's own default, which fuses QDQ groups into int8 kernels whose results
+    depend on the CPU (``bench.ort_cpu``). ``threads`` is the intra-op thread count.
+    """
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    if not optimized:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if hasattr(model, "SerializeToString"):
+        model = model.SerializeToString()
+    elif not isinstance(model, bytes):
+        model = str(model)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def quantize_with_onnxruntime(float_path, qdq_path, calibration, input_name="input",
