@@ -28,6 +28,7 @@ help:
 	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
 	@echo "make quantize [MODEL=x.onnx] [CALIB=digits|x.npy] [METHOD=minmax] [OUT=y.onnx]"
 	@echo "make zoo / make zoo-digits     random zoo models into build/zoo / retrain the digits CNN"
+	@echo "make zoo-vit / make zoo-rnn    retrain the digits ViT / row GRU (docs/zoo.md)"
 	@echo "make serve [CONFIG=x.toml]     KServe v2 inference server on 127.0.0.1 (docs/serving.md)"
 
 setup: $(STAMP)
@@ -81,7 +82,7 @@ CALIB      ?= digits
 METHOD     ?= minmax
 OUT        ?= build/zoo/digits_tessera_qdq.onnx
 
-.PHONY: run quantize zoo zoo-digits
+.PHONY: run quantize zoo zoo-digits zoo-vit zoo-rnn
 
 run: setup
 	$(TESSERA) run $(or $(MODEL),$(DIGITS_QDQ)) $(if $(BACKEND),--providers $(BACKEND)) \
@@ -98,6 +99,12 @@ zoo: setup
 
 zoo-digits: setup
 	$(TESSERA) zoo --digits
+
+zoo-vit: setup
+	$(TESSERA) zoo --vit
+
+zoo-rnn: setup
+	$(TESSERA) zoo --rnn
 
 # -- serving: KServe v2 over HTTP on 127.0.0.1 (docs/serving.md) ----------------------------
 # `make serve` alone serves the shipped digits model for two demo tenants on port 8000.

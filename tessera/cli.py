@@ -559,8 +559,18 @@ def _digits_report(float_path, qdq_path):
 def cmd_zoo(args):
     from models.zoo import digits, random_models
 
-    if args.digits:
-        paths = digits.export(verbose=True)
+    if args.digits or args.vit or args.rnn:
+        paths = []
+        if args.digits:
+            paths += digits.export(verbose=True)
+        if args.vit:
+            from models.zoo import vit
+
+            paths += vit.export(verbose=True)
+        if args.rnn:
+            from models.zoo import rowrnn
+
+            paths += rowrnn.export(verbose=True)
     else:
         paths = [p for name in random_models.MODELS for p in random_models.build(name,
                                                                                  args.out)]
@@ -636,6 +646,10 @@ def _add_runtime_commands(sub):
     p.add_argument("--out", default="build/zoo")
     p.add_argument("--digits", action="store_true",
                    help="instead retrain the digits CNN and rewrite models/zoo/digits_*.onnx")
+    p.add_argument("--vit", action="store_true",
+                   help="instead retrain the digits ViT: models/zoo/vit_*.onnx, vit.json")
+    p.add_argument("--rnn", action="store_true",
+                   help="instead retrain the row GRU: models/zoo/rowgru_*.onnx, rowgru.json")
     p.set_defaults(func=cmd_zoo)
 
     p = sub.add_parser("serve", help="KServe v2 inference server on 127.0.0.1 for the models "
