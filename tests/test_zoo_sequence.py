@@ -187,3 +187,25 @@ def test_export_writes_float_qdq_and_record(tmp_path, split):
     (logits,) = onnxruntime_session(qdq_path).run(None, {"input": x_test})
     assert record["qdq_accuracy"] == digits.accuracy(logits, y_test)
     assert _ops(onnx.load(float_path)) == FLOAT_OPS["rowgru"]
+
+
+@pytest.mark.parametrize(("flag", "name"), [("--vit", "vit"), ("--rnn", "rowgru")])
+def test_cli_zoo_flag_retrains_that_model(flag, name, monkeypatch, tmp_path):
+    """``tessera zoo --vit`` / ``--rnn`` (``make zoo-vit`` / ``zoo-rnn``) call that model's
+    export and nothing else; the export is replaced here so no training runs."""
+    from tessera.cli import main
+
+    called = []
+
+    def fake_export(module):
+        def export(verbose=False):
+            called.append(module)
+            path = tmp_path / f"{module}.onnx"
+            path.write_bytes(b"x")
+            return (path,)
+        return export
+
+    for module, key in ((vit, "vit"), (rowrnn, "rowgru"), (digits, "digits")):
+        monkeypatch.setattr(module, "export", fake_export(key))
+    assert main(["zoo", flag]) == 0
+    assert called == [name]
