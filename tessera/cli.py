@@ -601,6 +601,44 @@ def cmd_serve(args):
     return 0
 
 
+def cmd_loadtest(args):
+    import json
+
+    from tessera.serve import ServeConfigError, load_config
+    from tessera.serve.loadtest import parse_load, run_loadtest
+
+    try:
+        config = load_config(args.config)
+        result = run_loadtest(config, [parse_load(t) for t in args.tenant], url=args.url,
+                              duration=args.duration, max_requests=args.max_requests,
+                              images=args.images, seed=args.seed, binary=not args.json)
+    except (ServeConfigError, RuntimeError, OSError) as exc:
+        _print_error(exc)
+        return 2
+    table = Table(title=f"load test of {result['url']} ({result['seconds']:.1f} s)")
+    for column in ("tenant", "sent", "answered", "by status", "req/s", "p50 ms", "p99 ms",
+                   "p99.9 ms", "SLO att.", "lost", "wrong"):
+        table.add_column(column)
+    for t in result["tenants"]:
+        def ms(v):
+            return "-" if v is None else f"{v:.2f}"
+        table.add_row(t["tenant"], str(t["sent"]), str(t["answered"]),
+                      " ".join(f"{k}:{v}" for k, v in t["by_status"].items()),
+                      f"{t['throughput']:.1f}", ms(t["latency_p50_ms"]),
+                      ms(t["latency_p99_ms"]), ms(t["latency_p999_ms"]),
+                      "-" if t["slo_attainment"] is None else f"{t['slo_attainment']:.4f}",
+                      str(t["lost"]), str(t["wrong"]))
+    console.print(table)
+    for model, p in result["predictors"].items():
+        console.print(f"predictor {model}: p50 error {p['prediction_error_p50']}, p95 "
+                      f"{p['prediction_error_p95']} over {p['runs_measured']} runs")
+    if args.out:
+        with open(args.out, "w") as sink:
+            json.dump(result, sink, indent=2)
+        console.print(f"wrote {args.out}")
+    return 1 if any(t["lost"] or t["wrong"] for t in result["tenants"]) else 0
+
+
 def _add_runtime_commands(sub):
     p = sub.add_parser("run", help="run an int8 QDQ model on Tessera's providers, profiled")
     p.add_argument("model", help="QDQ ONNX model")
@@ -657,6 +695,23 @@ def _add_runtime_commands(sub):
     p.add_argument("--config", required=True, help="serve configuration (TOML)")
     p.add_argument("--port", type=int, help="override the file's [server] port")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("loadtest", help="Poisson or closed-loop traffic from a serve config's "
+                                        "tenants to a server on 127.0.0.1, answers checked")
+    p.add_argument("--config", required=True, help="the server's configuration (TOML)")
+    p.add_argument("--tenant", action="append", required=True,
+                   help="NAME=RATE (Poisson requests/s) or NAME=cN (N closed-loop clients); "
+                        "repeat per tenant")
+    p.add_argument("--url", help="server (loopback only; default: the config's host:port)")
+    p.add_argument("--duration", type=float, default=10.0,
+                   help="seconds of traffic (default %(default)s)")
+    p.add_argument("--max-requests", type=int, default=10_000,
+                   help="requests per tenant at most (default %(default)s)")
+    p.add_argument("--images", type=int, default=1, help="images per request (default 1)")
+    p.add_argument("--json", action="store_true", help="JSON tensors instead of binary")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="write the figures as JSON here")
+    p.set_defaults(func=cmd_loadtest)
 
 
 def _add_ray_argument(parser, what):

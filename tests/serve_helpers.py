@@ -1,5 +1,9 @@
 """Shared pieces of the serving tests: a two-tenant config on the shipped digits model."""
 
+import contextlib
+import socket
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -74,3 +78,31 @@ class FakeClock:
 
     def __call__(self):
         return self.now
+
+
+#: Seconds any single wait on a live server may take.
+TIMEOUT = 30
+
+
+@contextlib.contextmanager
+def running(app):
+    """``app`` served by uvicorn in a thread on 127.0.0.1; yields its base URL."""
+    import uvicorn  # the serving extra: only the tests that serve import it
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(TIMEOUT)
+        sock.close()
+        assert not thread.is_alive(), "server did not stop"

@@ -245,7 +245,17 @@ def test_predictor_interpolates_between_measured_sizes():
     assert predictor.predict(1) == pytest.approx(0.010)  # below: the smallest size's time
     assert predictor.predict(16) == pytest.approx(0.044)  # above: scaled by N
     predictor.observe(2, 0.010, 0.020)
-    assert predictor.predict(2) == pytest.approx(0.8 * 0.010 + 0.2 * 0.020)
+    assert predictor.predict(2) == pytest.approx(0.015)  # median of 10 and 20 ms
+    predictor.observe(2, 0.015, 0.200)  # one slow run does not move the median far
+    assert predictor.predict(2) == pytest.approx(0.020)
+    # Runs of 10, 20, 200 ms around their median 20: errors 1.0, 0, 0.9; the p95 is 1.0.
+    assert predictor.spread(2) == pytest.approx(1.0)
+    for _ in range(20):
+        predictor.observe(2, 0.020, 0.012)
+    assert predictor.predict(2) == pytest.approx(0.012)  # the last WINDOW runs only
+    stats = admission.stats("m")["prediction_error_by_images"]
+    assert stats["2"]["runs"] == 23 and stats["8"]["runs"] == 1
+    assert stats["8"]["p50"] == pytest.approx((0.022 - 0.016) / 0.022)
 
 
 def test_device_queue_starts_higher_priority_first():

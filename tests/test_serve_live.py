@@ -1,13 +1,11 @@
 """`tessera serve` for real: uvicorn on 127.0.0.1 (ephemeral port), a bounded two-tenant
 load, and the CLI started and stopped. Every wait is bounded; nothing leaves loopback."""
 
-import contextlib
 import json
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -15,7 +13,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
-import uvicorn
 
 from sw_driver import InferenceSession
 from tessera.serve import load_config
@@ -28,32 +25,11 @@ from tests.serve_helpers import (
     digits_input,
     json_request,
     output_array,
+    running,
     write_config,
 )
 
 TIMEOUT = 30  # seconds, any single wait
-
-
-@contextlib.contextmanager
-def running(app):
-    """``app`` served by uvicorn in a thread on 127.0.0.1; yields its base URL."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(TIMEOUT)
-        sock.close()
-        assert not thread.is_alive(), "server did not stop"
 
 
 def post(url, body, headers):

@@ -2,16 +2,23 @@
 
 Per model, the predicted time of a request of ``N`` images starts as ``N`` times the
 planner's per-layer estimates at batch 1 (the cheapest timed estimate of each layer, as the
-planner chooses; layers without one count 0); once runs are measured, it is the moving
-average of the measured times at that ``N``, interpolated between the sizes seen (see
+planner chooses; layers without one count 0); once runs are measured, it is the median of
+the last measured times at that ``N``, interpolated between the sizes seen (see
 :class:`_Predictor`). Each device's queue
 (:class:`~tessera.serve.queueing.DeviceQueue`) starts waiting runs by priority, so a
 request's predicted latency is the predicted work running or waiting at its priority or a
 higher one, divided by the device's workers, plus its own time. A tenant with an SLO is
 refused (the caller answers 503 with ``Retry-After``) when that exceeds its SLO; a
-best-effort tenant (no SLO) is always admitted.
+best-effort tenant (no SLO) is always admitted. An admitted request's deadline (the latest
+start that still meets its SLO) orders it within its priority class.
+
+With dynamic batching a waiting request is counted at its share of a full batch
+(``predict(max_batch) / max_batch`` per image), and a batch that starts counts once, at the
+predicted time of all its images: counting each request's time alone overstated the work
+ahead of a request, and the prediction of a batch, by up to ``max_batch`` times.
 """
 
+import statistics
 from dataclasses import dataclass
 
 from .config import PRIORITIES
@@ -19,8 +26,12 @@ from .queueing import DeviceQueue, QueueFull
 
 __all__ = ["Admission", "Refusal", "planner_seconds_per_image"]
 
-#: Weight of the newest measurement in each moving average of measured seconds.
-EWMA_ALPHA = 0.2
+#: Measured runs per size whose median is the prediction: a median, not a moving average,
+#: because on a shared machine a run now and then takes 10x its usual time, and an average
+#: carried each such outlier into the next predictions (bench/bench_serve.py).
+WINDOW = 15
+#: Runs kept per size for the error figures.
+HISTORY = 1000
 #: Request sizes (images) with their own average; others are interpolated.
 MAX_SIZES = 64
 
@@ -44,16 +55,18 @@ class Refusal:
 
 
 class _Predictor:
-    """Seconds of a run of ``N`` images: the measured average at each ``N`` seen, between
+    """Seconds of a run of ``N`` images: the measured median at each ``N`` seen, between
     two seen sizes a straight line, below the smallest its time, above the largest its
     time scaled by ``N`` (runs have a fixed part, so both err on the long side); before
     any measurement, the planner's seconds per image times ``N``."""
 
     def __init__(self, seconds_per_image):
         self.planner = seconds_per_image
-        self.by_images = {}  # N -> moving average of measured seconds
+        self.by_images = {}  # N -> median of the last WINDOW measured seconds
+        self.seconds_by_images = {}  # N -> the last HISTORY measured seconds
         self.measured = 0
-        self.abs_errors = []  # |predicted - measured| / measured, the last 1000 runs
+        self.abs_errors = []  # |predicted - measured| / measured, the last HISTORY runs
+        self.errors_by_images = {}  # N -> the same, the last HISTORY runs of N images
 
     def predict(self, images):
         seen = self.by_images
@@ -70,14 +83,28 @@ class _Predictor:
         return seen[below] + (seen[above] - seen[below]) * (images - below) / (above - below)
 
     def observe(self, images, predicted, seconds):
-        if seconds > 0:
-            self.abs_errors = [*self.abs_errors[-999:], abs(predicted - seconds) / seconds]
-        old = self.by_images.get(images)
-        if old is None and len(self.by_images) >= MAX_SIZES:
+        if images not in self.by_images and len(self.by_images) >= MAX_SIZES:
             return  # enough sizes tracked: interpolate the rest
-        self.by_images[images] = seconds if old is None else (
-            (1 - EWMA_ALPHA) * old + EWMA_ALPHA * seconds)
+        if seconds > 0:
+            error = abs(predicted - seconds) / seconds
+            self.abs_errors = [*self.abs_errors[-(HISTORY - 1):], error]
+            self.errors_by_images[images] = [
+                *self.errors_by_images.get(images, [])[-(HISTORY - 1):], error]
+        history = [*self.seconds_by_images.get(images, [])[-(HISTORY - 1):], seconds]
+        self.seconds_by_images[images] = history
+        self.by_images[images] = float(statistics.median(history[-WINDOW:]))
         self.measured += 1
+
+    def spread(self, images):
+        """p95 of ``|median - measured| / measured`` over the runs of ``images`` kept: the
+        error even a predictor that knew the median exactly would make, i.e. how much of
+        the error is the runs' own jitter."""
+        history = self.seconds_by_images.get(images, [])
+        if not history:
+            return None
+        middle = statistics.median(history)
+        errors = sorted(abs(middle - s) / s for s in history if s > 0)
+        return errors[min(len(errors) - 1, int(0.95 * len(errors)))] if errors else None
 
 
 class Admission:
@@ -92,14 +119,21 @@ class Admission:
         self.queues = {name: DeviceQueue(d.workers, len(PRIORITIES), d.max_queue)
                        for name, d in devices.items()}
         self._predictors = {}
+        self._max_batch = {}
 
-    def add_model(self, name, seconds_per_image):
+    def add_model(self, name, seconds_per_image, max_batch=1):
         self._predictors[name] = _Predictor(seconds_per_image)
+        self._max_batch[name] = max_batch
+
+    def predict(self, model, images):
+        """Predicted seconds of one run of ``images`` images of ``model``."""
+        return self._predictors[model].predict(images)
 
     def admit(self, model, device, images, slo_seconds, priority="normal", *, key=None,
-              payload=None):
+              payload=None, now=None):
         """Queue the request on ``device`` if it can meet ``slo_seconds`` (None: always);
-        ``key`` and ``payload`` go to the ticket (see :meth:`DeviceQueue.gather`).
+        ``key`` and ``payload`` go to the ticket (see :meth:`DeviceQueue.gather`); ``now``
+        (the caller's clock) with an SLO gives the ticket its deadline.
 
         Returns
         -------
@@ -107,7 +141,11 @@ class Admission:
             The ticket to :meth:`~DeviceQueue.acquire` and then pass to :meth:`done`, or
             the refusal (nothing queued).
         """
-        own = self._predictors[model].predict(images)
+        predictor, max_batch = self._predictors[model], self._max_batch[model]
+        own = predictor.predict(images)
+        # What it adds to the queue: its share of a full batch when it may ride in one.
+        share = own if key is None or max_batch == 1 else min(
+            own, predictor.predict(max_batch) * images / max_batch)
         queue = self.queues[device]
         wait = queue.predicted_wait(PRIORITIES.index(priority))
         if slo_seconds is not None and wait + own > slo_seconds:
@@ -120,9 +158,11 @@ class Admission:
                        f"ms queued ahead on device {device!r}) exceeds the SLO of "
                        f"{slo_seconds * 1e3:g} ms")
             return None, Refusal(why, max(wait + own - slo_seconds, 0.0))
+        deadline = float("inf") if slo_seconds is None or now is None else \
+            now + slo_seconds - own
         try:
-            return queue.enqueue(PRIORITIES.index(priority), own, images=images, key=key,
-                                 payload=payload), None
+            return queue.enqueue(PRIORITIES.index(priority), share, images=images, key=key,
+                                 payload=payload, deadline=deadline), None
         except QueueFull as exc:
             return None, Refusal(f"device {device!r} is full: {exc}", wait + own)
 
@@ -140,16 +180,20 @@ class Admission:
     def stats(self, model):
         """Predictor figures of ``model``: the planner's seconds per image, the measured
         average seconds per request size, runs measured, and the p50/p95 relative error of
-        each prediction against its run."""
+        each prediction against its run, overall and per run size."""
         p = self._predictors[model]
-        errors = sorted(p.abs_errors)
 
-        def quantile(q):
+        def quantile(errors, q):
+            errors = sorted(errors)
             return errors[min(len(errors) - 1, int(q * len(errors)))] if errors else None
 
         return {"planner_seconds_per_image": p.planner,
                 "measured_seconds_by_images": {str(n): p.by_images[n]
                                                for n in sorted(p.by_images)},
                 "runs_measured": p.measured,
-                "prediction_error_p50": quantile(0.5),
-                "prediction_error_p95": quantile(0.95)}
+                "prediction_error_p50": quantile(p.abs_errors, 0.5),
+                "prediction_error_p95": quantile(p.abs_errors, 0.95),
+                "prediction_error_by_images": {
+                    str(n): {"runs": len(e), "p50": quantile(e, 0.5), "p95": quantile(e, 0.95),
+                             "jitter_p95": p.spread(n)}
+                    for n, e in sorted(p.errors_by_images.items())}}

@@ -51,7 +51,8 @@ def _load_models(config, admission):
                                        planner=planner)
         except TesseraError as exc:
             raise type(exc)(f"{config.source}: [models.{name}]: {exc}") from exc
-        admission.add_model(name, planner_seconds_per_image(session.graph, planner))
+        admission.add_model(name, planner_seconds_per_image(session.graph, planner),
+                            model.max_batch)
         models[name] = _Model(model, session)
     return models
 
@@ -229,7 +230,7 @@ def create_app(config, *, clock=time.monotonic):
         names = [n for n, _ in decoded.outputs]
         key = None if model.config.max_batch == 1 else _batch_key(name, names, decoded.feeds)
         ticket, refusal = admission.admit(name, device, images, slo, tenant.priority,
-                                          key=key, payload=decoded.feeds)
+                                          key=key, payload=decoded.feeds, now=received)
         if refusal is not None:
             raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
                                 f"{refusal.message}",
@@ -248,14 +249,15 @@ def create_app(config, *, clock=time.monotonic):
             if ticket.rider:  # another request's run carries this one
                 values, seconds = await ticket.outcome
             else:
-                batch = [ticket, *queue.gather(ticket, model.config.max_batch)]
+                batch = [ticket, *queue.gather(ticket, model.config.max_batch,
+                                               lambda n: admission.predict(name, n))]
                 # Shielded: the riders need the run even if the leader's client goes away.
                 values, seconds = await asyncio.shield(
                     asyncio.ensure_future(run_batch(model, batch, names)))
                 learned = seconds
                 metrics.batch_images.labels(model=name).observe(sum(t.images for t in batch))
                 metrics.busy_seconds.labels(device=device).inc(seconds)
-                predicted = sum(t.work for t in batch)
+                predicted = ticket.work  # the whole batch's, since gather
                 if predicted > 0:
                     metrics.prediction_ratio.labels(device=device).observe(seconds / predicted)
         except InputError as exc:

@@ -1,4 +1,5 @@
-"""A device's run queue: ``workers`` runs at once, the waiting ones started by priority.
+"""A device's run queue: ``workers`` runs at once, the waiting ones started by priority
+class, then by deadline (earliest first: the request with the least SLO slack), then arrival.
 
 Lives in the server's event loop (no locks): requests wait as asyncio futures, not as
 threads, so a flood of low-priority requests cannot hold threads a high-priority one needs.
@@ -25,12 +26,17 @@ class Shed(Exception):
 
 @dataclass(eq=False)
 class Ticket:
-    """One admitted request: its priority rank (0 first), arrival order and predicted work."""
+    """One admitted request: its priority rank (0 first), arrival order and predicted work.
+
+    ``deadline`` is the latest time (the server's clock) its run may start and still meet
+    its SLO, infinite without one; within a class the earliest deadline starts first.
+    """
 
     rank: int
     seq: int
     work: float
     images: int = 1
+    deadline: float = float("inf")
     key: object = None  # requests with equal keys may run as one batch (None: never)
     started: bool = False
     finished: bool = False
@@ -70,7 +76,8 @@ class DeviceQueue:
         """Predicted seconds before a new request of ``rank`` starts."""
         return (self.running_work + sum(self.waiting_work[:rank + 1])) / self.workers
 
-    def enqueue(self, rank, work, *, images=1, key=None, payload=None):
+    def enqueue(self, rank, work, *, images=1, key=None, payload=None,
+                deadline=float("inf")):
         """Queue a request; it starts at once when a slot is free and nobody is ahead.
 
         Raises
@@ -79,7 +86,7 @@ class DeviceQueue:
             ``max_queue`` requests wait, none of them of a lower priority than ``rank``.
         """
         if self.waiting >= self.max_queue:
-            waiting = [t for _, _, t in self._heap if not (t.finished or t.started)]
+            waiting = [t for *_, t in self._heap if not (t.finished or t.started)]
             victim = max(waiting, key=lambda t: (t.rank, t.seq), default=None)
             if victim is None or victim.rank <= rank:
                 raise QueueFull(f"{self.waiting} requests of this priority or a higher one "
@@ -89,10 +96,10 @@ class DeviceQueue:
             if victim.future is not None and not victim.future.done():
                 victim.future.set_exception(Shed("a higher-priority request took its place "
                                                  "in the device's queue"))
-        ticket = Ticket(rank, next(self._seq), work, images, key, payload=payload)
+        ticket = Ticket(rank, next(self._seq), work, images, deadline, key, payload=payload)
         self.waiting += 1
         self.waiting_work[rank] += work
-        heapq.heappush(self._heap, (rank, ticket.seq, ticket))
+        heapq.heappush(self._heap, (rank, deadline, ticket.seq, ticket))
         self._dispatch()
         return ticket
 
@@ -137,14 +144,17 @@ class DeviceQueue:
         if ticket.future is not None and not ticket.future.done():
             ticket.future.set_result(None)
 
-    def gather(self, leader, max_images):
+    def gather(self, leader, max_images, batch_work=None):
         """Waiting requests with ``leader``'s key to run in its batch, in queue order, while
         the batch stays within ``max_images``: they start now, on the leader's slot, and
-        each gets an ``outcome`` future for the leader to resolve."""
-        if leader.key is None:
-            return []
+        each gets an ``outcome`` future for the leader to resolve.
+
+        ``batch_work(images)``, when given, is the predicted seconds of the whole run: the
+        leader's work becomes that and the riders' zero, so the running work counts the
+        batch once (not each request's time alone, which overstates a batch N-fold)."""
         riders, images = [], leader.images
-        for _, _, ticket in sorted(self._heap, key=lambda entry: entry[:2]):
+        for *_, ticket in (sorted(self._heap, key=lambda entry: entry[:3])
+                           if leader.key is not None else ()):
             if ticket.finished or ticket.started or ticket.key != leader.key:
                 continue
             if images + ticket.images > max_images:
@@ -154,11 +164,17 @@ class DeviceQueue:
             ticket.outcome = asyncio.get_running_loop().create_future()
             self._start(ticket)
             riders.append(ticket)
+        if batch_work is not None:
+            self.running_work -= leader.work + sum(t.work for t in riders)
+            leader.work = batch_work(images)
+            for ticket in riders:
+                ticket.work = 0.0
+            self.running_work = max(0.0, self.running_work + leader.work)
         return riders
 
     def _dispatch(self):
         while self.running < self.workers and self._heap:
-            _, _, ticket = heapq.heappop(self._heap)
+            *_, ticket = heapq.heappop(self._heap)
             if ticket.finished or ticket.started:
                 continue  # left the queue while waiting, or rode in a batch
             self.running += 1
