@@ -6,6 +6,8 @@ imports it on demand, so the runtime and the rest of the CLI never load the web 
 
 import asyncio
 import hmac
+import json
+import logging
 import time
 from dataclasses import dataclass
 
@@ -20,12 +22,17 @@ from sw_driver.errors import InputError, TesseraError
 from sw_driver.planner import Planner
 
 from .admission import Admission, planner_seconds_per_image
+from .health import FALLBACK, DeviceHealth
 from .limits import TokenBucket, retry_after
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .protocol import HEADER_LENGTH, ProtocolError, decode_infer, encode_infer, tensor_metadata
 from .queueing import Shed
 
-__all__ = ["create_app"]
+__all__ = ["REQUEST_LOG", "create_app"]
+
+#: One JSON object per inference request (tenant, model, device, batch, queue_ms, run_ms,
+#: status, ...); ``tessera serve`` writes it to stderr, one line each.
+REQUEST_LOG = logging.getLogger("tessera.serve.requests")
 
 
 class _Refused(Exception):
@@ -40,6 +47,7 @@ class _Refused(Exception):
 class _Model:
     config: object
     session: InferenceSession
+    fallback: InferenceSession  # the CPU provider: where a failed batch is retried
 
 
 def _load_models(config, admission):
@@ -53,7 +61,8 @@ def _load_models(config, admission):
             raise type(exc)(f"{config.source}: [models.{name}]: {exc}") from exc
         admission.add_model(name, planner_seconds_per_image(session.graph, planner),
                             model.max_batch)
-        models[name] = _Model(model, session)
+        models[name] = _Model(model, session, InferenceSession(str(model.path),
+                                                               providers=["cpu"]))
     return models
 
 
@@ -68,16 +77,20 @@ def create_app(config, *, clock=time.monotonic):
     """A FastAPI application serving ``config`` (a :class:`~tessera.serve.config.ServeConfig`).
 
     Sessions are created here, so a model that cannot load fails at startup, naming it.
-    ``clock`` drives the rate limits (tests pass a fake one).
+    ``clock`` drives the rate limits and device probes (tests pass a fake one). Setting
+    ``app.state.draining`` (``tessera serve`` does on SIGTERM) makes ``/v2/health/ready``
+    answer 503 and new inference requests 503, while the admitted ones finish.
     """
     admission = Admission(config.devices)
     models = _load_models(config, admission)
+    device_health = {name: DeviceHealth(name, clock=clock) for name in config.devices}
     buckets = {name: TokenBucket(t.rate, t.burst, clock) for name, t in config.tenants.items()}
     app = FastAPI(title="Tessera inference server", docs_url=None, redoc_url=None,
                   openapi_url=None)
     metrics = Metrics()
     app.state.config, app.state.models, app.state.admission = config, models, admission
     app.state.metrics = metrics
+    app.state.health, app.state.draining = device_health, False
 
     @app.exception_handler(_Refused)
     async def refused(request, exc):
@@ -124,7 +137,11 @@ def create_app(config, *, clock=time.monotonic):
 
     @app.get("/v2/health/ready")
     async def ready():
-        # Every session was created at startup; a failed one stopped the server.
+        # Every session was created at startup (a failed one stopped the server), and every
+        # model has a CPU fallback, so only draining makes the server unready.
+        if app.state.draining:
+            return JSONResponse({"error": "the server is draining (shutting down)"},
+                                status_code=503)
         return Response(status_code=200)
 
     @app.get("/v2/models/{name}")
@@ -145,7 +162,9 @@ def create_app(config, *, clock=time.monotonic):
         _, model = model_for(request, name)
         return {"name": name, "device": model.config.device,
                 "max_batch": model.config.max_batch,
-                "providers": model.session.get_providers(), "predictor": admission.stats(name)}
+                "providers": model.session.get_providers(), "fallback": ["cpu"],
+                "health": device_health[model.config.device].as_dict(),
+                "predictor": admission.stats(name)}
 
     async def read_body(request):
         limit = config.max_body_bytes
@@ -163,9 +182,25 @@ def create_app(config, *, clock=time.monotonic):
         return b"".join(chunks)
 
     def run(model, feeds, names):
+        """Run on the model's device, or on its CPU fallback when the device is unhealthy
+        or its run fails: ``(values, seconds, where it ran, the device's error or None)``.
+        """
+        health, error = device_health[model.config.device], None
+        if health.should_try():
+            start = time.perf_counter()
+            try:
+                values = model.session.run(names, feeds)
+            except InputError:
+                raise  # the request's fault: the CPU would refuse it too
+            except TesseraError as exc:  # a device fault or timeout: retried below
+                health.failed(exc)
+                error = exc
+            else:
+                health.passed()
+                return values, time.perf_counter() - start, model.config.device, None
         start = time.perf_counter()
-        values = model.session.run(names, feeds)
-        return values, time.perf_counter() - start
+        values = model.fallback.run(names, feeds)
+        return values, time.perf_counter() - start, FALLBACK, error
 
     @app.get("/metrics")
     async def prometheus():
@@ -178,8 +213,12 @@ def create_app(config, *, clock=time.monotonic):
         try:
             feeds = leader.payload if not riders else {
                 k: np.concatenate([t.payload[k] for t in batch]) for k in leader.payload}
-            values, seconds = await anyio.to_thread.run_sync(run, model, feeds, names)
+            values, seconds, where, error = await anyio.to_thread.run_sync(run, model, feeds,
+                                                                           names)
             total = sum(t.images for t in batch)
+            info = {"device": where, "batch": total, "retried": error is not None}
+            if error is not None:
+                metrics.retries.labels(device=model.config.device).inc()
             if riders and any(v.ndim == 0 or v.shape[0] != total for v in values):
                 raise TesseraError(f"model {model.config.name!r}: max_batch > 1 needs every "
                                    f"output to lead with the batch dimension; got shapes "
@@ -193,25 +232,32 @@ def create_app(config, *, clock=time.monotonic):
         for rider in riders:
             if not rider.outcome.done():  # its client may have gone
                 rider.outcome.set_result(([v[start:start + rider.images] for v in values],
-                                          seconds))
+                                          seconds, info))
             start += rider.images
-        return [v[:leader.images] for v in values], seconds
+        return [v[:leader.images] for v in values], seconds, info
 
     @app.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request):
         # Label values come from the config only ("-" otherwise): clients cannot add series.
         labels = {"tenant": "-", "model": name if name in models else "-"}
+        log = {}
         try:
-            response = await answer(name, request, labels)
+            response = await answer(name, request, labels, log)
         except _Refused as exc:
             metrics.requests.labels(**labels, code=str(exc.status)).inc()
+            REQUEST_LOG.info(json.dumps({**labels, **log, "status": exc.status,
+                                         "error": exc.message}))
             raise
         metrics.requests.labels(**labels, code="200").inc()
+        REQUEST_LOG.info(json.dumps({**labels, **log, "status": 200}))
         return response
 
-    async def answer(name, request, labels):
+    async def answer(name, request, labels, log):
         received = time.perf_counter()
         tenant, model = model_for(request, name, labels)
+        if app.state.draining:
+            raise _Refused(503, "the server is draining (shutting down): send the request "
+                                "to another replica", {"Retry-After": "1"})
         wait = buckets[tenant.name].take()
         if wait > 0:
             raise _Refused(429, f"tenant {tenant.name!r} is over its rate limit of "
@@ -225,6 +271,7 @@ def create_app(config, *, clock=time.monotonic):
         except ProtocolError as exc:
             raise _Refused(exc.status, f"model {name!r}: {exc}") from None
         images = max(int(next(iter(decoded.feeds.values())).shape[0]), 1)
+        log["images"] = images
         slo = None if tenant.slo_ms is None else tenant.slo_ms / 1e3
         device, queue = model.config.device, admission.queues[model.config.device]
         names = [n for n, _ in decoded.outputs]
@@ -245,20 +292,22 @@ def create_app(config, *, clock=time.monotonic):
                 wait = queue.predicted_wait(ticket.rank) + ticket.work
                 raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: shed: {exc}",
                                {"Retry-After": retry_after(wait)}) from None
+            log["queue_ms"] = round((time.perf_counter() - queued) * 1e3, 3)
             metrics.queue_seconds.labels(**labels).observe(time.perf_counter() - queued)
             if ticket.rider:  # another request's run carries this one
-                values, seconds = await ticket.outcome
+                values, seconds, info = await ticket.outcome
             else:
                 batch = [ticket, *queue.gather(ticket, model.config.max_batch,
                                                lambda n: admission.predict(name, n))]
                 # Shielded: the riders need the run even if the leader's client goes away.
-                values, seconds = await asyncio.shield(
+                values, seconds, info = await asyncio.shield(
                     asyncio.ensure_future(run_batch(model, batch, names)))
-                learned = seconds
+                # A retried batch ran elsewhere: the device's predictor learns nothing.
+                learned = None if info["retried"] or info["device"] == FALLBACK else seconds
                 metrics.batch_images.labels(model=name).observe(sum(t.images for t in batch))
-                metrics.busy_seconds.labels(device=device).inc(seconds)
+                metrics.busy_seconds.labels(device=info["device"]).inc(seconds)
                 predicted = ticket.work  # the whole batch's, since gather
-                if predicted > 0:
+                if predicted > 0 and learned is not None:
                     metrics.prediction_ratio.labels(device=device).observe(seconds / predicted)
         except InputError as exc:
             raise _Refused(400, f"model {name!r}: {exc}") from None
@@ -270,6 +319,8 @@ def create_app(config, *, clock=time.monotonic):
             else:
                 admission.done(name, device, ticket, learned,
                                images=sum(t.images for t in batch), predicted=predicted)
+        log.update(device=info["device"], batch=info["batch"], retried=info["retried"],
+                   run_ms=round(seconds * 1e3, 3))
         metrics.compute_seconds.labels(**labels).observe(seconds)
         infos = {o.name: o for o in session.get_outputs()}
         content, headers = encode_infer(name, decoded, dict(zip(names, values, strict=True)),

@@ -39,6 +39,8 @@ class Metrics:
                                     "Run time on the device, summed over its workers "
                                     "(busy fraction: rate / workers)", ("device",),
                                     registry=r)
+        self.retries = Counter("tessera_retries", "Batches that failed on the device and "
+                               "were retried on the CPU fallback", ("device",), registry=r)
         self.prediction_ratio = Histogram("tessera_prediction_ratio",
                                           "Measured / predicted run time", ("device",),
                                           buckets=(0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5,
