@@ -19,6 +19,7 @@ ahead of a request, and the prediction of a batch, by up to ``max_batch`` times.
 """
 
 import statistics
+import time
 from dataclasses import dataclass
 
 from .config import PRIORITIES
@@ -113,10 +114,19 @@ class Admission:
     Parameters
     ----------
     devices : dict of str -> DeviceConfig
+    tenants : dict of str -> TenantConfig, optional
+        Their device quotas go to the device queues.
+    clock : callable
+        Monotonic seconds, for the quotas.
     """
 
-    def __init__(self, devices):
-        self.queues = {name: DeviceQueue(d.workers, len(PRIORITIES), d.max_queue)
+    def __init__(self, devices, tenants=None, clock=time.monotonic):
+        quotas = {name: {} for name in devices}
+        for tenant in (tenants or {}).values():
+            for device, share in tenant.quota:
+                quotas[device][tenant.name] = (share, tenant.isolation == "hard")
+        self.queues = {name: DeviceQueue(d.workers, len(PRIORITIES), d.max_queue,
+                                         quotas=quotas[name], clock=clock)
                        for name, d in devices.items()}
         self._predictors = {}
         self._max_batch = {}
@@ -130,7 +140,7 @@ class Admission:
         return self._predictors[model].predict(images)
 
     def admit(self, model, device, images, slo_seconds, priority="normal", *, key=None,
-              payload=None, now=None):
+              payload=None, now=None, tenant=None):
         """Queue the request on ``device`` if it can meet ``slo_seconds`` (None: always);
         ``key`` and ``payload`` go to the ticket (see :meth:`DeviceQueue.gather`); ``now``
         (the caller's clock) with an SLO gives the ticket its deadline.
@@ -162,7 +172,7 @@ class Admission:
             now + slo_seconds - own
         try:
             return queue.enqueue(PRIORITIES.index(priority), share, images=images, key=key,
-                                 payload=payload, deadline=deadline), None
+                                 payload=payload, deadline=deadline, tenant=tenant), None
         except QueueFull as exc:
             return None, Refusal(f"device {device!r} is full: {exc}", wait + own)
 

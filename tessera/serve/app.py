@@ -81,7 +81,7 @@ def create_app(config, *, clock=time.monotonic):
     ``app.state.draining`` (``tessera serve`` does on SIGTERM) makes ``/v2/health/ready``
     answer 503 and new inference requests 503, while the admitted ones finish.
     """
-    admission = Admission(config.devices)
+    admission = Admission(config.devices, config.tenants, clock=clock)
     models = _load_models(config, admission)
     device_health = {name: DeviceHealth(name, clock=clock) for name in config.devices}
     buckets = {name: TokenBucket(t.rate, t.burst, clock) for name, t in config.tenants.items()}
@@ -277,7 +277,8 @@ def create_app(config, *, clock=time.monotonic):
         names = [n for n, _ in decoded.outputs]
         key = None if model.config.max_batch == 1 else _batch_key(name, names, decoded.feeds)
         ticket, refusal = admission.admit(name, device, images, slo, tenant.priority,
-                                          key=key, payload=decoded.feeds, now=received)
+                                          key=key, payload=decoded.feeds, now=received,
+                                          tenant=tenant.name)
         if refusal is not None:
             raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
                                 f"{refusal.message}",

@@ -27,7 +27,10 @@ _DEVICE_KEYS = {"workers", "max_queue"}
 #: Requests that may wait per device when the file does not say.
 DEFAULT_MAX_QUEUE = 256
 _MODEL_KEYS = {"path", "providers", "device", "max_batch"}
-_TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst"}
+_TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst",
+                "quota", "isolation"}
+#: How a tenant's device quota binds: never exceeded, or exceeded only with idle capacity.
+ISOLATIONS = ("soft", "hard")
 _TOP_KEYS = {"server", "devices", "models", "tenants"}
 
 
@@ -61,7 +64,10 @@ class TenantConfig:
     """A tenant: its bearer token, the models it may use, its class, SLO and rate limit.
 
     ``slo_ms`` is None for a best-effort tenant; ``rate`` is requests per second refilled
-    into a bucket of ``burst`` requests.
+    into a bucket of ``burst`` requests. ``quota`` maps device names to the tenant's share
+    of that device's time (0 to 1; devices not named: no limit); ``isolation`` ``"hard"``
+    never lets it run past its share, ``"soft"`` lets it borrow time nobody under their
+    share is waiting for.
     """
 
     name: str
@@ -71,6 +77,8 @@ class TenantConfig:
     slo_ms: float | None
     rate: float
     burst: int
+    quota: tuple = ()  # ((device, share), ...)
+    isolation: str = "soft"
 
 
 @dataclass(frozen=True)
@@ -226,7 +234,7 @@ def _token(source, where, table, environ):
     return token
 
 
-def _tenants(source, data, models, environ):
+def _tenants(source, data, models, environ, devices):
     tables = _table(source, "[tenants]", data.get("tenants", {}))
     if not tables:
         raise ServeConfigError(f"{source}: no tenants: add a [tenants.NAME] table with a "
@@ -255,8 +263,30 @@ def _tenants(source, data, models, environ):
         rate = float(_number(source, f"{where} rate", table.get("rate", 100.0)))
         burst = _number(source, f"{where} burst", table.get("burst", max(1, math.ceil(rate))),
                         integer=True)
-        tenants[name] = TenantConfig(name, token, names, priority, slo, rate, burst)
+        quota = _quota(source, where, table.get("quota", {}), devices)
+        isolation = table.get("isolation", "soft")
+        if isolation not in ISOLATIONS:
+            raise ServeConfigError(f"{source}: {where} isolation must be one of "
+                                   f"{list(ISOLATIONS)}, not {isolation!r}")
+        tenants[name] = TenantConfig(name, token, names, priority, slo, rate, burst, quota,
+                                     isolation)
     return tenants
+
+
+def _quota(source, where, table, devices):
+    table = _table(source, f"{where} quota", table)
+    quota = []
+    for device, share in table.items():
+        if device not in devices:
+            raise ServeConfigError(f"{source}: {where} quota names device {device!r}, which "
+                                   f"is not declared; devices: {sorted(devices)}")
+        ok = isinstance(share, (int, float)) and not isinstance(share, bool) \
+            and 0 < share <= 1
+        if not ok:
+            raise ServeConfigError(f"{source}: {where} quota.{device} must be a share of the "
+                                   f"device's time in (0, 1], not {share!r}")
+        quota.append((device, float(share)))
+    return tuple(quota)
 
 
 def parse_config(data, *, source="<config>", base=".", environ=None):
@@ -267,5 +297,5 @@ def parse_config(data, *, source="<config>", base=".", environ=None):
     host, port, body = _server(source, data)
     devices = _devices(source, data)
     models = _models(source, data, Path(base), devices)
-    tenants = _tenants(source, data, models, environ)
+    tenants = _tenants(source, data, models, environ, devices)
     return ServeConfig(source, host, port, body, devices, models, tenants)

@@ -6,14 +6,30 @@ threads, so a flood of low-priority requests cannot hold threads a high-priority
 Each ticket carries its predicted seconds, so the queue also says how much predicted work
 a new request of a given priority would wait behind: everything running (a run is never
 preempted) plus what waits at its priority or a higher one (lower ones wait behind it).
+
+Quotas: a tenant may hold a share of the device's time, measured over the last
+``QUOTA_WINDOW`` seconds (each run charged at its start with its predicted seconds, split
+over its requests). A tenant at or over a *hard* share starts nothing until its use decays,
+even on an idle device; one over a *soft* share may borrow: its requests start only when
+no request of a tenant within its share (or without a quota) is waiting, whatever their
+priorities, so the capacity it borrowed comes back at the next run that starts (runs are
+not preempted).
 """
 
 import asyncio
+import collections
 import heapq
 import itertools
+import time
 from dataclasses import dataclass, field
 
-__all__ = ["DeviceQueue", "QueueFull", "Shed", "Ticket"]
+__all__ = ["QUOTA_WINDOW", "DeviceQueue", "QueueFull", "Shed", "Ticket"]
+
+#: Seconds over which a tenant's share of a device's time is measured.
+QUOTA_WINDOW = 1.0
+#: A tenant's standing against its quota: within it, over a soft one (may borrow), over a
+#: hard one (waits).
+_WITHIN, _BORROWING, _BLOCKED = 0, 1, None
 
 
 class QueueFull(Exception):
@@ -37,6 +53,7 @@ class Ticket:
     work: float
     images: int = 1
     deadline: float = float("inf")
+    tenant: str | None = None
     key: object = None  # requests with equal keys may run as one batch (None: never)
     started: bool = False
     finished: bool = False
@@ -60,9 +77,19 @@ class DeviceQueue:
         Requests that may wait (not counting the running ones). When it is full, a new
         request takes the place of the newest waiting one of a lower priority, which is
         shed; with none, the new one is refused (:class:`QueueFull`).
+    quotas : dict, optional
+        ``{tenant: (share, hard)}``: the tenant's share of this device's time (0 to 1) and
+        whether it is hard; tenants not named have no limit.
+    clock : callable
+        Monotonic seconds, for the quotas (tests pass a fake one).
     """
 
-    def __init__(self, workers, ranks, max_queue):
+    def __init__(self, workers, ranks, max_queue, *, quotas=None, clock=time.monotonic,
+                 window=QUOTA_WINDOW):
+        self.quotas, self._clock, self.window = dict(quotas or {}), clock, window
+        self._charges = collections.deque()  # (time, tenant, seconds) of started runs
+        self._used = collections.defaultdict(float)  # tenant -> seconds in the window
+        self._wakeup = None
         self.workers = workers
         self.max_queue = max_queue
         self.waiting = 0
@@ -76,8 +103,25 @@ class DeviceQueue:
         """Predicted seconds before a new request of ``rank`` starts."""
         return (self.running_work + sum(self.waiting_work[:rank + 1])) / self.workers
 
+    def used_share(self, tenant):
+        """``tenant``'s share of this device's time over the last ``window`` seconds."""
+        self._expire()
+        return self._used[tenant] / (self.window * self.workers)
+
+    def _expire(self):
+        horizon = self._clock() - self.window
+        while self._charges and self._charges[0][0] <= horizon:
+            _, tenant, seconds = self._charges.popleft()
+            self._used[tenant] -= seconds
+
+    def _standing(self, ticket):
+        quota = self.quotas.get(ticket.tenant)
+        if quota is None or self.used_share(ticket.tenant) < quota[0]:
+            return _WITHIN
+        return _BLOCKED if quota[1] else _BORROWING
+
     def enqueue(self, rank, work, *, images=1, key=None, payload=None,
-                deadline=float("inf")):
+                deadline=float("inf"), tenant=None):
         """Queue a request; it starts at once when a slot is free and nobody is ahead.
 
         Raises
@@ -96,7 +140,8 @@ class DeviceQueue:
             if victim.future is not None and not victim.future.done():
                 victim.future.set_exception(Shed("a higher-priority request took its place "
                                                  "in the device's queue"))
-        ticket = Ticket(rank, next(self._seq), work, images, deadline, key, payload=payload)
+        ticket = Ticket(rank, next(self._seq), work, images, deadline, tenant, key,
+                        payload=payload)
         self.waiting += 1
         self.waiting_work[rank] += work
         heapq.heappush(self._heap, (rank, deadline, ticket.seq, ticket))
@@ -141,6 +186,9 @@ class DeviceQueue:
         ticket.started = True
         self._leave_queue(ticket)
         self.running_work += ticket.work
+        if ticket.tenant in self.quotas:
+            self._charges.append((self._clock(), ticket.tenant, ticket.work))
+            self._used[ticket.tenant] += ticket.work
         if ticket.future is not None and not ticket.future.done():
             ticket.future.set_result(None)
 
@@ -156,6 +204,8 @@ class DeviceQueue:
         for *_, ticket in (sorted(self._heap, key=lambda entry: entry[:3])
                            if leader.key is not None else ()):
             if ticket.finished or ticket.started or ticket.key != leader.key:
+                continue
+            if self.quotas and self._standing(ticket) is _BLOCKED:
                 continue
             if images + ticket.images > max_images:
                 break
@@ -174,8 +224,46 @@ class DeviceQueue:
 
     def _dispatch(self):
         while self.running < self.workers and self._heap:
-            *_, ticket = heapq.heappop(self._heap)
-            if ticket.finished or ticket.started:
-                continue  # left the queue while waiting, or rode in a batch
+            if self.quotas:
+                ticket = self._next_within_quotas()
+                if ticket is None:
+                    return
+            else:
+                *_, ticket = heapq.heappop(self._heap)
+                if ticket.finished or ticket.started:
+                    continue  # left the queue while waiting, or rode in a batch
             self.running += 1
             self._start(ticket)
+
+    def _next_within_quotas(self):
+        """The first waiting ticket by (standing, class, deadline, arrival), none over a
+        hard quota; when only such ones wait, a wake-up is set for when use decays."""
+        self._heap = [entry for entry in self._heap
+                      if not (entry[-1].finished or entry[-1].started)]
+        heapq.heapify(self._heap)
+        best, blocked = None, False
+        for entry in self._heap:
+            standing = self._standing(entry[-1])
+            if standing is _BLOCKED:
+                blocked = True
+            elif best is None or (standing, *entry[:3]) < best[0]:
+                best = ((standing, *entry[:3]), entry[-1])
+        if best is None and blocked:
+            self._wake_later()
+        return None if best is None else best[1]
+
+    def _wake_later(self):
+        """Dispatch again when the oldest charge leaves the window (in the event loop)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous test): it calls poke() itself
+        if self._wakeup is not None and not self._wakeup.cancelled():
+            self._wakeup.cancel()
+        delay = max(0.0, self._charges[0][0] + self.window - self._clock()) + 1e-3
+        self._wakeup = loop.call_later(delay, self.poke)
+
+    def poke(self):
+        """Start what may start now (after time passed: quotas decay)."""
+        self._wakeup = None
+        self._dispatch()
