@@ -236,7 +236,7 @@ def test_admission_counts_the_queue_ahead():
 def test_predictor_interpolates_between_measured_sizes():
     admission = Admission({"cpu": DeviceConfig("cpu", 1)})
     admission.add_model("m", 0.001)
-    predictor = admission._predictors["m"]
+    predictor = admission._predictors["m", "cpu"]
     assert predictor.predict(4) == pytest.approx(0.004)  # the planner's, nothing measured
     predictor.observe(2, 0.004, 0.010)
     predictor.observe(8, 0.016, 0.022)

@@ -55,7 +55,8 @@ def _base():
     (lambda c: c.update(devices={"cpu": {"max_queue": 0}}),
      r"\[devices.cpu\] max_queue must be a positive integer, not 0"),
     (lambda c: c.update(devices={"cpu": {"workers": 1, "queue": 3}}),
-     r"unknown key\(s\) \['queue'\] in \[devices.cpu\]; allowed: \['max_queue', 'workers'\]"),
+     r"unknown key\(s\) \['queue'\] in \[devices.cpu\]; allowed: "
+     r"\['max_queue', 'providers', 'workers'\]"),
     (lambda c: c["models"]["m"].update(max_batch=0),
      r"\[models.m\] max_batch must be a positive integer, not 0"),
     (lambda c: c.update(tenants={}), r"no tenants"),

@@ -128,30 +128,54 @@ class Admission:
         self.queues = {name: DeviceQueue(d.workers, len(PRIORITIES), d.max_queue,
                                          quotas=quotas[name], clock=clock)
                        for name, d in devices.items()}
-        self._predictors = {}
+        self._predictors = {}  # (model, device) -> _Predictor
         self._max_batch = {}
+        self._devices = {}
 
-    def add_model(self, name, seconds_per_image, max_batch=1):
-        self._predictors[name] = _Predictor(seconds_per_image)
+    def add_model(self, name, seconds_per_image, max_batch=1, devices=("cpu",)):
+        """``seconds_per_image``: a number, or ``{device: number}`` (one per device)."""
+        for device in devices:
+            planner = seconds_per_image[device] if isinstance(seconds_per_image, dict) \
+                else seconds_per_image
+            self._predictors[name, device] = _Predictor(planner)
         self._max_batch[name] = max_batch
+        self._devices[name] = tuple(devices)
 
-    def predict(self, model, images):
-        """Predicted seconds of one run of ``images`` images of ``model``."""
-        return self._predictors[model].predict(images)
+    def predict(self, model, images, device=None):
+        """Predicted seconds of one run of ``images`` images of ``model`` on ``device``
+        (default: its first)."""
+        return self._predictors[model, device or self._devices[model][0]].predict(images)
+
+    def choose(self, model, images, priority="normal", avoid=()):
+        """The device of ``model`` predicted to finish a new request first: its queue's
+        wait at ``priority`` plus its own predicted time; devices in ``avoid`` (unhealthy)
+        only when all are. Returns ``(device, wait, own)``."""
+        rank = PRIORITIES.index(priority)
+        devices = [d for d in self._devices[model] if d not in avoid] or self._devices[model]
+        best = None
+        for device in devices:
+            own = self._predictors[model, device].predict(images)
+            wait = self.queues[device].predicted_wait(rank)
+            if best is None or wait + own < best[1] + best[2]:
+                best = (device, wait, own)
+        return best
 
     def admit(self, model, device, images, slo_seconds, priority="normal", *, key=None,
-              payload=None, now=None, tenant=None):
-        """Queue the request on ``device`` if it can meet ``slo_seconds`` (None: always);
-        ``key`` and ``payload`` go to the ticket (see :meth:`DeviceQueue.gather`); ``now``
-        (the caller's clock) with an SLO gives the ticket its deadline.
+              payload=None, now=None, tenant=None, avoid=()):
+        """Queue the request on ``device`` (None: the model's device predicted to finish it
+        first, see :meth:`choose`) if it can meet ``slo_seconds`` (None: always); ``key``
+        and ``payload`` go to the ticket (see :meth:`DeviceQueue.gather`); ``now`` (the
+        caller's clock) with an SLO gives the ticket its deadline.
 
         Returns
         -------
         (Ticket or None, Refusal or None)
-            The ticket to :meth:`~DeviceQueue.acquire` and then pass to :meth:`done`, or
-            the refusal (nothing queued).
+            The ticket (its ``device`` set) to :meth:`~DeviceQueue.acquire` and then pass
+            to :meth:`done`, or the refusal (nothing queued).
         """
-        predictor, max_batch = self._predictors[model], self._max_batch[model]
+        if device is None:
+            device = self.choose(model, images, priority, avoid)[0]
+        predictor, max_batch = self._predictors[model, device], self._max_batch[model]
         own = predictor.predict(images)
         # What it adds to the queue: its share of a full batch when it may ride in one.
         share = own if key is None or max_batch == 1 else min(
@@ -171,8 +195,10 @@ class Admission:
         deadline = float("inf") if slo_seconds is None or now is None else \
             now + slo_seconds - own
         try:
-            return queue.enqueue(PRIORITIES.index(priority), share, images=images, key=key,
-                                 payload=payload, deadline=deadline, tenant=tenant), None
+            ticket = queue.enqueue(PRIORITIES.index(priority), share, images=images, key=key,
+                                   payload=payload, deadline=deadline, tenant=tenant)
+            ticket.device = device
+            return ticket, None
         except QueueFull as exc:
             return None, Refusal(f"device {device!r} is full: {exc}", wait + own)
 
@@ -183,15 +209,16 @@ class Admission:
         ran, or was another ticket's batch: nothing to learn."""
         self.queues[device].finish(ticket)
         if seconds is not None:
-            self._predictors[model].observe(ticket.images if images is None else images,
+            self._predictors[model, device].observe(ticket.images if images is None else images,
                                             ticket.work if predicted is None else predicted,
                                             seconds)
 
-    def stats(self, model):
-        """Predictor figures of ``model``: the planner's seconds per image, the measured
-        average seconds per request size, runs measured, and the p50/p95 relative error of
-        each prediction against its run, overall and per run size."""
-        p = self._predictors[model]
+    def stats(self, model, device=None):
+        """Predictor figures of ``model`` on ``device`` (default: its first): the planner's
+        seconds per image, the measured median seconds per request size, runs measured,
+        and the p50/p95 relative error of each prediction against its run, overall and per
+        run size."""
+        p = self._predictors[model, device or self._devices[model][0]]
 
         def quantile(errors, q):
             errors = sorted(errors)

@@ -46,23 +46,38 @@ class _Refused(Exception):
 @dataclass
 class _Model:
     config: object
-    session: InferenceSession
+    sessions: dict  # device -> InferenceSession with that device's providers
     fallback: InferenceSession  # the CPU provider: where a failed batch is retried
+    runs: dict  # device -> batches run there (the balancing's choices, for /stats)
+
+    @property
+    def session(self):
+        """The session on the model's first device (metadata, and tests that wrap it)."""
+        return self.sessions[self.config.device]
+
+    @session.setter
+    def session(self, value):
+        self.sessions[self.config.device] = value
 
 
 def _load_models(config, admission):
     models = {}
     for name, model in config.models.items():
-        planner = Planner()
-        try:
-            session = InferenceSession(str(model.path), providers=list(model.providers),
-                                       planner=planner)
-        except TesseraError as exc:
-            raise type(exc)(f"{config.source}: [models.{name}]: {exc}") from exc
-        admission.add_model(name, planner_seconds_per_image(session.graph, planner),
-                            model.max_batch)
-        models[name] = _Model(model, session, InferenceSession(str(model.path),
-                                                               providers=["cpu"]))
+        sessions, planned = {}, {}
+        for device in model.devices:
+            planner = Planner()
+            providers = config.devices[device].providers or model.providers
+            try:
+                sessions[device] = InferenceSession(str(model.path), providers=list(providers),
+                                                    planner=planner)
+            except TesseraError as exc:
+                raise type(exc)(f"{config.source}: [models.{name}] on device {device!r}: "
+                                f"{exc}") from exc
+            planned[device] = planner_seconds_per_image(sessions[device].graph, planner)
+        admission.add_model(name, planned, model.max_batch, model.devices)
+        models[name] = _Model(model, sessions, InferenceSession(str(model.path),
+                                                                providers=["cpu"]),
+                              dict.fromkeys(model.devices, 0))
     return models
 
 
@@ -164,7 +179,16 @@ def create_app(config, *, clock=time.monotonic):
                 "max_batch": model.config.max_batch,
                 "providers": model.session.get_providers(), "fallback": ["cpu"],
                 "health": device_health[model.config.device].as_dict(),
-                "predictor": admission.stats(name)}
+                "predictor": admission.stats(name),
+                "balancing": {
+                    "policy": "data parallel: each request to the device predicted to "
+                              "finish it first" if len(model.config.devices) > 1 else
+                              "one device",
+                    "devices": {d: {"providers": model.sessions[d].get_providers(),
+                                    "batches": model.runs[d],
+                                    "health": device_health[d].as_dict(),
+                                    "predictor": admission.stats(name, d)}
+                                for d in model.config.devices}}}
 
     async def read_body(request):
         limit = config.max_body_bytes
@@ -181,15 +205,15 @@ def create_app(config, *, clock=time.monotonic):
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def run(model, feeds, names):
-        """Run on the model's device, or on its CPU fallback when the device is unhealthy
+    def run(model, device, feeds, names):
+        """Run on ``device``, or on the model's CPU fallback when the device is unhealthy
         or its run fails: ``(values, seconds, where it ran, the device's error or None)``.
         """
-        health, error = device_health[model.config.device], None
+        health, error = device_health[device], None
         if health.should_try():
             start = time.perf_counter()
             try:
-                values = model.session.run(names, feeds)
+                values = model.sessions[device].run(names, feeds)
             except InputError:
                 raise  # the request's fault: the CPU would refuse it too
             except TesseraError as exc:  # a device fault or timeout: retried below
@@ -197,7 +221,7 @@ def create_app(config, *, clock=time.monotonic):
                 error = exc
             else:
                 health.passed()
-                return values, time.perf_counter() - start, model.config.device, None
+                return values, time.perf_counter() - start, device, None
         start = time.perf_counter()
         values = model.fallback.run(names, feeds)
         return values, time.perf_counter() - start, FALLBACK, error
@@ -213,12 +237,13 @@ def create_app(config, *, clock=time.monotonic):
         try:
             feeds = leader.payload if not riders else {
                 k: np.concatenate([t.payload[k] for t in batch]) for k in leader.payload}
-            values, seconds, where, error = await anyio.to_thread.run_sync(run, model, feeds,
-                                                                           names)
+            values, seconds, where, error = await anyio.to_thread.run_sync(
+                run, model, leader.device, feeds, names)
+            model.runs[leader.device] += 1
             total = sum(t.images for t in batch)
             info = {"device": where, "batch": total, "retried": error is not None}
             if error is not None:
-                metrics.retries.labels(device=model.config.device).inc()
+                metrics.retries.labels(device=leader.device).inc()
             if riders and any(v.ndim == 0 or v.shape[0] != total for v in values):
                 raise TesseraError(f"model {model.config.name!r}: max_batch > 1 needs every "
                                    f"output to lead with the batch dimension; got shapes "
@@ -273,17 +298,18 @@ def create_app(config, *, clock=time.monotonic):
         images = max(int(next(iter(decoded.feeds.values())).shape[0]), 1)
         log["images"] = images
         slo = None if tenant.slo_ms is None else tenant.slo_ms / 1e3
-        device, queue = model.config.device, admission.queues[model.config.device]
         names = [n for n, _ in decoded.outputs]
         key = None if model.config.max_batch == 1 else _batch_key(name, names, decoded.feeds)
-        ticket, refusal = admission.admit(name, device, images, slo, tenant.priority,
+        unhealthy = [d for d in model.config.devices if not device_health[d].healthy]
+        ticket, refusal = admission.admit(name, None, images, slo, tenant.priority,
                                           key=key, payload=decoded.feeds, now=received,
-                                          tenant=tenant.name)
+                                          tenant=tenant.name, avoid=unhealthy)
         if refusal is not None:
             raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
                                 f"{refusal.message}",
                            {"Retry-After": retry_after(refusal.retry_after)})
         seconds = learned = None
+        device, queue = ticket.device, admission.queues[ticket.device]
         metrics.images.labels(**labels).observe(images)
         try:
             queued = time.perf_counter()

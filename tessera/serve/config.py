@@ -23,10 +23,10 @@ PRIORITIES = ("high", "normal", "low")
 MIN_TOKEN_LENGTH = 16
 
 _SERVER_KEYS = {"host", "port", "max_body_bytes"}
-_DEVICE_KEYS = {"workers", "max_queue"}
+_DEVICE_KEYS = {"workers", "max_queue", "providers"}
 #: Requests that may wait per device when the file does not say.
 DEFAULT_MAX_QUEUE = 256
-_MODEL_KEYS = {"path", "providers", "device", "max_batch"}
+_MODEL_KEYS = {"path", "providers", "device", "devices", "max_batch"}
 _TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst",
                 "quota", "isolation"}
 #: How a tenant's device quota binds: never exceeded, or exceeded only with idle capacity.
@@ -40,23 +40,33 @@ class ServeConfigError(TesseraError, ValueError):
 
 @dataclass(frozen=True)
 class DeviceConfig:
-    """A device queue: ``workers`` runs may execute on it at once, ``max_queue`` wait."""
+    """A device queue: ``workers`` runs may execute on it at once, ``max_queue`` wait;
+    ``providers``, when set, are the sessions' providers for every model on it (instead of
+    the model's own), so one model can run on, say, the twin and the CPU at once."""
 
     name: str
     workers: int
     max_queue: int = DEFAULT_MAX_QUEUE
+    providers: tuple | None = None
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """A served model: its ONNX file, the session's providers, the device it queues on, and
-    the most images one run may merge from waiting requests (1: no batching)."""
+    the most images one run may merge from waiting requests (1: no batching). With several
+    ``devices`` (``device`` is the first), each request goes to the one predicted to finish
+    it first."""
 
     name: str
     path: Path
     providers: tuple
     device: str
     max_batch: int = 1
+    devices: tuple = ()
+
+    def __post_init__(self):
+        if not self.devices:
+            object.__setattr__(self, "devices", (self.device,))
 
 
 @dataclass(frozen=True)
@@ -181,7 +191,10 @@ def _devices(source, data):
         workers = _number(source, f"{where} workers", table.get("workers", 1), integer=True)
         max_queue = _number(source, f"{where} max_queue",
                             table.get("max_queue", DEFAULT_MAX_QUEUE), integer=True)
-        devices[name] = DeviceConfig(name, workers, max_queue)
+        providers = table.get("providers")
+        if providers is not None:
+            providers = _string_list(source, f"{where} providers", providers)
+        devices[name] = DeviceConfig(name, workers, max_queue, providers)
     # Without a [devices] table the CPU is the one device, one run per core.
     devices.setdefault("cpu", DeviceConfig("cpu", os.cpu_count() or 1))
     return devices
@@ -205,13 +218,20 @@ def _models(source, data, base, devices):
             raise ServeConfigError(f"{source}: {where} path: no such file {str(path)!r}")
         providers = _string_list(source, f"{where} providers",
                                  table.get("providers", ["cpu"]))
-        device = table.get("device", "cpu")
-        if device not in devices:
-            raise ServeConfigError(f"{source}: {where} device {device!r} is not declared; "
-                                   f"devices: {sorted(devices)}")
+        if "device" in table and "devices" in table:
+            raise ServeConfigError(f"{source}: {where} has both device and devices; give "
+                                   f"one (devices = [...] to balance over several)")
+        names = _string_list(source, f"{where} devices", table["devices"]) \
+            if "devices" in table else (table.get("device", "cpu"),)
+        for device in names:
+            if device not in devices:
+                raise ServeConfigError(f"{source}: {where} device {device!r} is not "
+                                       f"declared; devices: {sorted(devices)}")
+        if len(set(names)) != len(names):
+            raise ServeConfigError(f"{source}: {where} devices {list(names)} repeats one")
         max_batch = _number(source, f"{where} max_batch", table.get("max_batch", 1),
                             integer=True)
-        models[name] = ModelConfig(name, path, providers, device, max_batch)
+        models[name] = ModelConfig(name, path, providers, names[0], max_batch, tuple(names))
     return models
 
 

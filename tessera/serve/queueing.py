@@ -55,6 +55,7 @@ class Ticket:
     deadline: float = float("inf")
     tenant: str | None = None
     key: object = None  # requests with equal keys may run as one batch (None: never)
+    device: str | None = None  # set by the admission: the device whose queue holds it
     started: bool = False
     finished: bool = False
     shed: bool = False
