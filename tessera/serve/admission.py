@@ -195,10 +195,9 @@ class Admission:
         deadline = float("inf") if slo_seconds is None or now is None else \
             now + slo_seconds - own
         try:
-            ticket = queue.enqueue(PRIORITIES.index(priority), share, images=images, key=key,
-                                   payload=payload, deadline=deadline, tenant=tenant)
-            ticket.device = device
-            return ticket, None
+            return queue.enqueue(PRIORITIES.index(priority), share, images=images, key=key,
+                                 payload=payload, deadline=deadline, tenant=tenant,
+                                 device=device), None
         except QueueFull as exc:
             return None, Refusal(f"device {device!r} is full: {exc}", wait + own)
 

@@ -9,9 +9,9 @@ import hmac
 import json
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-import anyio.to_thread
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -230,36 +230,67 @@ def create_app(config, *, clock=time.monotonic):
     async def prometheus():
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    async def run_batch(model, batch, names):
-        """Run the tickets' feeds as one batch; resolve the riders' outcomes with their
-        slices; return the leader's ``(values, seconds)``."""
-        leader, riders = batch[0], batch[1:]
+    executor = ThreadPoolExecutor(max_workers=sum(d.workers for d in config.devices.values()),
+                                  thread_name_prefix="tessera-run")
+    app.state.executor = executor
+
+    def launch(ticket):
+        """Start ``ticket``'s run (it was just given a slot, in the event loop): riders of
+        its key join, the batch goes to a run thread, and its completion comes back as one
+        callback. No request's coroutine sits between one run and the next: under a flood
+        of connections each hop through the event loop's queue costs milliseconds, and the
+        device would idle for several of them per batch."""
+        queue = admission.queues[ticket.device]
+        feeds, model, names = ticket.payload
+        batch = [ticket, *queue.gather(ticket, model.config.max_batch,
+                                       lambda n: admission.predict(model.config.name, n,
+                                                                   ticket.device))]
+        if len(batch) > 1:
+            feeds = {k: np.concatenate([t.payload[0][k] for t in batch]) for k in feeds}
+        loop = asyncio.get_running_loop()
+        future = executor.submit(run, model, ticket.device, feeds, names)
+        future.add_done_callback(
+            lambda f: loop.call_soon_threadsafe(complete, model, batch, f))
+
+    def complete(model, batch, future):
+        """A run ended: answer each request of the batch with its slice (or the error),
+        calibrate the predictor, free the slot (which may launch the next run)."""
+        leader, name, device = batch[0], model.config.name, batch[0].device
+        total = sum(t.images for t in batch)
+        learned = None
         try:
-            feeds = leader.payload if not riders else {
-                k: np.concatenate([t.payload[k] for t in batch]) for k in leader.payload}
-            values, seconds, where, error = await anyio.to_thread.run_sync(
-                run, model, leader.device, feeds, names)
-            model.runs[leader.device] += 1
-            total = sum(t.images for t in batch)
+            values, seconds, where, error = future.result()
+            if len(batch) > 1 and any(v.ndim == 0 or v.shape[0] != total for v in values):
+                raise TesseraError(f"model {name!r}: max_batch > 1 needs every output to "
+                                   f"lead with the batch dimension; got shapes "
+                                   f"{[list(v.shape) for v in values]} for {total} images")
+        except Exception as exc:  # the requests' own handlers turn it into 400/500
+            for ticket in batch:
+                if not ticket.outcome.done():
+                    ticket.outcome.set_exception(exc)
+        else:
+            model.runs[device] += 1
             info = {"device": where, "batch": total, "retried": error is not None}
             if error is not None:
-                metrics.retries.labels(device=leader.device).inc()
-            if riders and any(v.ndim == 0 or v.shape[0] != total for v in values):
-                raise TesseraError(f"model {model.config.name!r}: max_batch > 1 needs every "
-                                   f"output to lead with the batch dimension; got shapes "
-                                   f"{[list(v.shape) for v in values]} for {total} images")
-        except BaseException as exc:
-            for rider in riders:
-                if not rider.outcome.done():
-                    rider.outcome.set_exception(exc)
-            raise
-        start = leader.images
-        for rider in riders:
-            if not rider.outcome.done():  # its client may have gone
-                rider.outcome.set_result(([v[start:start + rider.images] for v in values],
-                                          seconds, info))
-            start += rider.images
-        return [v[:leader.images] for v in values], seconds, info
+                metrics.retries.labels(device=device).inc()
+            # A retried batch ran elsewhere: the device's predictor learns nothing.
+            learned = None if where == FALLBACK else seconds
+            metrics.batch_images.labels(model=name).observe(total)
+            metrics.busy_seconds.labels(device=where).inc(seconds)
+            if leader.work > 0 and learned is not None:
+                metrics.prediction_ratio.labels(device=device).observe(seconds / leader.work)
+            start = 0
+            for ticket in batch:
+                if not ticket.outcome.done():  # its client may have gone
+                    ticket.outcome.set_result(
+                        ([v[start:start + ticket.images] for v in values], seconds, info))
+                start += ticket.images
+        for ticket in batch[1:]:
+            admission.done(name, device, ticket, None)
+        admission.done(name, device, leader, learned, images=total, predicted=leader.work)
+
+    for queue in admission.queues.values():
+        queue.launch = launch
 
     @app.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request):
@@ -302,50 +333,30 @@ def create_app(config, *, clock=time.monotonic):
         key = None if model.config.max_batch == 1 else _batch_key(name, names, decoded.feeds)
         unhealthy = [d for d in model.config.devices if not device_health[d].healthy]
         ticket, refusal = admission.admit(name, None, images, slo, tenant.priority,
-                                          key=key, payload=decoded.feeds, now=received,
-                                          tenant=tenant.name, avoid=unhealthy)
+                                          key=key, payload=(decoded.feeds, model, names),
+                                          now=received, tenant=tenant.name, avoid=unhealthy)
         if refusal is not None:
             raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
                                 f"{refusal.message}",
                            {"Retry-After": retry_after(refusal.retry_after)})
-        seconds = learned = None
-        device, queue = ticket.device, admission.queues[ticket.device]
+        queue = admission.queues[ticket.device]
         metrics.images.labels(**labels).observe(images)
+        queued = time.perf_counter()
         try:
-            queued = time.perf_counter()
-            try:
-                await queue.acquire(ticket)
-            except Shed as exc:
-                wait = queue.predicted_wait(ticket.rank) + ticket.work
-                raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: shed: {exc}",
-                               {"Retry-After": retry_after(wait)}) from None
-            log["queue_ms"] = round((time.perf_counter() - queued) * 1e3, 3)
-            metrics.queue_seconds.labels(**labels).observe(time.perf_counter() - queued)
-            if ticket.rider:  # another request's run carries this one
-                values, seconds, info = await ticket.outcome
-            else:
-                batch = [ticket, *queue.gather(ticket, model.config.max_batch,
-                                               lambda n: admission.predict(name, n))]
-                # Shielded: the riders need the run even if the leader's client goes away.
-                values, seconds, info = await asyncio.shield(
-                    asyncio.ensure_future(run_batch(model, batch, names)))
-                # A retried batch ran elsewhere: the device's predictor learns nothing.
-                learned = None if info["retried"] or info["device"] == FALLBACK else seconds
-                metrics.batch_images.labels(model=name).observe(sum(t.images for t in batch))
-                metrics.busy_seconds.labels(device=info["device"]).inc(seconds)
-                predicted = ticket.work  # the whole batch's, since gather
-                if predicted > 0 and learned is not None:
-                    metrics.prediction_ratio.labels(device=device).observe(seconds / predicted)
+            await queue.acquire(ticket)
+        except Shed as exc:
+            wait = queue.predicted_wait(ticket.rank) + ticket.work
+            raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: shed: {exc}",
+                           {"Retry-After": retry_after(wait)}) from None
+        log["queue_ms"] = round((time.perf_counter() - queued) * 1e3, 3)
+        metrics.queue_seconds.labels(**labels).observe(time.perf_counter() - queued)
+        try:
+            # Shielded: a client that goes away must not cancel the batch's shared future.
+            values, seconds, info = await asyncio.shield(ticket.outcome)
         except InputError as exc:
             raise _Refused(400, f"model {name!r}: {exc}") from None
         except TesseraError as exc:
             raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
-        finally:
-            if ticket.rider or learned is None:
-                admission.done(name, device, ticket, None)
-            else:
-                admission.done(name, device, ticket, learned,
-                               images=sum(t.images for t in batch), predicted=predicted)
         log.update(device=info["device"], batch=info["batch"], retried=info["retried"],
                    run_ms=round(seconds * 1e3, 3))
         metrics.compute_seconds.labels(**labels).observe(seconds)

@@ -91,6 +91,9 @@ class DeviceQueue:
         self._charges = collections.deque()  # (time, tenant, seconds) of started runs
         self._used = collections.defaultdict(float)  # tenant -> seconds in the window
         self._wakeup = None
+        #: Called with each ticket given a slot (not the riders), in the event loop: the
+        #: server starts its run there (None: the ticket's owner does, after acquire).
+        self.launch = None
         self.workers = workers
         self.max_queue = max_queue
         self.waiting = 0
@@ -122,7 +125,7 @@ class DeviceQueue:
         return _BLOCKED if quota[1] else _BORROWING
 
     def enqueue(self, rank, work, *, images=1, key=None, payload=None,
-                deadline=float("inf"), tenant=None):
+                deadline=float("inf"), tenant=None, device=None):
         """Queue a request; it starts at once when a slot is free and nobody is ahead.
 
         Raises
@@ -141,8 +144,12 @@ class DeviceQueue:
             if victim.future is not None and not victim.future.done():
                 victim.future.set_exception(Shed("a higher-priority request took its place "
                                                  "in the device's queue"))
-        ticket = Ticket(rank, next(self._seq), work, images, deadline, tenant, key,
+        ticket = Ticket(rank, next(self._seq), work, images, deadline, tenant, key, device,
                         payload=payload)
+        try:  # every ticket's result, whichever run carries it
+            ticket.outcome = asyncio.get_running_loop().create_future()
+        except RuntimeError:
+            pass  # no event loop: a synchronous caller (tests of the bookkeeping)
         self.waiting += 1
         self.waiting_work[rank] += work
         heapq.heappush(self._heap, (rank, deadline, ticket.seq, ticket))
@@ -159,7 +166,8 @@ class DeviceQueue:
         try:
             await ticket.future
         except asyncio.CancelledError:
-            self.finish(ticket)
+            if not ticket.started:  # a started run finishes (and frees its slot) itself
+                self.finish(ticket)
             raise
 
     def finish(self, ticket):
@@ -212,7 +220,8 @@ class DeviceQueue:
                 break
             images += ticket.images
             ticket.rider = True
-            ticket.outcome = asyncio.get_running_loop().create_future()
+            if ticket.outcome is None:
+                ticket.outcome = asyncio.get_running_loop().create_future()
             self._start(ticket)
             riders.append(ticket)
         if batch_work is not None:
@@ -235,6 +244,8 @@ class DeviceQueue:
                     continue  # left the queue while waiting, or rode in a batch
             self.running += 1
             self._start(ticket)
+            if self.launch is not None:
+                self.launch(ticket)
 
     def _next_within_quotas(self):
         """The first waiting ticket by (standing, class, deadline, arrival), none over a
