@@ -15,9 +15,11 @@ from contract.requant import SHIFT_MAX, SHIFT_MIN
 def rounding_shift(m, value, multiplier, shift, *, en, name):
     """Two register stages computing ``value * multiplier / 2**shift``, rounded half to even.
 
-    Stage 1 registers the exact product, stage 2 the rounded, shifted result; both
-    advance while ``en``. ``shift`` below 1 is outside the contract and treated as 1 so
-    the rounding term stays an integer. Returns the stage-2 register (64-bit signed).
+    Stage 1 registers the exact product together with its shift, stage 2 the rounded,
+    shifted result; both advance while ``en``. Registering the shift lets ``multiplier``
+    and ``shift`` change every cycle (a unit time-shared between lanes or operands).
+    ``shift`` below 1 is outside the contract and treated as 1 so the rounding term stays
+    an integer. Returns the stage-2 register (64-bit signed).
     """
     width = len(value) + len(multiplier) + 1
     product = Signal(signed(width), name=f"{name}_product")
@@ -28,10 +30,9 @@ def rounding_shift(m, value, multiplier, shift, *, en, name):
     rounding = Signal(signed(64), name=f"{name}_rounding")
     odd = Signal(name=f"{name}_odd")
     result = Signal(signed(64), name=f"{name}_shifted")
-    # The shift amount for stage 2 must be the one that goes with the registered product;
-    # parameters are static during a layer, so the current value is the right one.
+    held = Signal(SHIFT_MAX.bit_length(), name=f"{name}_shift")  # goes with `product`
     m.d.comb += [
-        amount.eq(Mux(shift < SHIFT_MIN, SHIFT_MIN, shift)),
+        amount.eq(held),
         rounding.eq((Const(1, 64) << (amount - 1)[:6]) - 1),
         extended.eq(product),
         # The parity of the truncated quotient: a tie rounds up only when it is odd.
@@ -40,6 +41,7 @@ def rounding_shift(m, value, multiplier, shift, *, en, name):
     with m.If(en):
         m.d.sync += [
             product.eq(value * multiplier),
+            held.eq(Mux(shift < SHIFT_MIN, SHIFT_MIN, shift)),
             result.eq((product + rounding + odd) >> amount),
         ]
     return result

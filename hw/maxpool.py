@@ -5,6 +5,11 @@ the pooled pixels in row-major order. Even rows leave the max of each horizontal
 line buffer (block RAM, ``max_width // 2`` words); odd rows finish the 2x2 maximum. An odd
 last column or row has no partner and is dropped, as ONNX MaxPool with ``ceil_mode=0``
 does. Exact: the result is ``models.pool.max_pool2d(x, 2, 2)``.
+
+Dropped pixels are still consumed: a frame's last pooled beat (the one with ``last``) is
+held back until the frame's final input pixel has been taken, so whoever ends a pass on
+that ``last`` leaves nothing of the frame in the input stream. (Before, an odd last row or
+column was left behind and read by the next pass.)
 """
 
 from amaranth import Module, Mux, Signal, signed
@@ -66,6 +71,9 @@ class MaxPool2x2(wiring.Component):
         # A pixel pairs up only when its partner column exists (drops an odd last column).
         paired = odd_x | (x + 1 < self.width)
         last_row_pair = y + 1 == (self.height & ~1)
+        # The frame's final input pixel, paired or not.
+        frame_end = (x + 1 == self.width) & (y + 1 == self.height)
+        pending = Signal()
         m.d.comb += [
             read.addr.eq(x >> 1),
             read.en.eq(take & odd_y & ~odd_x),
@@ -84,13 +92,19 @@ class MaxPool2x2(wiring.Component):
             with m.Else():
                 m.d.sync += x.eq(x + 1)
             with m.If(odd_y & odd_x & paired):
+                frame_last = last_row_pair & (x + 2 > self.width - 1)
+                # The frame's last pooled beat waits, invisible, for an unpaired last
+                # column or row to pass (`pending`); otherwise it is offered at once.
                 m.d.sync += [
-                    self.pooled.valid.eq(1),
-                    self.pooled.payload.last.eq(last_row_pair & (x + 2 > self.width - 1)),
+                    self.pooled.valid.eq(~frame_last | frame_end),
+                    pending.eq(frame_last & ~frame_end),
+                    self.pooled.payload.last.eq(frame_last),
                 ]
                 for lane in range(lanes):
                     m.d.sync += self.pooled.payload.x[lane].eq(
                         _max(_max(read.data[lane], pair_max[lane]), pixel[lane]))
+            with m.Elif(pending & frame_end):
+                m.d.sync += [self.pooled.valid.eq(1), pending.eq(0)]
             with m.Elif(self.pooled.ready):
                 m.d.sync += self.pooled.valid.eq(0)
         with m.Elif(self.pooled.ready):

@@ -14,10 +14,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import check_positive_int
+from contract.postprocess import requant_units
 from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
 
 from .fixedpoint import clamp, rounding_shift
-from .pipeline import lockstep_pipeline
+from .timeshare import TimeShare
 
 
 def accumulator_layout(lanes, acc_width=ACC_WIDTH):
@@ -36,12 +37,15 @@ class RequantParams(data.Struct):
 
 
 class Requantizer(wiring.Component):
-    """``lanes`` int32 accumulators in, ``lanes`` int8 results out, fully pipelined.
+    """``lanes`` int32 accumulators in, ``lanes`` int8 results out, through ``units``
+    time-shared rescalers.
 
     Per-lane ``bias``, ``multiplier`` (M in [2^30, 2^31)) and ``shift`` (n in [1, 62]) are
     static inputs for the output channels the lanes currently hold (the layer's control
     logic sets them per column tile); ``params`` holds the output zero point and clamp.
-    The pipeline has ``LATENCY`` stages and stalls as a whole when ``results`` is not ready.
+    Each unit is one 32 x 31-bit product (four MULT18X18D on ECP5); a beat takes
+    ``lanes // units`` cycles (``hw.timeshare``). The pipeline has ``LATENCY`` stages and
+    stalls as a whole when ``results`` is not ready.
 
     Parameters
     ----------
@@ -49,13 +53,19 @@ class Requantizer(wiring.Component):
         Results per beat (the systolic array's columns).
     acc_width : int
         Width of the incoming accumulators.
+    units : int or None
+        Rescalers, a divisor of ``lanes``; by default ``contract.postprocess.requant_units(lanes)``.
     """
 
-    LATENCY = 4
+    LATENCY = 5  # holding register, sum, product, shift, clamp (collector)
 
-    def __init__(self, *, lanes, acc_width=ACC_WIDTH):
+    def __init__(self, *, lanes, acc_width=ACC_WIDTH, units=None):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
         self.acc_width = check_positive_int("acc_width", acc_width, maximum=32)
+        self.units = requant_units(lanes) if units is None else \
+            check_positive_int("units", units, maximum=lanes)
+        if lanes % self.units:
+            raise ValueError(f"units must divide lanes ({lanes}), not {units!r}")
         super().__init__({
             "accumulators": In(stream.Signature(accumulator_layout(lanes, acc_width))),
             "results": Out(stream.Signature(output_layout(lanes))),
@@ -65,20 +75,34 @@ class Requantizer(wiring.Component):
             "params": In(RequantParams),
         })
 
+    @property
+    def cycles_per_beat(self):
+        return self.lanes // self.units
+
     def elaborate(self, platform):
         m = Module()
-        advance = lockstep_pipeline(m, self.accumulators, self.results, self.LATENCY)
-        for lane in range(self.lanes):
-            total = Signal(signed(ACC_WIDTH), name=f"total{lane}")
+        share = TimeShare(m, self.accumulators, self.results, lanes=self.lanes,
+                          units=self.units, latency=self.LATENCY - 2)
+        advance = share.step
+        accs = share.select(share.beat.acc, "acc")
+        biases = share.select(self.bias, "bias")
+        multipliers = share.select(self.multiplier, "multiplier")
+        shifts = share.select(self.shift, "shift")
+        results = []
+        for unit in range(self.units):
+            total = Signal(signed(ACC_WIDTH), name=f"total{unit}")
+            multiplier = Signal(unsigned(MULTIPLIER_WIDTH), name=f"m{unit}")
+            shift = Signal(unsigned(SHIFT_WIDTH), name=f"n{unit}")
             with m.If(advance):
-                m.d.sync += total.eq(self.accumulators.payload.acc[lane] + self.bias[lane])
-            shifted = rounding_shift(m, total, self.multiplier[lane], self.shift[lane],
-                                     en=advance, name=f"lane{lane}")
+                m.d.sync += [total.eq(accs[unit] + biases[unit]),
+                             multiplier.eq(multipliers[unit]), shift.eq(shifts[unit])]
+            shifted = rounding_shift(m, total, multiplier, shift, en=advance,
+                                     name=f"unit{unit}")
             # 65 bits: z + shifted can exceed int8 by far before the clamp.
-            biased = Signal(signed(65), name=f"biased{lane}")
-            result = Signal(signed(8), name=f"y{lane}")
+            biased = Signal(signed(65), name=f"biased{unit}")
             m.d.comb += biased.eq(shifted + self.params.zero_point)
-            with m.If(advance):
-                m.d.sync += result.eq(clamp(biased, self.params.lo, self.params.hi))
-            m.d.comb += self.results.payload.y[lane].eq(result)
+            results.append(clamp(biased, self.params.lo, self.params.hi))
+        # The collector register is the last stage (the clamp's).
+        share.collect(results, self.results.payload.y)
         return m
+

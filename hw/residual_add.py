@@ -17,10 +17,11 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import check_positive_int
 from contract.descriptor import ADD_PARAM_FIELDS
+from contract.postprocess import add_units
 from models.eltwise import ADD_LEFT_SHIFT
 
 from .fixedpoint import clamp, rounding_shift
-from .pipeline import lockstep_pipeline
+from .timeshare import TimeShare
 
 
 def operand_pair_layout(lanes):
@@ -43,46 +44,70 @@ def add_params_layout():
 
 
 class ResidualAdd(wiring.Component):
-    """``lanes`` pairs of int8 in, ``lanes`` int8 sums out, one beat per cycle.
+    """``lanes`` pairs of int8 in, ``lanes`` int8 sums out, through ``units`` time-shared
+    datapaths (a beat takes ``lanes // units`` cycles, ``hw.timeshare``).
+
+    The input rescale is narrowed: ``(x - z) << 20`` has 20 zero low bits, so
+    ``rnd((x - z) << 20, M, n) == rnd(x - z, M, n - 20)`` exactly for every ``n > 20``
+    (``add_multipliers`` gives ``n >= 32``: its multipliers are at most 1/2 with
+    ``M >= 2**30``; docs/conv-engine.md has the proof). The product is then 9 x 31 bits,
+    two MULT18X18D instead of four; the output rescale (29 x 31 bits) takes four. A shift
+    of 20 or less is outside the contract.
 
     Parameters
     ----------
     lanes : int
         Elements per beat.
+    units : int or None
+        Datapaths, a divisor of ``lanes``; by default ``contract.postprocess.add_units(lanes)``.
     """
 
-    LATENCY = 7  # zero points, 2 x rescale (2 each), sum, output rescale (2), clamp
+    # holding register, zero points, 2 x rescale (2 each), sum, output rescale (2), clamp
+    LATENCY = 8
 
-    def __init__(self, *, lanes):
+    def __init__(self, *, lanes, units=None):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
+        self.units = add_units(lanes) if units is None else \
+            check_positive_int("units", units, maximum=lanes)
+        if lanes % self.units:
+            raise ValueError(f"units must divide lanes ({lanes}), not {units!r}")
         super().__init__({
             "operands": In(stream.Signature(operand_pair_layout(lanes))),
             "results": Out(stream.Signature(sum_layout(lanes))),
             "params": In(add_params_layout()),
         })
 
+    @property
+    def cycles_per_beat(self):
+        return self.lanes // self.units
+
     def elaborate(self, platform):
         m = Module()
         p = self.params
-        advance = lockstep_pipeline(m, self.operands, self.results, self.LATENCY)
-        for lane in range(self.lanes):
-            a = Signal(signed(9 + ADD_LEFT_SHIFT), name=f"a{lane}")
-            b = Signal(signed(9 + ADD_LEFT_SHIFT), name=f"b{lane}")
+        share = TimeShare(m, self.operands, self.results, lanes=self.lanes,
+                          units=self.units, latency=self.LATENCY - 2)
+        advance = share.step
+        a_in = share.select(share.beat.a, "a_in")
+        b_in = share.select(share.beat.b, "b_in")
+        results = []
+        for unit in range(self.units):
+            a = Signal(signed(9), name=f"a{unit}")
+            b = Signal(signed(9), name=f"b{unit}")
             with m.If(advance):
-                m.d.sync += [
-                    a.eq((self.operands.payload.a[lane] - p.a_zero_point) << ADD_LEFT_SHIFT),
-                    b.eq((self.operands.payload.b[lane] - p.b_zero_point) << ADD_LEFT_SHIFT),
-                ]
-            a1 = rounding_shift(m, a, p.a_multiplier, p.a_shift, en=advance, name=f"a{lane}")
-            b1 = rounding_shift(m, b, p.b_multiplier, p.b_shift, en=advance, name=f"b{lane}")
-            total = Signal(signed(29), name=f"sum{lane}")  # |a1|, |b1| < 2**27
+                m.d.sync += [a.eq(a_in[unit] - p.a_zero_point),
+                             b.eq(b_in[unit] - p.b_zero_point)]
+            a1 = rounding_shift(m, a, p.a_multiplier, p.a_shift - ADD_LEFT_SHIFT,
+                                en=advance, name=f"a{unit}")
+            b1 = rounding_shift(m, b, p.b_multiplier, p.b_shift - ADD_LEFT_SHIFT,
+                                en=advance, name=f"b{unit}")
+            total = Signal(signed(29), name=f"sum{unit}")  # |a1|, |b1| < 2**27
             with m.If(advance):
                 m.d.sync += total.eq(a1 + b1)
-            y = rounding_shift(m, total, p.y_multiplier, p.y_shift, en=advance, name=f"y{lane}")
-            biased = Signal(signed(65), name=f"biased{lane}")
-            result = Signal(signed(8), name=f"result{lane}")
+            y = rounding_shift(m, total, p.y_multiplier, p.y_shift, en=advance,
+                               name=f"y{unit}")
+            biased = Signal(signed(65), name=f"biased{unit}")
             m.d.comb += biased.eq(y + p.y_zero_point)
-            with m.If(advance):
-                m.d.sync += result.eq(clamp(biased, p.lo, p.hi))
-            m.d.comb += self.results.payload.y[lane].eq(result)
+            results.append(clamp(biased, p.lo, p.hi))
+        share.collect(results, self.results.payload.y)
         return m
+

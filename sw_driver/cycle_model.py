@@ -5,6 +5,7 @@ pass). It counts the words the host link carries (``contract.streams``), so it f
 stream format without importing the hardware.
 """
 
+from contract.postprocess import requant_units
 from contract.streams import ACTIVATIONS_PER_WORD, output_words, param_words, weight_words
 
 __all__ = ["PASS_LATENCY_CYCLES", "pass_cycles"]
@@ -29,5 +30,6 @@ def pass_cycles(engine_pass, config):
     act_words = -(-engine_pass.activations.size // ACTIVATIONS_PER_WORD)
     load = (5 * act_words + (weight_words(cols) + 1) * engine_pass.weights.shape[0]
             + (param_words(cols) + 1) * engine_pass.bias.shape[0])
-    compute = max(engine_pass.beats, engine_pass.output_beats * (output_words(cols) + 1))
+    per_output = max(output_words(cols) + 1, cols // requant_units(cols))
+    compute = max(engine_pass.beats, engine_pass.output_beats * per_output)
     return load + compute + PASS_LATENCY_CYCLES

@@ -4,13 +4,15 @@ import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
+from contract.postprocess import requant_units
 from hw.requant import Requantizer
 from models.requant import requantize
 from sim.streams import stream_get, stream_put
 
 
-def run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=None):
-    dut = Requantizer(lanes=lanes)
+def run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=None,
+                    units=None):
+    dut = Requantizer(lanes=lanes, units=units)
     got, lasts = [], []
 
     async def setup_and_feed(ctx):
@@ -51,8 +53,10 @@ def compare(got, want, seed, label):
                              f"RTL {got[index]} != golden {want[index]}")
 
 
-@pytest.mark.parametrize("lanes", [1, 3])
-def test_random_requantization(lanes, rng, seed):
+# (lanes, units): one unit for all lanes, the default (8 lanes share 2), every lane its
+# own unit, and an uneven middle.
+@pytest.mark.parametrize("lanes, units", [(1, None), (3, None), (8, None), (4, 4), (6, 3)])
+def test_random_requantization(lanes, units, rng, seed):
     beats = 40
     acc = rng.integers(-2**20, 2**20, (beats, lanes), dtype=np.int64)
     bias = rng.integers(-2**16, 2**16, lanes)
@@ -60,9 +64,9 @@ def test_random_requantization(lanes, rng, seed):
     shift = rng.integers(20, 40, lanes)
     zero_point, lo, hi = int(rng.integers(-128, 128)), -128, 127
     got = run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi,
-                          stall_rng=rng)
+                          stall_rng=rng, units=units)
     compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
-            f"lanes={lanes} zero_point={zero_point}")
+            f"lanes={lanes} units={units} zero_point={zero_point}")
 
 
 def test_extremes(seed):
@@ -73,8 +77,10 @@ def test_extremes(seed):
     bias = np.array([0, 0, 0, -1])
     multiplier = np.array([2**31 - 1, 2**30, 2**31 - 1, 2**30 + 12345])
     shift = np.array([1, 62, 40, 45])
-    for zero_point, lo, hi in ((-128, -128, 127), (127, -128, 127), (-128, -128, -32)):
-        got = run_requantizer(4, acc, bias, multiplier, shift, zero_point, lo, hi)
+    for (zero_point, lo, hi), units in zip(((-128, -128, 127), (127, -128, 127),
+                                            (-128, -128, -32)), (1, 2, 4), strict=True):
+        got = run_requantizer(4, acc, bias, multiplier, shift, zero_point, lo, hi,
+                              units=units)
         compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
                 f"extremes z={zero_point} lo={lo} hi={hi}")
 
@@ -90,7 +96,7 @@ def test_ties_round_to_even(seed):
     want = expected(acc, bias, multiplier, shift, 0, -128, 127)
     ties_up = np.floor((acc + bias) * (multiplier / 2.0**shift) + 0.5).astype(np.int64)
     assert (want != ties_up).any(), "the case must contain ties that ties-up rounds differently"
-    got = run_requantizer(4, acc, bias, multiplier, shift, 0, -128, 127)
+    got = run_requantizer(4, acc, bias, multiplier, shift, 0, -128, 127, units=2)
     compare(got, want, seed, "ties")
 
 
@@ -99,3 +105,46 @@ def test_bad_parameters():
         Requantizer(lanes=0)
     with pytest.raises(ValueError, match="acc_width must be at most 32, not 48"):
         Requantizer(lanes=2, acc_width=48)
+    with pytest.raises(ValueError, match=r"units must divide lanes \(8\), not 3"):
+        Requantizer(lanes=8, units=3)
+    with pytest.raises(ValueError, match="units must be at most 8, not 9"):
+        Requantizer(lanes=8, units=9)
+
+
+def test_default_units_share_the_lanes():
+    # The 8x8 array's 8 lanes share two 32x31-bit rescalers: a beat every 4 cycles.
+    assert [requant_units(n) for n in (1, 4, 8, 12, 16)] == [1, 1, 2, 3, 4]
+
+
+def test_a_shared_beat_takes_lanes_over_units_cycles(seed):
+    """Under a ready consumer, beats leave every lanes // units cycles, back to back."""
+    lanes, units, beats = 8, 2, 6
+    dut = Requantizer(lanes=lanes, units=units)
+    times = []
+
+    async def feed(ctx):
+        ctx.set(dut.multiplier, [2**30] * lanes)
+        ctx.set(dut.shift, [31] * lanes)
+        ctx.set(dut.params, {"zero_point": 0, "lo": -128, "hi": 127})
+        for index in range(beats):
+            await stream_put(ctx, dut.accumulators,
+                             {"acc": [2 * (index + lane) for lane in range(lanes)],
+                              "last": index == beats - 1})
+
+    async def drain(ctx):
+        ctx.set(dut.results.ready, 1)
+        cycle = 0
+        while len(times) < beats:
+            _, _, valid, y = await ctx.tick().sample(dut.results.valid, dut.results.payload.y)
+            cycle += 1
+            if valid:
+                assert [int(v) for v in y] == [len(times) + lane for lane in range(lanes)], \
+                    f"seed={seed}: beat {len(times)} holds {[int(v) for v in y]}"
+                times.append(cycle)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(feed)
+    sim.add_testbench(drain)
+    sim.run()
+    assert np.diff(times).tolist() == [lanes // units] * (beats - 1)
