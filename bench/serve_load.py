@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["TenantLoad", "free_port", "get_json", "run_load", "serve_subprocess",
-           "summarize"]
+__all__ = ["TenantLoad", "free_port", "get_json", "get_text", "run_load", "serve_subprocess",
+           "server_counts", "summarize"]
 
 def check_loopback(url):
     """``(host, port)`` of ``url``, refused unless the host is a loopback address."""
@@ -302,6 +302,11 @@ def summarize(tenant, seconds):
 
 def get_json(url, path, token=None, timeout=10.0):
     """``GET`` a JSON document from the server (loopback only)."""
+    return json.loads(get_text(url, path, token, timeout))
+
+
+def get_text(url, path, token=None, timeout=10.0):
+    """``GET`` a document's bytes from the server (loopback only)."""
     async def fetch():
         conn = await _Connection.open(*check_loopback(url))
         try:
@@ -312,9 +317,24 @@ def get_json(url, path, token=None, timeout=10.0):
             conn.close()
         if status != 200:
             raise RuntimeError(f"GET {path}: HTTP {status}: {content[:200]!r}")
-        return json.loads(content)
+        return content
 
     return asyncio.run(fetch())
+
+
+def server_counts(url, tenant):
+    """The server's own view of ``tenant`` (``/metrics``): answered requests, and those
+    slower than its SLO from receipt to response (no client-side queueing in them)."""
+    answered = late = 0.0
+    for line in get_text(url, "/metrics").decode().splitlines():
+        if f'tenant="{tenant}"' not in line:
+            continue
+        if line.startswith("tessera_requests_total{") and 'code="200"' in line:
+            answered += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("tessera_slo_violations_total{"):
+            late += float(line.rsplit(" ", 1)[1])
+    return {"answered": int(answered), "slo_violations": int(late),
+            "slo_attainment_answered": None if not answered else 1 - late / answered}
 
 
 def free_port():

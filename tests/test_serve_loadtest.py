@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from bench.serve_load import TenantLoad, _Record, check_loopback, summarize
+from bench.serve_load import TenantLoad, _Record, check_loopback, server_counts, summarize
 from tessera.cli import main
 from tessera.serve import load_config
 from tessera.serve.app import create_app
@@ -59,6 +59,8 @@ def test_loadtest_against_a_live_server(tmp_path):
             assert t["checked"] == t["sent"] and t["wrong"] == 0 and t["lost"] == 0
         assert a["slo_ms"] == 2000 and a["slo_attainment"] == 1.0
         assert result["predictors"]["digits"]["runs_measured"] > 0
+        assert server_counts(url, "a") == {"answered": 30, "slo_violations": 0,
+                                           "slo_attainment_answered": 1.0}
         out = tmp_path / "load.json"
         code = main(["loadtest", "--config", str(tmp_path / "serve.toml"), "--url", url,
                      "--tenant", "a=c2", "--duration", "1", "--max-requests", "8",
