@@ -30,6 +30,7 @@ help:
 	@echo "make zoo / make zoo-digits     random zoo models into build/zoo / retrain the digits CNN"
 	@echo "make zoo-vit / make zoo-rnn    retrain the digits ViT / row GRU (docs/zoo.md)"
 	@echo "make serve [CONFIG=x.toml]     KServe v2 inference server on 127.0.0.1 (docs/serving.md)"
+	@echo "make loadtest [LOAD='a=50 b=c4'] traffic to a running make serve, answers checked"
 
 setup: $(STAMP)
 
@@ -113,3 +114,10 @@ SERVE_EXAMPLE := tessera/serve/example.toml
 .PHONY: serve
 serve: setup
 	$(TESSERA) serve --config $(or $(CONFIG),$(SERVE_EXAMPLE)) $(if $(PORT),--port $(PORT))
+
+# Against a server already running with the same CONFIG: LOAD is NAME=RATE (Poisson req/s)
+# or NAME=cN (N closed-loop clients) per tenant; bounded to 10 s.
+.PHONY: loadtest
+loadtest: setup
+	$(TESSERA) loadtest --config $(or $(CONFIG),$(SERVE_EXAMPLE)) --duration 10 \
+		$(foreach t,$(or $(LOAD),alice=50 bob=10),--tenant $(t))
