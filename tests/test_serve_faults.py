@@ -215,3 +215,20 @@ def test_a_batch_counts_once_at_its_predicted_time():
 
     queue = asyncio.run(scenario())
     assert (queue.running, queue.waiting, queue.running_work) == (0, 0, 0.0)
+
+
+def test_a_run_that_cannot_start_is_answered_and_frees_its_slot(tmp_path, rng):
+    app = create_app(load_config(write_config(tmp_path)))
+
+    def broken_submit(*args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after shutdown")
+
+    app.state.executor.submit = broken_submit
+    client = TestClient(app)
+    for _ in range(3):  # more than the device's 2 workers: each slot came back
+        response = client.post(INFER, headers=AUTH_A, json=json_request(digits_input(rng, 1)))
+        assert response.status_code == 500
+        assert response.json()["error"] == ("model 'digits': the run failed: RuntimeError: "
+                                            "cannot schedule new futures after shutdown")
+    queue = app.state.admission.queues["cpu"]
+    assert (queue.running, queue.waiting, queue.running_work) == (0, 0, 0.0)

@@ -5,11 +5,11 @@ imports it on demand, so the runtime and the rest of the CLI never load the web 
 """
 
 import asyncio
+import concurrent.futures
 import hmac
 import json
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -230,8 +230,9 @@ def create_app(config, *, clock=time.monotonic):
     async def prometheus():
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    executor = ThreadPoolExecutor(max_workers=sum(d.workers for d in config.devices.values()),
-                                  thread_name_prefix="tessera-run")
+    executor = concurrent.futures.ThreadPoolExecutor(
+        max_workers=sum(d.workers for d in config.devices.values()),
+        thread_name_prefix="tessera-run")
     app.state.executor = executor
 
     def launch(ticket):
@@ -245,16 +246,38 @@ def create_app(config, *, clock=time.monotonic):
         batch = [ticket, *queue.gather(ticket, model.config.max_batch,
                                        lambda n: admission.predict(model.config.name, n,
                                                                    ticket.device))]
-        if len(batch) > 1:
-            feeds = {k: np.concatenate([t.payload[0][k] for t in batch]) for k in feeds}
-        loop = asyncio.get_running_loop()
-        future = executor.submit(run, model, ticket.device, feeds, names)
+        try:
+            if len(batch) > 1:
+                feeds = {k: np.concatenate([t.payload[0][k] for t in batch]) for k in feeds}
+            loop = asyncio.get_running_loop()
+            future = executor.submit(run, model, ticket.device, feeds, names)
+        except Exception as exc:  # answered as a failed run, never a slot held forever
+            future = concurrent.futures.Future()
+            future.set_exception(exc)
+            complete(model, batch, future)
+            return
         future.add_done_callback(
             lambda f: loop.call_soon_threadsafe(complete, model, batch, f))
 
     def complete(model, batch, future):
         """A run ended: answer each request of the batch with its slice (or the error),
         calibrate the predictor, free the slot (which may launch the next run)."""
+        learned = None
+        try:
+            learned = answer_batch(model, batch, future)
+        finally:  # whatever happened above, the slot is freed and nobody waits forever
+            name, leader = model.config.name, batch[0]
+            for ticket in batch:
+                if not ticket.outcome.done():
+                    ticket.outcome.set_exception(TesseraError(
+                        f"model {name!r}: the batch's results were lost"))
+            for ticket in batch[1:]:
+                admission.done(name, ticket.device, ticket, None)
+            admission.done(name, leader.device, leader, learned,
+                           images=sum(t.images for t in batch), predicted=leader.work)
+
+    def answer_batch(model, batch, future):
+        """Resolve the batch's outcomes; the seconds the predictor may learn, or None."""
         leader, name, device = batch[0], model.config.name, batch[0].device
         total = sum(t.images for t in batch)
         learned = None
@@ -285,9 +308,7 @@ def create_app(config, *, clock=time.monotonic):
                     ticket.outcome.set_result(
                         ([v[start:start + ticket.images] for v in values], seconds, info))
                 start += ticket.images
-        for ticket in batch[1:]:
-            admission.done(name, device, ticket, None)
-        admission.done(name, device, leader, learned, images=total, predicted=leader.work)
+        return learned
 
     for queue in admission.queues.values():
         queue.launch = launch
@@ -357,6 +378,9 @@ def create_app(config, *, clock=time.monotonic):
             raise _Refused(400, f"model {name!r}: {exc}") from None
         except TesseraError as exc:
             raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
+        except Exception as exc:  # not the driver's: still an answer, never a traceback
+            raise _Refused(500, f"model {name!r}: the run failed: {type(exc).__name__}: "
+                                f"{exc}") from None
         log.update(device=info["device"], batch=info["batch"], retried=info["retried"],
                    run_ms=round(seconds * 1e3, 3))
         metrics.compute_seconds.labels(**labels).observe(seconds)
