@@ -452,3 +452,23 @@ def test_dynamic_batching_is_bit_identical(tmp_path, reference, rng):
     text = TestClient(app).get("/metrics").text
     assert 'tessera_batch_images_sum{model="digits"} 7.0' in text
     assert 'tessera_batch_images_count{model="digits"} 2.0' in text
+
+
+def test_batches_shrink_while_a_latency_bound_tenant_is_active(tmp_path):
+    clock = FakeClock()
+    config = load_config(write_config(tmp_path))  # tenant a: SLO 2000 ms on "digits"
+    admission = Admission(config.devices, config.tenants, clock=clock)
+    admission.add_model("digits", 0.001, max_batch=16)
+    admission.add_model("digits_b", 0.001, max_batch=16)
+    predictor = admission._predictors["digits_b", "cpu"]
+    predictor.observe(1, 0.1, 0.100)
+    predictor.observe(16, 1.6, 1.600)  # 100 ms + 100 ms per further image
+    admission._predictors["digits", "cpu"].observe(1, 0.1, 0.250)
+    assert admission.batch_limit("digits_b", "cpu", 16, 1) == 16  # a not seen: full batches
+    ticket, _ = admission.admit("digits", None, 1, 2.0, "high", tenant="a")
+    # Budget: 2000 ms x 0.75 - a's own 250 ms = 1250 ms: 12 images (1200 ms), not 13.
+    assert admission.batch_limit("digits_b", "cpu", 16, 1) == 12
+    assert admission.batch_limit("digits_b", "cpu", 16, 14) == 14  # never below the leader
+    clock.now += 1.01  # a idle for over a second: batches grow again
+    assert admission.batch_limit("digits_b", "cpu", 16, 1) == 16
+    admission.done("digits", "cpu", ticket, None)

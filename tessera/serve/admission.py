@@ -33,6 +33,11 @@ __all__ = ["Admission", "Refusal", "planner_seconds_per_image"]
 WINDOW = 15
 #: Runs kept per size for the error figures.
 HISTORY = 1000
+#: A tenant with an SLO counts as active for this many seconds after its last request.
+ACTIVE_SECONDS = 1.0
+#: Part of an SLO kept for what the predictor does not see (HTTP, decoding, jitter) when
+#: bounding batches for it (see :meth:`Admission.batch_limit`).
+SLO_MARGIN = 0.25
 #: Request sizes (images) with their own average; others are interpolated.
 MAX_SIZES = 64
 
@@ -121,6 +126,7 @@ class Admission:
     """
 
     def __init__(self, devices, tenants=None, clock=time.monotonic):
+        self._tenants, self._clock, self._seen = dict(tenants or {}), clock, {}
         quotas = {name: {} for name in devices}
         for tenant in (tenants or {}).values():
             for device, share in tenant.quota:
@@ -145,6 +151,28 @@ class Admission:
         """Predicted seconds of one run of ``images`` images of ``model`` on ``device``
         (default: its first)."""
         return self._predictors[model, device or self._devices[model][0]].predict(images)
+
+    def batch_limit(self, model, device, max_batch, leader_images):
+        """Images a batch of ``model`` on ``device`` may hold now: ``max_batch``, less while
+        a tenant with an SLO that uses this device has been active in the last
+        ``ACTIVE_SECONDS``. Runs are not preempted, so a request of that tenant arriving
+        just after a batch starts waits for all of it: the batch's predicted time is kept
+        within the SLO less ``SLO_MARGIN`` of it and less the tenant's own one-image run.
+        Never below the leader's own images; with no such tenant active (the latency-bound
+        tenant idle), batches grow to ``max_batch`` again."""
+        now, budget = self._clock(), float("inf")
+        for tenant in self._tenants.values():
+            if tenant.slo_ms is None or now - self._seen.get(tenant.name, -1e18) \
+                    > ACTIVE_SECONDS:
+                continue
+            for name in tenant.models:
+                if device in self._devices.get(name, ()):
+                    slo = tenant.slo_ms / 1e3
+                    budget = min(budget, slo * (1 - SLO_MARGIN) - self.predict(name, 1, device))
+        images = max_batch
+        while images > leader_images and self.predict(model, images, device) > budget:
+            images -= 1
+        return images
 
     def choose(self, model, images, priority="normal", avoid=()):
         """The device of ``model`` predicted to finish a new request first: its queue's
@@ -173,6 +201,8 @@ class Admission:
             The ticket (its ``device`` set) to :meth:`~DeviceQueue.acquire` and then pass
             to :meth:`done`, or the refusal (nothing queued).
         """
+        if tenant is not None:
+            self._seen[tenant] = self._clock()
         if device is None:
             device = self.choose(model, images, priority, avoid)[0]
         predictor, max_batch = self._predictors[model, device], self._max_batch[model]

@@ -243,7 +243,9 @@ def create_app(config, *, clock=time.monotonic):
         device would idle for several of them per batch."""
         queue = admission.queues[ticket.device]
         feeds, model, names = ticket.payload
-        batch = [ticket, *queue.gather(ticket, model.config.max_batch,
+        limit = admission.batch_limit(model.config.name, ticket.device,
+                                      model.config.max_batch, ticket.images)
+        batch = [ticket, *queue.gather(ticket, limit,
                                        lambda n: admission.predict(model.config.name, n,
                                                                    ticket.device))]
         try:
