@@ -7,15 +7,17 @@ cores: figures from a 2-core machine measure the client too. Every answer is che
 for bit against a direct ``InferenceSession.run`` of the same input, and the bench fails if
 any is wrong or lost.
 
-Phases (the digits CNN on the CPU provider, one device worker, one-image binary requests):
+Phases (CPU provider, one device worker, one-image binary requests), for the digits CNN
+(front-end bound: a run is 0.5 ms) and then a ResNet-8-like model (device bound: 5 ms):
 
-1. capacity: 32 closed-loop clients, ``max_batch`` 1 then 16 -> requests/s of each, ratio;
+1. capacity: 32 closed-loop clients, ``max_batch`` 1 (digits only) and 16 -> requests/s,
+   the batching ratio;
 2. unloaded latency: one client, batch 1 -> p50; tenant A's SLO is 3x that;
 3. two tenants: A (high priority, SLO) at 20 % of capacity and B (low, best effort) at the
-   rest of 2x capacity, Poisson arrivals -> per-tenant p50/p95/p99/p99.9, SLO attainment,
-   429/503 counts, lost and wrong answers;
+   rest of 2x capacity, Poisson arrivals -> per-tenant p50/p95/p99/p99.9, SLO attainment
+   (load generator and server side), 429/503 counts, lost and wrong answers;
 4. B alone at 2x capacity -> B's share of the capacity (soft isolation gives it all);
-5. the predictor's error (``/v2/models/digits/stats``) after phase 3, p50/p95 of
+5. the predictor's error (``/v2/models/m/stats``) after phase 3, p50/p95 of
    |predicted - measured| / measured, per run size.
 """
 
@@ -35,6 +37,7 @@ from bench.serve_load import (
     server_counts,
     summarize,
 )
+from models.zoo import random_models
 from sw_driver import InferenceSession
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,7 +49,7 @@ SEED = 14
 SECONDS = float(os.environ.get("BENCH_SERVE_SECONDS", "6"))
 
 
-def config_text(max_batch, slo_ms=None, rate_b=100_000.0):
+def config_text(model_path, max_batch, slo_ms=None, rate_b=100_000.0):
     slo = "" if slo_ms is None else f"slo_ms = {slo_ms:.3f}"
     return f"""
 [server]
@@ -54,20 +57,20 @@ host = "127.0.0.1"
 [devices.cpu]
 workers = 1
 max_queue = 32
-[models.digits]
-path = "{DIGITS.as_posix()}"
+[models.m]
+path = "{Path(model_path).as_posix()}"
 providers = ["cpu"]
 max_batch = {max_batch}
 [tenants.a]
 token = "{TOKEN_A}"
-models = ["digits"]
+models = ["m"]
 priority = "high"
 {slo}
 rate = 100000
 burst = 100000
 [tenants.b]
 token = "{TOKEN_B}"
-models = ["digits"]
+models = ["m"]
 priority = "low"
 rate = {rate_b}
 burst = {max(1, int(rate_b / 10))}
@@ -76,7 +79,7 @@ burst = {max(1, int(rate_b / 10))}
 
 def tenant(name, inputs, expected, **load):
     token = TOKEN_A if name == "a" else TOKEN_B
-    return TenantLoad(name, token, "digits", inputs, expected, **load)
+    return TenantLoad(name, token, "m", inputs, expected, **load)
 
 
 def serve(folder, text, tag):
@@ -92,6 +95,73 @@ def warm(url, inputs, expected):
     check(summarize(load, 1.0))
 
 
+def reference(model_path, shape, rng, count=64):
+    session = InferenceSession(str(model_path))
+    inputs = [rng.random(shape, dtype=np.float32) for _ in range(count)]
+    return inputs, [session.run(None, {"input": x})[0] for x in inputs]
+
+
+def two_tenants(folder, model_path, inputs, expected, capacity, tag):
+    """Phases 2-5 for one model: A's unloaded p50 and SLO, A + B at 2x ``capacity``, B
+    alone at 2x, the predictor; returns ``(phases, slo_ms)``."""
+    phases = {}
+    with serve(folder, config_text(model_path, 1), f"{tag}_unloaded") as url:
+        warm(url, inputs, expected)
+        load = tenant("a", inputs, expected, concurrency=1)
+        seconds = run_load(url, [load], duration=min(SECONDS, 3.0), max_requests=500,
+                           seed=SEED)
+        phases["unloaded_batch1"] = check(summarize(load, seconds))
+    slo_ms = 3 * phases["unloaded_batch1"]["latency_p50_ms"]
+    rate_a, rate_b = 0.2 * capacity, 1.8 * capacity
+    with serve(folder, config_text(model_path, 16, slo_ms, rate_b=1.5 * capacity),
+               f"{tag}_mixed") as url:
+        warm(url, inputs, expected)
+        a = tenant("a", inputs, expected, rate=rate_a, slo_ms=slo_ms)
+        b = tenant("b", inputs, expected, rate=rate_b)
+        seconds = run_load(url, [a, b], duration=SECONDS, seed=SEED, connections=128)
+        phases["mixed_a"], phases["mixed_b"] = (check(summarize(a, seconds)),
+                                                check(summarize(b, seconds)))
+        phases["predictor"] = get_json(url, "/v2/models/m/stats", TOKEN_A)["predictor"]
+        phases["mixed_a"]["server_side"] = server_counts(url, "a")
+    with serve(folder, config_text(model_path, 16), f"{tag}_b_alone") as url:
+        warm(url, inputs, expected)
+        b = tenant("b", inputs, expected, rate=2 * capacity)
+        seconds = run_load(url, [b], duration=SECONDS, seed=SEED, connections=128)
+        phases["b_alone"] = check(summarize(b, seconds))
+    return phases, slo_ms
+
+
+def tenant_metrics(label, phases, slo_ms, capacity):
+    ma, mb = phases["mixed_a"], phases["mixed_b"]
+    predictor = phases["predictor"]
+    return [
+        metric(f"{label}: tenant A unloaded p50 (batch 1)",
+               round(phases["unloaded_batch1"]["latency_p50_ms"], 3), "ms"),
+        metric(f"{label}: tenant A SLO (3x unloaded p50)", round(slo_ms, 3), "ms"),
+        metric(f"{label}: tenant A SLO attainment (of requests sent)",
+               round(ma["slo_attainment"], 5), "fraction", target=">= 0.999"),
+        metric(f"{label}: tenant A SLO attainment, server-side (answered)",
+               ma["server_side"]["slo_attainment_answered"], "fraction",
+               note="the server's own clock, receipt to response: leaves out time queued in "
+                    "the load generator, which shares this machine's cores"),
+        metric(f"{label}: tenant A p99 under 2x load", round(ma["latency_p99_ms"] or -1, 3),
+               "ms"),
+        metric(f"{label}: tenant A refused (503) under 2x load",
+               ma["by_status"].get("503", 0), "requests"),
+        metric(f"{label}: tenant B answered / 429 / 503 under 2x load",
+               f"{mb['answered']} / {mb['by_status'].get('429', 0)} / "
+               f"{mb['by_status'].get('503', 0)}", "requests"),
+        metric(f"{label}: tenant B alone: share of capacity",
+               round(phases["b_alone"]["throughput"] / capacity, 3), "fraction",
+               peer="capacity req/s (max_batch 16)", peer_value=round(capacity, 1),
+               target=">= 0.9"),
+        metric(f"{label}: predictor p50 error (mixed load)",
+               predictor["prediction_error_p50"], "fraction"),
+        metric(f"{label}: predictor p95 error (mixed load)",
+               predictor["prediction_error_p95"], "fraction", target="<= 0.25 (CPU)"),
+    ]
+
+
 def check(summary):
     """Nothing lost, nothing wrong, nothing answered twice: else the bench fails."""
     bad = {k: summary[k] for k in ("lost", "wrong", "answered_twice") if summary[k]}
@@ -102,84 +172,52 @@ def check(summary):
 
 
 def main():
-    session = InferenceSession(str(DIGITS))
     rng = np.random.default_rng(SEED)
     print(f"seed {SEED}, {SECONDS:g} s per phase")
-    inputs = [rng.random((1, 1, 8, 8), dtype=np.float32) for _ in range(64)]
-    expected = [session.run(None, {"input": x})[0] for x in inputs]
-    metrics, phases = [], {}
+    metrics, results = [], {}
     with tempfile.TemporaryDirectory(prefix="bench_serve_") as folder:
-        capacity = {}
+        inputs, expected = reference(DIGITS, (1, 1, 8, 8), rng)
+        capacity, phases = {}, {}
         for max_batch in (1, 16):
-            with serve(folder, config_text(max_batch), f"capacity{max_batch}") as url:
+            with serve(folder, config_text(DIGITS, max_batch), f"capacity{max_batch}") as url:
                 warm(url, inputs, expected)
                 load = tenant("b", inputs, expected, concurrency=32)
                 seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
                 phases[f"capacity_max_batch_{max_batch}"] = summary = check(
                     summarize(load, seconds))
                 capacity[max_batch] = summary["throughput"]
-                stats = get_json(url, "/v2/models/digits/stats", TOKEN_B)["predictor"]
-                phases[f"capacity_max_batch_{max_batch}"]["predictor"] = stats
-        metrics.append(metric("requests/s, max_batch 1, 32 clients", round(capacity[1], 1),
-                              "req/s"))
-        metrics.append(metric("dynamic batching speedup (max_batch 16 vs 1)",
+        metrics.append(metric("digits: requests/s, max_batch 1, 32 clients",
+                              round(capacity[1], 1), "req/s"))
+        metrics.append(metric("digits: dynamic batching speedup (max_batch 16 vs 1)",
                               round(capacity[16] / capacity[1], 2), "x",
                               peer="max_batch 1 req/s", peer_value=round(capacity[1], 1),
                               target=">= 3"))
-        with serve(folder, config_text(1), "unloaded") as url:
+        more, slo_ms = two_tenants(folder, DIGITS, inputs, expected, capacity[16], "digits")
+        phases.update(more)
+        metrics += tenant_metrics("digits", phases, slo_ms, capacity[16])
+        results["digits"] = phases
+        # A model whose runs, not the HTTP front end, bound the server: the ResNet-8-like
+        # zoo model (about 5 ms a run of one 3x32x32 image on the CPU provider).
+        _, resnet = random_models.build("resnet8", folder)
+        inputs, expected = reference(resnet, (1, 3, 32, 32), rng)
+        with serve(folder, config_text(resnet, 16), "resnet8_capacity") as url:
             warm(url, inputs, expected)
-            load = tenant("a", inputs, expected, concurrency=1)
-            seconds = run_load(url, [load], duration=min(SECONDS, 3.0), max_requests=500,
-                               seed=SEED)
-            phases["unloaded_batch1"] = check(summarize(load, seconds))
-        unloaded = phases["unloaded_batch1"]["latency_p50_ms"]
-        slo_ms = 3 * unloaded
-        full = capacity[16]
-        rate_a, rate_b = 0.2 * full, 1.8 * full
-        with serve(folder, config_text(16, slo_ms, rate_b=1.5 * full), "mixed") as url:
-            warm(url, inputs, expected)
-            a = tenant("a", inputs, expected, rate=rate_a, slo_ms=slo_ms)
-            b = tenant("b", inputs, expected, rate=rate_b)
-            seconds = run_load(url, [a, b], duration=SECONDS, seed=SEED, connections=128)
-            phases["mixed_a"], phases["mixed_b"] = (check(summarize(a, seconds)),
-                                                    check(summarize(b, seconds)))
-            predictor = get_json(url, "/v2/models/digits/stats", TOKEN_A)["predictor"]
-            phases["mixed_a"]["server_side"] = server_counts(url, "a")
-        with serve(folder, config_text(16), "b_alone") as url:
-            warm(url, inputs, expected)
-            b = tenant("b", inputs, expected, rate=2 * full)
-            seconds = run_load(url, [b], duration=SECONDS, seed=SEED, connections=128)
-            phases["b_alone"] = check(summarize(b, seconds))
-    ma, mb = phases["mixed_a"], phases["mixed_b"]
-    metrics += [
-        metric("tenant A unloaded p50 (batch 1)", round(unloaded, 3), "ms"),
-        metric("tenant A SLO (3x unloaded p50)", round(slo_ms, 3), "ms"),
-        metric("tenant A SLO attainment (of requests sent)", round(ma["slo_attainment"], 5),
-               "fraction", target=">= 0.999"),
-        metric("tenant A SLO attainment, server-side (answered, receipt to response)",
-               ma["server_side"]["slo_attainment_answered"], "fraction",
-               note="the server's own clock: leaves out time queued in the load generator, "
-                    "which shares this machine's cores"),
-        metric("tenant A p99 under 2x load", round(ma["latency_p99_ms"] or -1, 3), "ms"),
-        metric("tenant A refused (503) under 2x load", ma["by_status"].get("503", 0),
-               "requests"),
-        metric("tenant B 429 under 2x load", mb["by_status"].get("429", 0), "requests"),
-        metric("tenant B 503 (shed/full) under 2x load", mb["by_status"].get("503", 0),
-               "requests"),
-        metric("tenant B alone: share of capacity", round(phases["b_alone"]["throughput"]
-                                                           / full, 3), "fraction",
-               peer="capacity req/s (max_batch 16)", peer_value=round(full, 1),
-               target=">= 0.9"),
-        metric("predictor p50 error (mixed load)", predictor["prediction_error_p50"],
-               "fraction"),
-        metric("predictor p95 error (mixed load)", predictor["prediction_error_p95"],
-               "fraction", target="<= 0.25 (CPU)"),
-        metric("lost or wrong answers (all phases)",
-               sum(p["lost"] + p["wrong"] for p in phases.values()), "requests", target="0"),
-    ]
-    write_results("serve", metrics, seed=SEED, seconds_per_phase=SECONDS,
-                  model="digits_qdq.onnx", provider="cpu", phases=phases,
-                  predictor=predictor)
+            load = tenant("b", inputs, expected, concurrency=32)
+            seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
+            phases = {"capacity_max_batch_16": check(summarize(load, seconds))}
+        full = phases["capacity_max_batch_16"]["throughput"]
+        metrics.append(metric("resnet8: requests/s, max_batch 16, 32 clients", round(full, 1),
+                              "req/s"))
+        more, slo_ms = two_tenants(folder, resnet, inputs, expected, full, "resnet8")
+        phases.update(more)
+        metrics += tenant_metrics("resnet8", phases, slo_ms, full)
+        results["resnet8"] = phases
+    metrics.append(metric("lost or wrong answers (all phases)",
+                          sum(p["lost"] + p["wrong"] for r in results.values()
+                              for k, p in r.items() if k != "predictor"),
+                          "requests", target="0"))
+    write_results("serve", metrics, seed=SEED, seconds_per_phase=SECONDS, provider="cpu",
+                  models=["digits_qdq.onnx", "random_models resnet8"], phases=results)
 
 
 if __name__ == "__main__":

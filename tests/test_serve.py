@@ -471,4 +471,6 @@ def test_batches_shrink_while_a_latency_bound_tenant_is_active(tmp_path):
     assert admission.batch_limit("digits_b", "cpu", 16, 14) == 14  # never below the leader
     clock.now += 1.01  # a idle for over a second: batches grow again
     assert admission.batch_limit("digits_b", "cpu", 16, 1) == 16
+    # A leader with 0.45 s left for its run takes at most 4 images (400 ms), not 5.
+    assert admission.batch_limit("digits_b", "cpu", 16, 1, run_budget=0.45) == 4
     admission.done("digits", "cpu", ticket, None)

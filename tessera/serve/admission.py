@@ -152,15 +152,17 @@ class Admission:
         (default: its first)."""
         return self._predictors[model, device or self._devices[model][0]].predict(images)
 
-    def batch_limit(self, model, device, max_batch, leader_images):
+    def batch_limit(self, model, device, max_batch, leader_images, run_budget=float("inf")):
         """Images a batch of ``model`` on ``device`` may hold now: ``max_batch``, less while
         a tenant with an SLO that uses this device has been active in the last
         ``ACTIVE_SECONDS``. Runs are not preempted, so a request of that tenant arriving
         just after a batch starts waits for all of it: the batch's predicted time is kept
         within the SLO less ``SLO_MARGIN`` of it and less the tenant's own one-image run.
-        Never below the leader's own images; with no such tenant active (the latency-bound
-        tenant idle), batches grow to ``max_batch`` again."""
-        now, budget = self._clock(), float("inf")
+        ``run_budget`` is the leader's own: the seconds its run may take and still meet its
+        SLO (riders must not make it late). Never below the leader's own images; with no
+        such tenant active (the latency-bound tenant idle), batches grow to ``max_batch``
+        again."""
+        now, budget = self._clock(), run_budget
         for tenant in self._tenants.values():
             if tenant.slo_ms is None or now - self._seen.get(tenant.name, -1e18) \
                     > ACTIVE_SECONDS:

@@ -21,7 +21,7 @@ from sw_driver import InferenceSession
 from sw_driver.errors import InputError, TesseraError
 from sw_driver.planner import Planner
 
-from .admission import Admission, planner_seconds_per_image
+from .admission import SLO_MARGIN, Admission, planner_seconds_per_image
 from .health import FALLBACK, DeviceHealth
 from .limits import TokenBucket, retry_after
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -243,8 +243,12 @@ def create_app(config, *, clock=time.monotonic):
         device would idle for several of them per batch."""
         queue = admission.queues[ticket.device]
         feeds, model, names = ticket.payload
+        # The leader's deadline is its latest start (perf_counter clock); its run may take
+        # its own predicted time plus the slack it has left, less the SLO margin.
+        own = admission.predict(model.config.name, ticket.images, ticket.device)
+        run_budget = (ticket.deadline - time.perf_counter() + own) * (1 - SLO_MARGIN)
         limit = admission.batch_limit(model.config.name, ticket.device,
-                                      model.config.max_batch, ticket.images)
+                                      model.config.max_batch, ticket.images, run_budget)
         batch = [ticket, *queue.gather(ticket, limit,
                                        lambda n: admission.predict(model.config.name, n,
                                                                    ticket.device))]
