@@ -1,0 +1,313 @@
+"""The serial host bridge: frames of ``contract/link.py`` in, CSR accesses and DMA words
+out to the accelerator top, responses back as frames.
+
+One byte stream in (``rx``), one out (``tx``): a UART (``hw/uart.py``) on a board, the
+twin's byte port in simulation (``sim/twin_serial.py``). The protocol is stop and wait, so
+one FSM receives a frame, checks its CRC, executes it (or, for a repeated SEQ, skips
+that) and sends the response; ``rx`` is only ready while a frame is being received.
+Device-to-host words are gathered into a buffer at all times; a DATA response reads them
+without removing them, and the next new request commits the removal, so a lost DATA frame
+is sent again whole.
+
+The two memories use asynchronous read ports: simple, and fine for the twin and for LUT
+RAM on a board (256 x 32 bits each).
+"""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from contract.link import (
+    CRC_INIT,
+    CRC_POLY,
+    H2C_STALL_CYCLES,
+    MAX_PAYLOAD,
+    MAX_PAYLOAD_WORDS,
+    READ_BUFFER_WORDS,
+    RX_GAP_CYCLES,
+    SYNC,
+    FrameType,
+    LinkError,
+)
+
+from .csr import ADDR_WIDTH, csr_bus_signature
+from .top import word_layout
+
+
+class Crc16(wiring.Component):
+    """The CRC-16/CCITT-FALSE register ``crc`` advanced by ``byte``, in one cycle.
+
+    One shared instance: every bit step reads the previous one twice, so an inlined
+    expression would be copied 2^8 times in the netlist."""
+
+    crc: In(16)
+    byte: In(8)
+    next: Out(16)
+
+    def elaborate(self, platform):
+        m = Module()
+        value = Signal(16)
+        m.d.comb += value.eq(self.crc ^ Cat(Const(0, 8), self.byte))
+        for step in range(8):
+            shifted = Cat(Const(0, 1), value[:15])
+            following = Signal(16, name=f"step{step}")
+            m.d.comb += following.eq(Mux(value[15], shifted ^ CRC_POLY, shifted))
+            value = following
+        m.d.comb += self.next.eq(value)
+        return m
+
+
+class HostBridge(wiring.Component):
+    """Frames on ``rx``/``tx`` to the top's ``csr`` bus and ``h2c``/``c2h`` streams.
+
+    Ports
+    -----
+    rx, tx : byte streams from and to the host
+    csr : the accelerator's CSR bus (this bridge is its master)
+    h2c, c2h : the accelerator's word streams (``hw.top.word_layout``)
+    """
+
+    rx: In(stream.Signature(8))
+    tx: Out(stream.Signature(8))
+    csr: Out(csr_bus_signature())
+    h2c: Out(stream.Signature(word_layout()))
+    c2h: In(stream.Signature(word_layout()))
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = READ_BUFFER_WORDS
+        m.submodules.rx_mem = rx_mem = Memory(shape=32, depth=MAX_PAYLOAD_WORDS, init=[])
+        m.submodules.c2h_mem = c2h_mem = Memory(shape=32, depth=depth, init=[])
+        rx_w = rx_mem.write_port()
+        rx_r = rx_mem.read_port(domain="comb")
+        c2h_w = c2h_mem.write_port()
+        c2h_r = c2h_mem.read_port(domain="comb")
+
+        # --- device-to-host words: always gathered while there is room ------------------
+        wr_ptr = Signal(range(2 * depth))
+        head = Signal(range(2 * depth))     # first word not yet committed as delivered
+        pending = Signal(range(depth + 1))  # words of the last DATA response
+        stored = Signal(range(depth + 1))
+        m.d.comb += [
+            stored.eq((wr_ptr - head)[:len(wr_ptr)]),
+            self.c2h.ready.eq(stored < depth),
+            c2h_w.addr.eq(wr_ptr[:-1]),
+            c2h_w.data.eq(self.c2h.payload.data),
+            c2h_w.en.eq(self.c2h.valid & self.c2h.ready),
+        ]
+        with m.If(c2h_w.en):
+            m.d.sync += wr_ptr.eq(wr_ptr + 1)
+
+        # --- frame fields ---------------------------------------------------------------
+        crc = Signal(16, init=CRC_INIT)
+        m.submodules.crc = crc_unit = Crc16()
+        crc_byte = Signal(8)  # the byte each state feeds the CRC
+        m.d.comb += [crc_unit.crc.eq(crc), crc_unit.byte.eq(crc_byte)]
+
+        def crc16_byte(_, byte):
+            m.d.comb += crc_byte.eq(byte)
+            return crc_unit.next
+        frame_type = Signal(8)
+        seq = Signal(8)
+        length = Signal(16)
+        count = Signal(range(MAX_PAYLOAD + 2))   # payload bytes received / sent
+        shift = Signal(32)                        # payload word being assembled
+        word0 = Signal(32)                        # first two payload words, for CSR frames
+        word1 = Signal(32)
+        crc_hi = Signal(8)
+        last_seq = Signal(8)
+        have_last = Signal()                      # last_seq/response are valid
+
+        # The stored response (resent for a repeated SEQ).
+        resp_type = Signal(8)
+        resp_seq = Signal(8)
+        resp_len = Signal(16)
+        resp_value = Signal(32)
+        index = Signal(range(MAX_PAYLOAD_WORDS + 1))  # h2c word being pushed
+        stall = Signal(range(H2C_STALL_CYCLES + 1))
+
+        words_in = length[2:]
+        rx_byte = self.rx.payload
+        take = self.rx.valid & self.rx.ready
+
+        # A NAK answers the frame just received without replacing the stored response.
+        nak = Signal()
+        tx_type, tx_seq, tx_len = Signal(8), Signal(8), Signal(16)
+        m.d.comb += [tx_type.eq(Mux(nak, FrameType.NAK, resp_type)),
+                     tx_seq.eq(Mux(nak, seq, resp_seq)), tx_len.eq(Mux(nak, 0, resp_len))]
+
+        def respond(kind, value=0, nbytes=0, store=True):
+            stmts = [resp_type.eq(kind), resp_seq.eq(seq), resp_value.eq(value),
+                     resp_len.eq(nbytes), nak.eq(0)]
+            if store:
+                stmts += [last_seq.eq(seq), have_last.eq(1)]
+            return stmts
+
+        # Receiving a frame and no byte for RX_GAP_CYCLES: give it up and hunt for SYNC.
+        gap = Signal(range(RX_GAP_CYCLES + 1))
+        give_up = Signal()
+        m.d.comb += give_up.eq(gap == RX_GAP_CYCLES)
+
+        def listen():
+            m.d.comb += self.rx.ready.eq(1)
+            with m.If(give_up & ~self.rx.valid):
+                m.next = "SYNC"
+
+        with m.FSM(name="bridge") as fsm:
+
+            with m.State("SYNC"):
+                m.d.comb += self.rx.ready.eq(1)
+                with m.If(take & (rx_byte == SYNC)):
+                    m.d.sync += [crc.eq(CRC_INIT), count.eq(0)]
+                    m.next = "TYPE"
+            for state, field, following in (("TYPE", frame_type, "SEQ"),
+                                            ("SEQ", seq, "LEN_LO"),
+                                            ("LEN_LO", length[:8], "LEN_HI")):
+                with m.State(state):
+                    listen()
+                    with m.If(take):
+                        m.d.sync += [field.eq(rx_byte), crc.eq(crc16_byte(crc, rx_byte))]
+                        m.next = following
+            with m.State("LEN_HI"):
+                listen()
+                with m.If(take):
+                    m.d.sync += [length[8:].eq(rx_byte), crc.eq(crc16_byte(crc, rx_byte))]
+                    full = Cat(length[:8], rx_byte)
+                    with m.If((full > MAX_PAYLOAD) | full[:2].any()):
+                        # A corrupt header: the frame's end is unknown. NAK at once and
+                        # hunt for the next SYNC in whatever follows.
+                        m.d.sync += nak.eq(1)
+                        m.next = "TX_SYNC"
+                    with m.Elif(full == 0):
+                        m.next = "CRC_HI"
+                    with m.Else():
+                        m.next = "PAYLOAD"
+            with m.State("PAYLOAD"):
+                listen()
+                word = Cat(shift[8:], rx_byte)
+                m.d.comb += [rx_w.addr.eq(count[2:]), rx_w.data.eq(word),
+                             rx_w.en.eq(take & (count[:2] == 3))]
+                with m.If(take):
+                    m.d.sync += [shift.eq(word), count.eq(count + 1),
+                                 crc.eq(crc16_byte(crc, rx_byte))]
+                    with m.If(count == 3):
+                        m.d.sync += word0.eq(word)
+                    with m.If(count == 7):
+                        m.d.sync += word1.eq(word)
+                    with m.If(count + 1 == length):
+                        m.next = "CRC_HI"
+            with m.State("CRC_HI"):
+                listen()
+                with m.If(take):
+                    m.d.sync += crc_hi.eq(rx_byte)
+                    m.next = "CRC_LO"
+            with m.State("CRC_LO"):
+                listen()
+                with m.If(take):
+                    with m.If(Cat(rx_byte, crc_hi) != crc):
+                        m.d.sync += nak.eq(1)
+                        m.next = "TX_SYNC"
+                    with m.Elif(frame_type == FrameType.LINK_RESET):
+                        m.d.sync += [head.eq(wr_ptr), pending.eq(0),
+                                     *respond(FrameType.ACK, store=False), have_last.eq(0)]
+                        m.next = "TX_SYNC"
+                    with m.Elif(have_last & (seq == last_seq)):
+                        m.d.sync += nak.eq(0)
+                        m.next = "TX_SYNC"  # a repeat: send the stored response again
+                    with m.Else():
+                        # A new request: the last DATA response was delivered.
+                        m.d.sync += [head.eq(head + pending), pending.eq(0)]
+                        m.next = "EXECUTE"
+            with m.State("EXECUTE"):
+                def check(kind, nbytes):
+                    return (frame_type == kind) & (length == nbytes)
+                writing = ((frame_type == FrameType.DMA_WRITE)
+                           | (frame_type == FrameType.DMA_WRITE_LAST))
+                with m.If(check(FrameType.CSR_WRITE, 8)):
+                    m.d.comb += [self.csr.addr.eq(word0[:ADDR_WIDTH]),
+                                 self.csr.w_data.eq(word1), self.csr.w_en.eq(1)]
+                    m.d.sync += respond(FrameType.ACK)
+                    m.next = "TX_SYNC"
+                with m.Elif(check(FrameType.CSR_READ, 4)):
+                    m.d.comb += [self.csr.addr.eq(word0[:ADDR_WIDTH]), self.csr.r_en.eq(1)]
+                    m.next = "CSR_READ"
+                with m.Elif(check(FrameType.DMA_READ, 4)):
+                    limit = Mux(word0 < stored, word0, stored)
+                    m.d.sync += [pending.eq(limit), *respond(FrameType.DATA, 0, limit << 2)]
+                    m.next = "TX_SYNC"
+                with m.Elif(writing & (length != 0)):
+                    m.d.sync += [index.eq(0), stall.eq(0)]
+                    m.next = "PUSH"
+                with m.Elif(frame_type < 0x80):
+                    known = Const(0)
+                    for kind in FrameType:
+                        if kind < 0x80:
+                            known = known | (frame_type == kind)
+                    code = Mux(known, LinkError.BAD_LENGTH, LinkError.BAD_TYPE)
+                    m.d.sync += respond(FrameType.ERROR, code, 4)
+                    m.next = "TX_SYNC"
+                with m.Else():
+                    m.d.sync += respond(FrameType.ERROR, LinkError.BAD_TYPE, 4)
+                    m.next = "TX_SYNC"
+            with m.State("CSR_READ"):
+                m.d.sync += respond(FrameType.CSR_VALUE, self.csr.r_data, 4)
+                m.next = "TX_SYNC"
+            with m.State("PUSH"):
+                final = index + 1 == words_in
+                m.d.comb += [rx_r.addr.eq(index), self.h2c.valid.eq(1),
+                             self.h2c.payload.data.eq(rx_r.data),
+                             self.h2c.payload.last.eq(
+                                 final & (frame_type == FrameType.DMA_WRITE_LAST))]
+                with m.If(self.h2c.ready):
+                    m.d.sync += [index.eq(index + 1), stall.eq(0)]
+                    with m.If(final):
+                        m.d.sync += respond(FrameType.ACK)
+                        m.next = "TX_SYNC"
+                with m.Elif(stall == H2C_STALL_CYCLES):
+                    m.d.sync += respond(FrameType.ERROR, LinkError.H2C_STALL, 4)
+                    m.next = "TX_SYNC"
+                with m.Else():
+                    m.d.sync += stall.eq(stall + 1)
+
+            # --- the response: the stored one, whether new or repeated ------------------
+            def send(byte, following, update_crc=True):
+                m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(byte)]
+                with m.If(self.tx.ready):
+                    if update_crc:
+                        m.d.sync += crc.eq(crc16_byte(crc, byte))
+                    m.next = following
+
+            with m.State("TX_SYNC"):
+                m.d.sync += [crc.eq(CRC_INIT), count.eq(0)]
+                send(SYNC, "TX_TYPE", update_crc=False)
+            with m.State("TX_TYPE"):
+                send(tx_type, "TX_SEQ")
+            with m.State("TX_SEQ"):
+                send(tx_seq, "TX_LEN_LO")
+            with m.State("TX_LEN_LO"):
+                send(tx_len[:8], "TX_LEN_HI")
+            with m.State("TX_LEN_HI"):
+                send(tx_len[8:], "TX_PAYLOAD")
+            with m.State("TX_PAYLOAD"):
+                with m.If(count == tx_len):
+                    m.next = "TX_CRC_HI"
+                with m.Else():
+                    address = (head + count[2:])[:len(c2h_r.addr)]
+                    m.d.comb += c2h_r.addr.eq(address)
+                    source = Mux(resp_type == FrameType.DATA, c2h_r.data, resp_value)
+                    byte = source.word_select(count[:2], 8)
+                    m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(byte)]
+                    with m.If(self.tx.ready):
+                        m.d.sync += [crc.eq(crc16_byte(crc, byte)), count.eq(count + 1)]
+            with m.State("TX_CRC_HI"):
+                send(crc[8:], "TX_CRC_LO", update_crc=False)
+            with m.State("TX_CRC_LO"):
+                send(crc[:8], "SYNC", update_crc=False)
+        receiving = Cat(fsm.ongoing(state) for state in (
+            "TYPE", "SEQ", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_HI", "CRC_LO")).any()
+        with m.If(receiving & ~self.rx.valid & ~give_up):
+            m.d.sync += gap.eq(gap + 1)
+        with m.Else():
+            m.d.sync += gap.eq(0)
+        return m

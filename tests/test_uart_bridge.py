@@ -1,0 +1,133 @@
+"""The host bridge (hw/host_bridge.py) alone in Amaranth's simulator, against a register
+file and stream sinks: every request type, a repeated SEQ (not executed twice, response
+resent), a corrupt frame (NAK), a DATA response kept until the next request, a refused
+request, and a frame abandoned after a silent gap."""
+
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.sim import Simulator
+
+from contract import link
+from contract.link import FrameType, LinkError
+from hw.csr import csr_bus_signature
+from hw.host_bridge import HostBridge
+from sim.streams import stream_get, stream_put
+
+
+class FakeCore(wiring.Component):
+    """A register file on the CSR bus; that is all the bridge sees of a core's CSRs."""
+
+    csr: wiring.In(csr_bus_signature())
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.regs = regs = Memory(shape=32, depth=256, init=[])
+        write, read = regs.write_port(), regs.read_port()
+        m.d.comb += [write.addr.eq(self.csr.addr[2:]), write.data.eq(self.csr.w_data),
+                     write.en.eq(self.csr.w_en), read.addr.eq(self.csr.addr[2:]),
+                     read.en.eq(self.csr.r_en), self.csr.r_data.eq(read.data)]
+        return m
+
+
+def run_bridge(script, c2h_words=()):
+    """Run ``script(exchange)`` against a bridge; returns (h2c words seen, result)."""
+    m = Module()
+    m.submodules.bridge = bridge = HostBridge()
+    m.submodules.core = core = FakeCore()
+    wiring.connect(m, bridge.csr, core.csr)
+    h2c, result = [], {}
+
+    async def h2c_sink(ctx):
+        ctx.set(bridge.h2c.ready, 1)
+        async for _, _, valid, payload in ctx.tick().sample(bridge.h2c.valid, bridge.h2c.payload):
+            if valid:
+                h2c.append((payload.data, payload.last))
+
+    async def c2h_source(ctx):
+        await ctx.tick().repeat(50)
+        for word in c2h_words:
+            await stream_put(ctx, bridge.c2h, {"data": word, "last": 0})
+
+    async def host(ctx):
+        async def send(data):
+            for byte in data:
+                await stream_put(ctx, bridge.rx, byte)
+
+        async def exchange(kind, seq, payload=b"", *, corrupt=False):
+            frame = bytearray(link.encode(kind, seq, payload))
+            if corrupt:
+                frame[-3] ^= 0x10
+            await send(frame)
+            decoder = link.Decoder()
+            while True:
+                frames = decoder.feed(bytes([await stream_get(ctx, bridge.tx)]))
+                if frames:
+                    return frames[0]
+
+        async def stall(cycles):
+            await ctx.tick().repeat(cycles)
+
+        exchange.send, exchange.stall = send, stall
+        result["value"] = await script(exchange)
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_process(h2c_sink)
+    sim.add_testbench(c2h_source)
+    sim.add_testbench(host)
+    sim.run_until(1e-8 * 400_000)
+    assert "value" in result, "the bridge stopped answering"
+    return h2c, result["value"]
+
+
+def test_requests_repeats_and_errors():
+    async def script(exchange):
+        out = [await exchange(FrameType.LINK_RESET, 0)]
+        out.append(await exchange(FrameType.CSR_WRITE, 1, link.words([0x10, 0xDEADBEEF])))
+        out.append(await exchange(FrameType.CSR_READ, 2, link.words([0x10])))
+        out.append(await exchange(FrameType.CSR_WRITE, 3, link.words([0x10, 1])))
+        # The same SEQ again (a retry whose first ACK was lost): not applied a second time.
+        out.append(await exchange(FrameType.CSR_WRITE, 3, link.words([0x10, 2])))
+        out.append(await exchange(FrameType.CSR_READ, 4, link.words([0x10])))
+        out.append(await exchange(FrameType.CSR_WRITE, 5, link.words([0x10, 3]),
+                                  corrupt=True))
+        out.append(await exchange(FrameType.DMA_WRITE_LAST, 6, link.words([7, 8, 9])))
+        out.append(await exchange(FrameType.DMA_READ, 7, link.words([3])))
+        out.append(await exchange(FrameType.DMA_READ, 7, link.words([3])))  # resent whole
+        out.append(await exchange(FrameType.DMA_READ, 8, link.words([10])))
+        out.append(await exchange(FrameType.DMA_READ, 9, link.words([10])))
+        out.append(await exchange(0x7F, 10))
+        out.append(await exchange(FrameType.CSR_READ, 11, link.words([0x10, 0])))
+        return out
+
+    h2c, replies = run_bridge(script, c2h_words=[100, 101, 102, 103, 104])
+    assert replies == [
+        (FrameType.ACK, 0, b""),
+        (FrameType.ACK, 1, b""),
+        (FrameType.CSR_VALUE, 2, link.words([0xDEADBEEF])),
+        (FrameType.ACK, 3, b""),
+        (FrameType.ACK, 3, b""),
+        (FrameType.CSR_VALUE, 4, link.words([1])),
+        (FrameType.NAK, 5, b""),
+        (FrameType.ACK, 6, b""),
+        (FrameType.DATA, 7, link.words([100, 101, 102])),
+        (FrameType.DATA, 7, link.words([100, 101, 102])),
+        (FrameType.DATA, 8, link.words([103, 104])),
+        (FrameType.DATA, 9, b""),
+        (FrameType.ERROR, 10, link.words([LinkError.BAD_TYPE])),
+        (FrameType.ERROR, 11, link.words([LinkError.BAD_LENGTH])),
+    ]
+    assert h2c == [(7, 0), (8, 0), (9, 1)]
+
+
+def test_a_frame_cut_short_is_abandoned_after_the_gap():
+    async def script(exchange):
+        frame = link.encode(FrameType.CSR_WRITE, 1, link.words([0x10, 5]))
+        await exchange.send(frame[:7])   # the rest is lost on the wire
+        await exchange.stall(link.RX_GAP_CYCLES + 10)
+        return [await exchange(FrameType.CSR_WRITE, 1, link.words([0x10, 6])),
+                await exchange(FrameType.CSR_READ, 2, link.words([0x10]))]
+
+    _, replies = run_bridge(script)
+    assert replies == [(FrameType.ACK, 1, b""), (FrameType.CSR_VALUE, 2, link.words([6]))]
