@@ -26,6 +26,7 @@ help:
 	@echo "make lint                      ruff"
 	@echo "make clean                     remove build/ and bench results"
 	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
+	@echo "         BACKEND=uart PORT=/dev/ttyUSB0: on a board over its UART; BACKEND=uart-twin: the serial twin"
 	@echo "make quantize [MODEL=x.onnx] [CALIB=digits|x.npy] [METHOD=minmax] [OUT=y.onnx]"
 	@echo "make zoo / make zoo-digits     random zoo models into build/zoo / retrain the digits CNN"
 	@echo "make zoo-vit / make zoo-rnn    retrain the digits ViT / row GRU (docs/zoo.md)"
@@ -89,7 +90,7 @@ run: setup
 	$(TESSERA) run $(or $(MODEL),$(DIGITS_QDQ)) $(if $(BACKEND),--providers $(BACKEND)) \
 	  $(if $(DATASET),--dataset $(DATASET),$(if $(or $(MODEL),$(INPUT)),,--dataset digits)) \
 	  $(if $(INPUT),--input $(INPUT)) $(if $(BATCH),--batch $(BATCH)) \
-	  $(if $(filter 1,$(PROFILE)),--profile)
+	  $(if $(PORT),--port $(PORT)) $(if $(filter 1,$(PROFILE)),--profile)
 
 quantize: setup
 	$(TESSERA) quantize $(or $(MODEL),models/zoo/digits_float.onnx) --calibration $(CALIB) \

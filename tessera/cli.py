@@ -2,6 +2,7 @@
 over the packages."""
 
 import argparse
+import os
 import re
 import sys
 import time
@@ -431,6 +432,8 @@ def cmd_run(args):
         if args.batch < 1:
             raise _UsageError(f"--batch must be a positive integer, not {args.batch}")
         providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+        if args.port:  # the "uart" provider's serial port (docs/uart.md)
+            os.environ["TESSERA_UART_PORT"] = args.port
         # The "sim" provider builds its Verilator twin on first use: up to a minute.
         with console.status(f"opening {args.model} on {', '.join(providers)}"):
             session = InferenceSession(args.model, providers=providers)
@@ -654,6 +657,8 @@ def _add_runtime_commands(sub):
     p.add_argument("--seed", type=int, default=0, help="seed of the random samples")
     p.add_argument("--profile", action="store_true",
                    help="full placement reasons and per-batch times in the table")
+    p.add_argument("--port", help="serial port of the \"uart\" provider, e.g. /dev/ttyUSB0 "
+                                  "(default $TESSERA_UART_PORT; docs/uart.md)")
     p.add_argument("-o", "--output", help="save the outputs as .npy")
     p.set_defaults(func=cmd_run)
 

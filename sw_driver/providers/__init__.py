@@ -11,9 +11,11 @@ from .gpu import GPUProvider
 from .opencl import OpenCLProvider
 from .pcie import PCIeProvider
 from .sim import SimProvider
+from .uart import UartProvider, UartTwinProvider
 
 __all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "Concurrency", "Cost", "GPUProvider",
-           "OpenCLProvider", "PCIeProvider", "Provider", "Refusal", "SimProvider"]
+           "OpenCLProvider", "PCIeProvider", "Provider", "Refusal", "SimProvider", "UartProvider",
+           "UartTwinProvider"]
 
 #: Provider name -> class. Instances are created per session, with no arguments.
 PROVIDERS = {
@@ -22,6 +24,8 @@ PROVIDERS = {
     "gpu": GPUProvider,
     "sim": SimProvider,
     "pcie": PCIeProvider,
+    "uart": UartProvider,
+    "uart-twin": UartTwinProvider,
 }
 
 #: onnxruntime's names, accepted so that code written for onnxruntime runs unchanged.

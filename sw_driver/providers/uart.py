@@ -1,0 +1,84 @@
+"""The "uart" and "uart-twin" providers: Tessera's layers on an accelerator reached over
+its serial host link (``docs/uart.md``).
+
+"uart" opens the port given, else ``$TESSERA_UART_PORT`` (the CLI's ``--port``), with
+:class:`~sw_driver.transport.uart.UartTransport`: a board's FTDI port such as
+``/dev/ttyUSB0`` at 3 Mbaud. "uart-twin" runs the same transport over the serial twin
+(``sim.twin_serial``): the bridge RTL inside the Verilator model, so the whole link is
+exercised with no board. Like "sim", neither gives the planner a time estimate, so every
+layer the engine supports runs on it.
+"""
+
+import os
+
+from ..errors import ProviderUnavailableError
+from ..transport.base import TransportError
+from .device import DeviceProvider
+
+__all__ = ["UartProvider", "UartTwinProvider"]
+
+
+class UartProvider(DeviceProvider):
+    """Conv, Dense, MaxPool and Add layers on a board behind a serial port, bit-identical
+    to "cpu" (see :mod:`.device`).
+
+    Parameters
+    ----------
+    port : str, optional
+        Device or pyserial URL; default ``$TESSERA_UART_PORT``.
+    baudrate : int
+    timeout : float
+        Seconds a response may take beyond its wire time.
+    retries : int
+        Resends of a frame before the link is reported broken.
+
+    Raises
+    ------
+    ProviderUnavailableError
+        No port given, the port cannot be opened, or no Tessera accelerator answers.
+    """
+
+    name = "uart"
+
+    def __init__(self, port=None, *, baudrate=3_000_000, timeout=0.05, retries=8):
+        from ..transport.uart import UartTransport
+
+        port = port or os.environ.get("TESSERA_UART_PORT")
+        if not port:
+            raise ProviderUnavailableError(
+                "provider 'uart': no serial port given; pass --port /dev/ttyUSB0 (make run "
+                "BACKEND=uart PORT=/dev/ttyUSB0) or set TESSERA_UART_PORT")
+        try:
+            transport = UartTransport(port, baudrate=baudrate, timeout=timeout,
+                                      retries=retries)
+        except TransportError as exc:
+            raise ProviderUnavailableError(f"provider 'uart': {exc}") from exc
+        super().__init__(transport, where=f"UART {port}")
+
+
+class UartTwinProvider(DeviceProvider):
+    """The "uart" provider's code over the serial twin of ``config``.
+
+    Parameters
+    ----------
+    config : ConvEngineConfig, optional
+        Default: the "sim" provider's engine.
+    baudrate : int
+        Simulated line rate (bytes are paced as a UART at this rate would send them).
+    log : callable
+        Receives the twin's build messages.
+    """
+
+    name = "uart-twin"
+
+    def __init__(self, config=None, *, baudrate=3_000_000, log=print):
+        from sim.twin_serial import TwinSerial
+
+        from ..transport.uart import UartTransport
+        from .sim import DEFAULT_CONFIG
+
+        port = TwinSerial(DEFAULT_CONFIG if config is None else config, baudrate=baudrate,
+                          log=log)
+        # Simulated seconds: 2 ms is 100 k cycles at the twin's 50 MHz, beyond the
+        # bridge's 65 k-cycle gap timeout, so a retry always finds it hunting for SYNC.
+        super().__init__(UartTransport(port, timeout=0.002), where="serial twin")
