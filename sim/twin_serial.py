@@ -256,3 +256,55 @@ class TwinSerial:
 
     def __del__(self):
         self.close()
+
+
+class FaultyPort:
+    """A serial port wrapper that damages the link, for the retry tests: each byte in
+    either direction is dropped with probability ``drop`` or has one bit flipped with
+    probability ``flip``, from a seeded generator.
+
+    ``damaged_writes`` counts frames (``write`` calls) that lost or changed a byte, and
+    ``dropped``/``flipped`` the bytes, so a test can match them against the transport's
+    retries.
+    """
+
+    def __init__(self, port, *, seed, drop=0.0, flip=0.0):
+        import random
+
+        self.inner = port
+        self.seed = seed
+        self.random = random.Random(seed)
+        self.drop, self.flip = drop, flip
+        self.dropped = self.flipped = self.damaged_writes = 0
+
+    def _damage(self, data):
+        out = bytearray()
+        for byte in data:
+            roll = self.random.random()
+            if roll < self.drop:
+                self.dropped += 1
+                continue
+            if roll < self.drop + self.flip:
+                self.flipped += 1
+                byte ^= 1 << self.random.randrange(8)
+            out.append(byte)
+        return bytes(out)
+
+    def write(self, data):
+        damaged = self._damage(data)
+        if damaged != bytes(data):
+            self.damaged_writes += 1
+        self.inner.write(damaged)
+        return len(data)
+
+    def read(self, size=1):
+        return self._damage(self.inner.read(size))
+
+    def __getattr__(self, name):  # timeout, baudrate, port, close, ...: the inner port's
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name, value):
+        if name == "timeout":
+            self.inner.timeout = value
+        else:
+            super().__setattr__(name, value)
