@@ -16,7 +16,8 @@ Phases (CPU provider, one device worker, one-image binary requests), for the dig
 3. two tenants: A (high priority, SLO) at 20 % of capacity and B (low, best effort) at the
    rest of 2x capacity, Poisson arrivals -> per-tenant p50/p95/p99/p99.9, SLO attainment
    (load generator and server side), 429/503 counts, lost and wrong answers;
-4. B alone at 2x capacity -> B's share of the capacity (soft isolation gives it all);
+4. B alone at 2x capacity -> B's share of the capacity: each tenant holds a soft quota of
+   half the device, so B runs past its half only by borrowing A's idle one;
 5. the predictor's error (``/v2/models/m/stats``) after phase 3, p50/p95 of
    |predicted - measured| / measured, per run size.
 """
@@ -66,12 +67,16 @@ token = "{TOKEN_A}"
 models = ["m"]
 priority = "high"
 {slo}
+quota = {{ cpu = 0.5 }}
+isolation = "soft"
 rate = 100000
 burst = 100000
 [tenants.b]
 token = "{TOKEN_B}"
 models = ["m"]
 priority = "low"
+quota = {{ cpu = 0.5 }}
+isolation = "soft"
 rate = {rate_b}
 burst = {max(1, int(rate_b / 10))}
 """
