@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 
+import httpx2
 import pytest
 import uvicorn
 from fastapi.testclient import TestClient
@@ -232,3 +233,55 @@ def test_a_run_that_cannot_start_is_answered_and_frees_its_slot(tmp_path, rng):
                                             "cannot schedule new futures after shutdown")
     queue = app.state.admission.queues["cpu"]
     assert (queue.running, queue.waiting, queue.running_work) == (0, 0, 0.0)
+
+
+def test_full_queue_is_refused_before_the_body_is_read(tmp_path, rng, caplog):
+    caplog.set_level(logging.INFO, logger="tessera.serve.requests")
+    text = write_config(tmp_path).read_text().replace("workers = 2",
+                                                      "workers = 1\nmax_queue = 1")
+    app = create_app(load_config(write_config(tmp_path, text=text)))
+    model, release = app.state.models["digits"], threading.Event()
+    session = model.session
+
+    class Held:
+        def __getattr__(self, name):
+            return getattr(session, name)
+
+        def run(self, names, feeds):
+            assert release.wait(TIMEOUT)
+            return session.run(names, feeds)
+
+    model.session = Held()
+    queue = app.state.admission.queues["cpu"]
+    body = json.dumps(json_request(digits_input(rng, 1))).encode()
+
+    async def scenario():
+        transport = httpx2.ASGITransport(app=app)
+        async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
+            def post(content):
+                return asyncio.create_task(client.post(
+                    INFER, headers={**AUTH_A, "Content-Type": "application/json"},
+                    content=content))
+
+            running = post(body)
+            while queue.running == 0:
+                await asyncio.sleep(0.001)
+            waiting = post(body)
+            while queue.waiting == 0:
+                await asyncio.sleep(0.001)
+            # Not even JSON: refused from the headers alone, so the body is never read.
+            refused = await asyncio.wait_for(post(b"not json at all"), TIMEOUT)
+            release.set()
+            return refused, await running, await waiting
+
+    refused, *answered = asyncio.run(scenario())
+    assert refused.status_code == 503 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["error"] == ("model 'digits' for tenant 'a': every device's queue "
+                                       "is full (max_queue = 1) of requests of its priority "
+                                       "or a higher one")
+    assert [a.status_code for a in answered] == [200, 200]
+    logged = [json.loads(r.getMessage()) for r in caplog.records]
+    assert {"tenant": "a", "model": "digits", "status": 503,
+            "error": refused.json()["error"]} in logged
+    assert 'tessera_requests_total{code="503",model="digits",tenant="a"} 1.0' in \
+        TestClient(app).get("/metrics").text

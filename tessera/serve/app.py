@@ -22,6 +22,7 @@ from sw_driver.errors import InputError, TesseraError
 from sw_driver.planner import Planner
 
 from .admission import SLO_MARGIN, Admission, planner_seconds_per_image
+from .config import PRIORITIES
 from .health import FALLBACK, DeviceHealth
 from .limits import TokenBucket, retry_after
 from .metrics import CONTENT_TYPE_LATEST, Metrics
@@ -41,6 +42,27 @@ class _Refused(Exception):
     def __init__(self, status, message, headers=None):
         super().__init__(message)
         self.status, self.message, self.headers = status, message, headers
+
+
+class _EarlyRefusals:
+    """ASGI middleware: answers the refusals ``decide(scope)`` returns (a
+    :class:`_Refused`) with a v2 error, without reading the body or routing."""
+
+    def __init__(self, app, decide):
+        self.app, self.decide = app, decide
+
+    async def __call__(self, scope, receive, send):
+        refusal = self.decide(scope) if scope["type"] == "http" else None
+        if refusal is None:
+            await self.app(scope, receive, send)
+            return
+        body = json.dumps({"error": refusal.message}).encode()
+        headers = [(b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode())]
+        headers += [(k.lower().encode(), v.encode()) for k, v in (refusal.headers or {}).items()]
+        await send({"type": "http.response.start", "status": refusal.status,
+                    "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 @dataclass
@@ -118,19 +140,65 @@ def create_app(config, *, clock=time.monotonic):
         return JSONResponse({"error": message.get(exc.status_code, str(exc.detail))},
                             status_code=exc.status_code)
 
+    def find_tenant(token):
+        found = None
+        for tenant in config.tenants.values():
+            if hmac.compare_digest(tenant.token.encode(), token.strip().encode()):
+                found = tenant
+        return found
+
     def tenant_of(request):
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise _Refused(401, "missing bearer token: send 'Authorization: Bearer <token>'",
                            {"WWW-Authenticate": "Bearer"})
-        found = None
-        for tenant in config.tenants.values():
-            if hmac.compare_digest(tenant.token.encode(), token.strip().encode()):
-                found = tenant
+        found = find_tenant(token)
         if found is None:
             raise _Refused(401, "invalid bearer token", {"WWW-Authenticate": "Bearer"})
         return found
+
+    def rate_refusal(tenant):
+        wait = buckets[tenant.name].take()
+        if wait > 0:
+            return _Refused(429, f"tenant {tenant.name!r} is over its rate limit of "
+                                 f"{tenant.rate:g} requests/s (burst {tenant.burst})",
+                            {"Retry-After": retry_after(wait)})
+        return None
+
+    def early_refusal(scope):
+        """A refusal decided from the request line and headers alone (rate limit, every
+        device's queue full for the tenant's priority), or None: the full path decides.
+        Under overload most requests end here, before the body is read and before the
+        web framework's routing, so refusing costs the server less than serving."""
+        path = scope["path"]
+        if scope["method"] != "POST" or not path.startswith("/v2/models/") \
+                or not path.endswith("/infer") or app.state.draining:
+            return None
+        name = path[len("/v2/models/"):-len("/infer")]
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        tenant = find_tenant(token) if scheme.lower() == "bearer" and token else None
+        if tenant is None or name not in models or name not in tenant.models:
+            return None
+        labels = {"tenant": tenant.name, "model": name}
+        scope["tessera_rate_checked"] = True
+        refusal = rate_refusal(tenant)
+        if refusal is None:
+            rank = PRIORITIES.index(tenant.priority)
+            queues = [admission.queues[d] for d in models[name].config.devices]
+            if all(q.full_for(rank) for q in queues):
+                refusal = _Refused(503, f"model {name!r} for tenant {tenant.name!r}: every "
+                                        f"device's queue is full (max_queue = "
+                                        f"{queues[0].max_queue}) of requests of its priority "
+                                        f"or a higher one",
+                                   {"Retry-After": retry_after(sum(
+                                       q.predicted_wait(rank) for q in queues) / len(queues))})
+        if refusal is not None:
+            metrics.requests.labels(**labels, code=str(refusal.status)).inc()
+            REQUEST_LOG.info(json.dumps({**labels, "status": refusal.status,
+                                         "error": refusal.message}))
+        return refusal
 
     def model_for(request, name, labels=None):
         tenant = tenant_of(request)
@@ -319,6 +387,8 @@ def create_app(config, *, clock=time.monotonic):
     for queue in admission.queues.values():
         queue.launch = launch
 
+    app.add_middleware(_EarlyRefusals, decide=early_refusal)
+
     @app.post("/v2/models/{name}/infer")
     async def infer(name: str, request: Request):
         # Label values come from the config only ("-" otherwise): clients cannot add series.
@@ -341,11 +411,10 @@ def create_app(config, *, clock=time.monotonic):
         if app.state.draining:
             raise _Refused(503, "the server is draining (shutting down): send the request "
                                 "to another replica", {"Retry-After": "1"})
-        wait = buckets[tenant.name].take()
-        if wait > 0:
-            raise _Refused(429, f"tenant {tenant.name!r} is over its rate limit of "
-                                f"{tenant.rate:g} requests/s (burst {tenant.burst})",
-                           {"Retry-After": retry_after(wait)})
+        if not request.scope.get("tessera_rate_checked"):
+            refusal = rate_refusal(tenant)
+            if refusal is not None:
+                raise refusal
         body = await read_body(request)
         session = model.session
         try:

@@ -100,6 +100,7 @@ class DeviceQueue:
         self.running = 0
         self.running_work = 0.0
         self.waiting_work = [0.0] * ranks
+        self.waiting_by_rank = [0] * ranks
         self._heap = []
         self._seq = itertools.count()
 
@@ -123,6 +124,11 @@ class DeviceQueue:
         if quota is None or self.used_share(ticket.tenant) < quota[0]:
             return _WITHIN
         return _BLOCKED if quota[1] else _BORROWING
+
+    def full_for(self, rank):
+        """True when a request of ``rank`` would be refused now (:class:`QueueFull`): the
+        queue is full and nothing of a lower priority waits to be shed for it."""
+        return self.waiting >= self.max_queue and not any(self.waiting_by_rank[rank + 1:])
 
     def enqueue(self, rank, work, *, images=1, key=None, payload=None,
                 deadline=float("inf"), tenant=None, device=None):
@@ -151,6 +157,7 @@ class DeviceQueue:
         except RuntimeError:
             pass  # no event loop: a synchronous caller (tests of the bookkeeping)
         self.waiting += 1
+        self.waiting_by_rank[rank] += 1
         self.waiting_work[rank] += work
         heapq.heappush(self._heap, (rank, deadline, ticket.seq, ticket))
         self._dispatch()
@@ -186,6 +193,7 @@ class DeviceQueue:
     def _leave_queue(self, ticket):
         """Take ``ticket``'s request and its predicted work off the waiting counts."""
         self.waiting -= 1
+        self.waiting_by_rank[ticket.rank] -= 1
         self.waiting_work[ticket.rank] = max(0.0, self.waiting_work[ticket.rank]
                                              - ticket.work)
 
