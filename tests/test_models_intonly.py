@@ -7,6 +7,7 @@ Measured maxima are printed with the seed (``pytest -s`` shows them).
 
 import ast
 import inspect
+import json
 import math
 
 import numpy as np
@@ -399,3 +400,23 @@ def test_data_path_uses_integer_operations_only(name):
             assert node.attr not in _FLOAT_NAMES, f"{name} calls {node.attr}"
         if isinstance(node, ast.Name):
             assert node.id not in _FLOAT_NAMES, f"{name} uses {node.id}"
+
+
+# --- the benchmark -------------------------------------------------------------------------
+
+def test_bench_intonly_records_errors_within_the_bounds(tmp_path, monkeypatch):
+    from bench import bench_intonly, common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(common, "WRITTEN", [])
+    path = bench_intonly.main(scale=64)
+    document = json.loads(path.read_text())
+    assert path.name == "intonly_error.json" and document["seed"] == bench_intonly.SEED
+    metrics = {entry["name"]: entry for entry in document["metrics"]}
+    assert len(metrics) == 9
+    for op in ("softmax_n64", "gelu_int8", "layernorm_n256"):
+        worst = metrics[f"{op}_max_abs_error"]
+        assert 0.4 <= worst["value"] <= worst["target"], worst
+        assert worst["peer_value"] <= 0.5
+        assert 0 < metrics[f"{op}_mean_abs_error"]["value"] < worst["value"]
+        assert 0.5 < metrics[f"{op}_equal_to_rounded_float"]["value"] <= 1
