@@ -51,7 +51,7 @@ CRC_INIT = 0xFFFF
 
 class FrameType(enum.IntEnum):
     """TYPE byte. Requests (host to device) are below 0x80, responses at or above."""
-    CSR_WRITE = 0x01       # payload: offset u32, value u32      -> ACK
+    CSR_WRITE = 0x01       # payload: 1..128 (offset u32, value u32) pairs, in order -> ACK
     CSR_READ = 0x02        # payload: offset u32                 -> CSR_VALUE
     DMA_WRITE = 0x03       # payload: 1..256 words to h2c        -> ACK
     DMA_WRITE_LAST = 0x04  # as DMA_WRITE, `last` on the final word -> ACK
@@ -73,7 +73,7 @@ class LinkError(enum.IntEnum):
 
 #: Payload length (bytes) of each request type: an exact length, or (low, high, step).
 REQUEST_LENGTHS = {
-    FrameType.CSR_WRITE: 8,
+    FrameType.CSR_WRITE: (8, MAX_PAYLOAD, 8),
     FrameType.CSR_READ: 4,
     FrameType.DMA_WRITE: (4, MAX_PAYLOAD, 4),
     FrameType.DMA_WRITE_LAST: (4, MAX_PAYLOAD, 4),

@@ -81,6 +81,7 @@ class HostBridge(wiring.Component):
         m.submodules.c2h_mem = c2h_mem = Memory(shape=32, depth=depth, init=[])
         rx_w = rx_mem.write_port()
         rx_r = rx_mem.read_port(domain="comb")
+        rx_r2 = rx_mem.read_port(domain="comb")  # CSR writes take an (offset, value) pair
         c2h_w = c2h_mem.write_port()
         c2h_r = c2h_mem.read_port(domain="comb")
 
@@ -114,7 +115,6 @@ class HostBridge(wiring.Component):
         count = Signal(range(MAX_PAYLOAD + 2))   # payload bytes received / sent
         shift = Signal(32)                        # payload word being assembled
         word0 = Signal(32)                        # first two payload words, for CSR frames
-        word1 = Signal(32)
         crc_hi = Signal(8)
         last_seq = Signal(8)
         have_last = Signal()                      # last_seq/response are valid
@@ -193,8 +193,6 @@ class HostBridge(wiring.Component):
                                  crc.eq(crc16_byte(crc, rx_byte))]
                     with m.If(count == 3):
                         m.d.sync += word0.eq(word)
-                    with m.If(count == 7):
-                        m.d.sync += word1.eq(word)
                     with m.If(count + 1 == length):
                         m.next = "CRC_HI"
             with m.State("CRC_HI"):
@@ -224,11 +222,10 @@ class HostBridge(wiring.Component):
                     return (frame_type == kind) & (length == nbytes)
                 writing = ((frame_type == FrameType.DMA_WRITE)
                            | (frame_type == FrameType.DMA_WRITE_LAST))
-                with m.If(check(FrameType.CSR_WRITE, 8)):
-                    m.d.comb += [self.csr.addr.eq(word0[:ADDR_WIDTH]),
-                                 self.csr.w_data.eq(word1), self.csr.w_en.eq(1)]
-                    m.d.sync += respond(FrameType.ACK)
-                    m.next = "TX_SYNC"
+                with m.If((frame_type == FrameType.CSR_WRITE) & (length != 0)
+                          & (length[:3] == 0)):
+                    m.d.sync += index.eq(0)
+                    m.next = "CSR_WRITE"
                 with m.Elif(check(FrameType.CSR_READ, 4)):
                     m.d.comb += [self.csr.addr.eq(word0[:ADDR_WIDTH]), self.csr.r_en.eq(1)]
                     m.next = "CSR_READ"
@@ -249,6 +246,15 @@ class HostBridge(wiring.Component):
                     m.next = "TX_SYNC"
                 with m.Else():
                     m.d.sync += respond(FrameType.ERROR, LinkError.BAD_TYPE, 4)
+                    m.next = "TX_SYNC"
+            with m.State("CSR_WRITE"):
+                # One register a cycle, in the frame's order.
+                m.d.comb += [rx_r.addr.eq(index << 1), rx_r2.addr.eq((index << 1) | 1),
+                             self.csr.addr.eq(rx_r.data[:ADDR_WIDTH]),
+                             self.csr.w_data.eq(rx_r2.data), self.csr.w_en.eq(1)]
+                m.d.sync += index.eq(index + 1)
+                with m.If((index + 1) << 1 == words_in):
+                    m.d.sync += respond(FrameType.ACK)
                     m.next = "TX_SYNC"
             with m.State("CSR_READ"):
                 m.d.sync += respond(FrameType.CSR_VALUE, self.csr.r_data, 4)

@@ -99,6 +99,11 @@ def test_requests_repeats_and_errors():
         out.append(await exchange(FrameType.DMA_READ, 9, link.words([10])))
         out.append(await exchange(0x7F, 10))
         out.append(await exchange(FrameType.CSR_READ, 11, link.words([0x10, 0])))
+        # Several writes in one frame, applied in order.
+        out.append(await exchange(FrameType.CSR_WRITE, 12,
+                                  link.words([0x20, 5, 0x24, 6, 0x20, 7])))
+        out.append(await exchange(FrameType.CSR_READ, 13, link.words([0x20])))
+        out.append(await exchange(FrameType.CSR_READ, 14, link.words([0x24])))
         return out
 
     h2c, replies = run_bridge(script, c2h_words=[100, 101, 102, 103, 104])
@@ -117,6 +122,9 @@ def test_requests_repeats_and_errors():
         (FrameType.DATA, 9, b""),
         (FrameType.ERROR, 10, link.words([LinkError.BAD_TYPE])),
         (FrameType.ERROR, 11, link.words([LinkError.BAD_LENGTH])),
+        (FrameType.ACK, 12, b""),
+        (FrameType.CSR_VALUE, 13, link.words([7])),
+        (FrameType.CSR_VALUE, 14, link.words([6])),
     ]
     assert h2c == [(7, 0), (8, 0), (9, 1)]
 

@@ -100,9 +100,10 @@ def test_not_a_tessera():
 
 def test_refused_request_and_session_stays_usable():
     transport = UartTransport(FakeDevice(tessera))
+    transport.csr_write(0x40, 1)  # posted: sent by the next call that needs the link
     with pytest.raises(TransportError, match=r"fake: the device refused CSR write 0x040 "
                                              r"\(frame seq 2\): H2C_STALL"):
-        transport.csr_write(0x40, 1)
+        transport.csr_read(0)
     transport.csr_write(0x44, 1)  # the link still works
     assert transport.csr_read(0) == ID_VALUE
 

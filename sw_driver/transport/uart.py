@@ -23,15 +23,23 @@ from .base import Transport, TransportError, TransportTimeout, check_csr, check_
 GARBAGE_LIMIT = 4 * (link.MAX_PAYLOAD + link.FRAME_OVERHEAD)
 
 
+#: Requests whose payload is the bus's own content (offsets, values, words).
+_CARRYING = (FrameType.CSR_WRITE, FrameType.CSR_READ, FrameType.DMA_WRITE,
+             FrameType.DMA_WRITE_LAST)
+
+
 @dataclass
 class LinkStats:
-    """What crossed the link. ``payload`` bytes are data the host asked to move (DMA words,
-    CSR values); ``overhead`` is everything else on the wire: SYNC, header, CRC, CSR
-    offsets, read requests, acknowledgements and resent frames."""
+    """What crossed the link. ``payload`` bytes are what any bus would carry: register
+    offsets and values, DMA words. ``overhead`` is the rest of the wire: SYNC, header and
+    CRC of every frame, acknowledgements, DMA read requests, empty polls and resent
+    frames."""
     frames: int = 0
     retries: int = 0
     naks: int = 0
     timeouts: int = 0
+    empty_reads: int = 0      # DMA reads answered with no words yet (polls)
+    offset_bytes: int = 0     # CSR offsets, counted in payload_bytes
     payload_bytes: int = 0
     overhead_bytes: int = 0
 
@@ -70,6 +78,7 @@ class UartTransport(Transport):
         self.retries = retries
         self.stats = LinkStats()
         self._seq = 0
+        self._posted = []  # queued CSR writes: offset, value, offset, value...
         if isinstance(port, str):
             self.name = port
             self.port = _open(port, baudrate)
@@ -92,31 +101,48 @@ class UartTransport(Transport):
 
     def csr_read(self, offset):
         check_csr(offset)
+        self.flush_writes()
         payload = self._exchange(FrameType.CSR_READ, link.words([offset]), FrameType.CSR_VALUE,
-                                 f"CSR read 0x{offset:03x}", data_bytes=4)
+                                 f"CSR read 0x{offset:03x}")
         if len(payload) != 4:
             raise TransportError(f"{self.name}: CSR read 0x{offset:03x} answered with "
                                  f"{len(payload)} bytes, expected 4")
         return int.from_bytes(payload, "little")
 
     def csr_write(self, offset, value):
+        """Queue the write; queued writes go out, in order, as one frame before anything
+        else crosses the link (posted writes, as on PCIe): a layer's 30-odd descriptor
+        registers cost one frame and one acknowledgement instead of 30 of each. A write
+        the device refuses is reported by the call that sends it."""
         check_csr(offset, value)
-        self._exchange(FrameType.CSR_WRITE, link.words([offset, value]), FrameType.ACK,
-                       f"CSR write 0x{offset:03x}", data_bytes=4)
+        self._posted += [offset, value]
+        if len(self._posted) * 4 >= link.MAX_PAYLOAD:
+            self.flush_writes()
+
+    def flush_writes(self):
+        """Send the queued register writes now."""
+        if not self._posted:
+            return
+        pairs, self._posted = self._posted, []
+        first, last = pairs[0], pairs[-2]
+        what = (f"CSR write 0x{first:03x}" if len(pairs) == 2 else
+                f"{len(pairs) // 2} CSR writes 0x{first:03x}..0x{last:03x}")
+        self._exchange(FrameType.CSR_WRITE, link.words(pairs), FrameType.ACK, what)
 
     def dma_write(self, data):
         data = bytes(memoryview(data).cast("B"))
         check_word_multiple("dma_write data", len(data))
+        self.flush_writes()
         for start in range(0, len(data), link.MAX_PAYLOAD):
             chunk = data[start:start + link.MAX_PAYLOAD]
             final = start + link.MAX_PAYLOAD >= len(data)
             kind = FrameType.DMA_WRITE_LAST if final else FrameType.DMA_WRITE
             self._exchange(kind, chunk, FrameType.ACK,
-                           f"DMA write of bytes {start}..{start + len(chunk)}",
-                           data_bytes=len(chunk))
+                           f"DMA write of bytes {start}..{start + len(chunk)}")
 
     def dma_read(self, nbytes, *, deadline=None):
         check_word_multiple("dma_read size", nbytes)
+        self.flush_writes()
         seconds = self.timeout if deadline is None else deadline.seconds
         note = f" ({deadline.note})" if deadline is not None and deadline.note else ""
         give_up = time.monotonic() + seconds
@@ -124,15 +150,14 @@ class UartTransport(Transport):
         while len(out) < nbytes:
             want = min((nbytes - len(out)) // 4, link.MAX_PAYLOAD_WORDS)
             chunk = self._exchange(FrameType.DMA_READ, link.words([want]), FrameType.DATA,
-                                   f"DMA read of {want} words", data_bytes=0)
+                                   f"DMA read of {want} words")
             if len(chunk) > 4 * want or len(chunk) % 4:
                 raise TransportError(f"{self.name}: DMA read of {want} words answered with "
                                      f"{len(chunk)} bytes")
-            self.stats.payload_bytes += len(chunk)
-            self.stats.overhead_bytes -= len(chunk)
             out += chunk
             if chunk or len(out) == nbytes:
                 continue
+            self.stats.empty_reads += 1
             # Nothing yet: a device that failed will never send the rest.
             if self.csr_read(Reg.STATUS) & STATUS_ERROR_MASK:
                 raise TransportError(f"{self.name}: the device flagged an error after "
@@ -143,12 +168,18 @@ class UartTransport(Transport):
         return bytes(out)
 
     def abort_dma(self):
+        self.flush_writes()
         self.link_reset()
 
     def close(self):
-        port, self.port = getattr(self, "port", None), None
-        if port is not None:
-            port.close()
+        port = getattr(self, "port", None)
+        try:
+            if port is not None and getattr(self, "_posted", None):
+                self.flush_writes()
+        finally:
+            self.port = None
+            if port is not None:
+                port.close()
 
     # --- the link --------------------------------------------------------------------------
 
@@ -158,13 +189,13 @@ class UartTransport(Transport):
             self.port.reset_input_buffer()
         except (AttributeError, OSError):
             pass
-        self._exchange(FrameType.LINK_RESET, b"", FrameType.ACK, "link reset", data_bytes=0)
+        self._exchange(FrameType.LINK_RESET, b"", FrameType.ACK, "link reset")
 
     def _wire_seconds(self, nbytes):
         baudrate = getattr(self.port, "baudrate", None) or 3_000_000
         return nbytes * 10 / baudrate
 
-    def _exchange(self, kind, payload, expect, what, *, data_bytes):
+    def _exchange(self, kind, payload, expect, what):
         """Send one request until its response arrives; returns the response's payload."""
         if self.port is None:
             raise TransportError(f"{self.name}: the port has been closed")
@@ -203,9 +234,14 @@ class UartTransport(Transport):
                 raise TransportError(f"{self.name}: {what} (frame seq {seq}) answered with "
                                      f"{_type_name(reply_type)}, expected {expect.name}")
             self._seq = (seq + 1) % 256
-            # The data the caller moved is payload; the rest of both frames is overhead.
-            self.stats.payload_bytes += data_bytes
-            self.stats.overhead_bytes -= data_bytes
+            # What a bus carries on any link (register offsets and values, DMA words) is
+            # payload; framing, CRC, acknowledgements and read requests are overhead.
+            carried = len(reply_payload) + (len(payload) if kind in _CARRYING else 0)
+            self.stats.payload_bytes += carried
+            if kind in (FrameType.CSR_WRITE, FrameType.CSR_READ):
+                self.stats.offset_bytes += len(payload) // (2 if kind == FrameType.CSR_WRITE
+                                                            else 1)
+            self.stats.overhead_bytes -= carried
             return reply_payload
         raise TransportError(
             f"{self.name}: no valid response to {what} (frame {kind.name}, seq {seq}) after "
