@@ -66,7 +66,7 @@ def _gelu(rng, scale):
     v = x_scale * (x - x_zero)
     real = v / 2 * (1 + _erf(v / math.sqrt(2)))
     return _figures("gelu_int8", y, y_zero + real / y_scale, -128, 127,
-                    intonly.gelu_error_bound(x_scale, y_scale, float(np.abs(v).max())))
+                    intonly.gelu_error_bound(y_scale, float(np.abs(v).max())))
 
 
 def _layernorm(rng, scale):

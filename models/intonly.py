@@ -243,6 +243,14 @@ def softmax(x, params):
     ValueError
         If ``x`` is not an integer array, a value is out of range or the axis is too long.
     """
+    p = _softmax_probability(x, params)
+    scaled = rounding_shift(p, np.int64(params.out_multiplier), np.int64(params.out_shift))
+    info = np.iinfo(params.out_dtype)
+    return np.clip(scaled + params.y_zero_point, info.min, info.max).astype(params.out_dtype)
+
+
+def _softmax_probability(x, params):
+    """:func:`softmax` up to ``p``, the probability in Q15 (int64), inputs checked."""
     x = _check_input("x", x, SOFTMAX_X_MIN, SOFTMAX_X_MAX)
     _check_length("x", x.shape[-1], SOFTMAX_MAX_LENGTH)
     d = x - x.max(axis=-1, keepdims=True)
@@ -253,10 +261,7 @@ def softmax(x, params):
     e = _exp2_fraction(f) >> np.minimum(k, 31)
     total = e.sum(axis=-1, keepdims=True)
     recip = (np.int64(1) << SOFTMAX_RECIP_BITS) // total
-    p = rounding_shift(e, recip, np.int64(SOFTMAX_RECIP_BITS - SOFTMAX_PROB_BITS))
-    scaled = rounding_shift(p, np.int64(params.out_multiplier), np.int64(params.out_shift))
-    info = np.iinfo(params.out_dtype)
-    return np.clip(scaled + params.y_zero_point, info.min, info.max).astype(params.out_dtype)
+    return rounding_shift(e, recip, np.int64(SOFTMAX_RECIP_BITS - SOFTMAX_PROB_BITS))
 
 
 def softmax_error_bound(length, y_scale=1.0 / 256):
@@ -350,12 +355,12 @@ def gelu(x, params, lo=INT8_MIN, hi=INT8_MAX):
     return requantize(g, params.out_multiplier, params.out_shift, params.y_zero_point, lo, hi)
 
 
-def gelu_error_bound(x_scale, y_scale, x_abs_max):
+def gelu_error_bound(y_scale, x_abs_max):
     """Largest ``|y - clamp(z_y + gelu(real) / y_scale)|`` of :func:`gelu` in output LSB.
 
-    ``x_abs_max`` is the largest ``|x_scale * (x - z_x)|`` the input can take.
+    ``x_abs_max`` is the largest ``|x_scale * (x - z_x)|`` the input can take: the input
+    scale matters only through it.
     """
-    del x_scale  # the bound depends on the input only through its largest real value
     rounding = (2.0**-GELU_FRAC_BITS + 2.0**-(GELU_FRAC_BITS + 1)) * GELU_ERF_CLIP \
         / math.sqrt(2.0) + 1e-6
     return 0.5 + (GELU_APPROX_ERROR + rounding + x_abs_max * 2.0**-31) / float(y_scale)
