@@ -9,9 +9,12 @@ something answers there (``ray.init`` itself retries an unreachable address for 
 
 import contextlib
 import os
+import re
 import socket
 
-__all__ = ["CONNECT_TIMEOUT", "LOCAL", "RayClusterError", "connect", "import_ray"]
+__all__ = ["CONNECT_TIMEOUT", "DEVICE_RESOURCES", "LOCAL", "RayClusterError",
+           "ResourceUnavailable", "actor_resources", "connect", "import_ray",
+           "parse_resources", "require_resources"]
 
 #: ``--ray`` with no address: start a local Ray.
 LOCAL = "local"
@@ -22,8 +25,111 @@ CONNECT_TIMEOUT = 10.0
 LOCAL_OBJECT_STORE_BYTES = 512 * 2**20
 
 
+#: The Ray resource an actor asks for, per unit, when its session may run a provider that
+#: drives a device: a node offers it only where that device is (``--ray-resources`` on a
+#: local start, ``ray start --resources`` or ``--num-gpus`` on a cluster node). The twin
+#: (``sim``, ``uart-twin``) and ``cpu`` need only the CPU every actor asks for.
+DEVICE_RESOURCES = {"gpu": "GPU", "pcie": "fpga_pcie", "uart": "fpga_uart"}
+#: Ray's own names for the resources it counts itself (``ray.init`` takes them as
+#: ``num_cpus``/``num_gpus``, not in ``resources``).
+CPU, GPU = "CPU", "GPU"
+
+
 class RayClusterError(RuntimeError):
     """Ray is not installed, or the cluster at the given address cannot be reached."""
+
+
+class ResourceUnavailable(RayClusterError):
+    """A job asks for more of a resource than the whole cluster has (it would wait forever)."""
+
+
+def parse_resources(text):
+    """``NAME=COUNT[,NAME=COUNT...]`` (``--ray-resources``) as a dict of floats.
+
+    ``CPU`` and ``GPU`` are Ray's CPUs and GPUs; any other name is a custom resource, e.g.
+    ``fpga_ulx3s=1`` on a host with one board.
+
+    Raises
+    ------
+    ValueError
+        A malformed entry, a bad name or a negative count, naming it.
+    """
+    resources = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        name, sep, count = (part.strip() for part in entry.partition("="))
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"--ray-resources entries are NAME=COUNT (NAME a letter or _ "
+                             f"then letters, digits, _), not {entry!r}")
+        try:
+            value = float(count)
+        except ValueError:
+            value = -1.0
+        if not value >= 0 or value != value:
+            raise ValueError(f"--ray-resources {name}: the count must be a number >= 0, "
+                             f"not {count!r}")
+        resources[name] = value
+    return resources
+
+
+def actor_resources(providers, resource=None):
+    """Ray options of one actor whose session runs ``providers``.
+
+    Parameters
+    ----------
+    providers : list of str
+    resource : str or None
+        A custom resource to ask for instead of :data:`DEVICE_RESOURCES`' (one board's
+        name, e.g. ``fpga_ulx3s``); ``GPU`` means a Ray GPU.
+
+    Returns
+    -------
+    dict
+        ``num_cpus`` and, where a device is needed, ``num_gpus`` or ``resources``.
+    """
+    names = [resource] if resource else [DEVICE_RESOURCES[p] for p in providers
+                                         if p in DEVICE_RESOURCES]
+    options = {"num_cpus": 1}
+    custom = {name: 1 for name in names if name != GPU}
+    if GPU in names:
+        options["num_gpus"] = 1
+    if custom:
+        options["resources"] = custom
+    return options
+
+
+def _demand(options):
+    demand = {CPU: options.get("num_cpus", 1)}
+    if options.get("num_gpus"):
+        demand[GPU] = options["num_gpus"]
+    demand.update(options.get("resources", {}))
+    return demand
+
+
+def require_resources(ray, options, count, what="actors"):
+    """Refuse now a job of ``count`` ``what`` (each asking for ``options``) the cluster
+    cannot place all at once: Ray would queue them forever, waiting for such a node.
+
+    Raises
+    ------
+    ResourceUnavailable
+        Naming what is short and listing what the cluster has.
+    """
+    have = ray.cluster_resources()
+    short = {name: per * count for name, per in _demand(options).items()
+             if have.get(name, 0) < per * count}
+    if short:
+        listing = ", ".join(f"{name} {_count(value)}" for name, value in sorted(have.items())
+                            if not name.startswith("node:") and "memory" not in name)
+        asked = ", ".join(f"{name} {_count(value)}" for name, value in short.items())
+        raise ResourceUnavailable(f"{count} {what} need {asked} in all, more than the Ray "
+                                  f"cluster has ({listing}); declare the device on the "
+                                  f"nodes that have it (docs/scale-out.md) or ask for fewer")
+
+
+def _count(value):
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def import_ray(local=True):
@@ -41,6 +147,9 @@ def import_ray(local=True):
     """
     if local:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    # No usage statistics unless the user asks: Ray Data's poller for them also queries a
+    # metrics endpoint a loopback Ray does not run, logging a failure every few seconds.
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         import ray
     except ImportError as exc:
@@ -63,7 +172,7 @@ def _check_reachable(address, timeout):
 
 
 @contextlib.contextmanager
-def connect(address=LOCAL, *, num_cpus=None, timeout=CONNECT_TIMEOUT):
+def connect(address=LOCAL, *, num_cpus=None, resources=None, timeout=CONNECT_TIMEOUT):
     """Start or join Ray for the duration of the ``with`` block, then shut it down.
 
     Parameters
@@ -72,6 +181,10 @@ def connect(address=LOCAL, *, num_cpus=None, timeout=CONNECT_TIMEOUT):
         :data:`LOCAL` to start a local Ray, or ``HOST:PORT`` of a cluster's head node.
     num_cpus : int or None
         CPUs of a local Ray (None: all of the machine's); ignored when joining.
+    resources : dict or None
+        What this machine offers a local Ray (:func:`parse_resources`): ``CPU``, ``GPU``
+        and custom resources such as ``{"fpga_ulx3s": 1}``. Joining a cluster, the nodes
+        declare theirs with ``ray start`` (docs/scale-out.md), so this must be None.
     timeout : float
         Seconds to wait for ``address`` to answer.
 
@@ -85,7 +198,12 @@ def connect(address=LOCAL, *, num_cpus=None, timeout=CONNECT_TIMEOUT):
     RayClusterError
         Ray is missing, or ``address`` is malformed or unreachable (naming it).
     """
+    resources = dict(resources or {})
     if address != LOCAL:
+        if resources:
+            raise RayClusterError("--ray-resources declares this machine's devices to a "
+                                  "local Ray; a cluster's nodes declare theirs with "
+                                  "`ray start --resources` (docs/scale-out.md)")
         _check_reachable(address, timeout)
     ray = import_ray(local=address == LOCAL)
     if ray.is_initialized():  # someone (a test fixture) already holds a Ray: use it
@@ -94,7 +212,12 @@ def connect(address=LOCAL, *, num_cpus=None, timeout=CONNECT_TIMEOUT):
     options = {"include_dashboard": False, "log_to_driver": False,
                "configure_logging": False}
     if address == LOCAL:
-        ray.init(num_cpus=num_cpus, object_store_memory=LOCAL_OBJECT_STORE_BYTES, **options)
+        num_cpus = resources.pop(CPU, num_cpus)
+        num_gpus = resources.pop(GPU, None)
+        ray.init(num_cpus=None if num_cpus is None else int(num_cpus),
+                 num_gpus=None if num_gpus is None else int(num_gpus),
+                 resources=resources or None, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                 **options)
     else:
         try:
             ray.init(address=address, **options)

@@ -476,12 +476,25 @@ def cmd_run(args):
 def cmd_run_dataset(args):
     import numpy as np
 
-    from bench.ray_cluster import LOCAL, RayClusterError, connect  # imports no Ray
+    # bench.ray_cluster imports no Ray until connect() is called.
+    from bench.ray_cluster import LOCAL, RayClusterError, connect, parse_resources
     from sw_driver.errors import TesseraError
-    from tessera.batch import run_dataset
+    from tessera.batch import run_dataset, run_to_shards
 
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+    sharded = not args.out.endswith(".npy")
+    options = {"batch_size": args.batch, "resource": args.resource}
+
+    def run(ray=None):
+        if sharded:
+            return run_to_shards(model, x, providers, args.out, shard_size=args.shard_size,
+                                 ray=ray, actors=args.actors, **options)
+        return run_dataset(model, x, providers, ray=ray, actors=args.actors, **options)
+
     try:
+        resources = parse_resources(args.ray_resources or "")
+        if resources and args.ray is None:
+            raise _UsageError("--ray-resources declares devices to a local Ray: add --ray")
         model = _read_file(args.model, "model")
         try:
             x = np.load(args.input, allow_pickle=False)
@@ -492,23 +505,27 @@ def cmd_run_dataset(args):
         if args.ray is None:
             with console.status(f"{len(x)} samples through {args.model} on "
                                 f"{', '.join(providers)}"):
-                y = run_dataset(model, x, providers, batch_size=args.batch)
+                result = run()
             where = "one local session"
         else:
             where = ("a local Ray" if args.ray == LOCAL else f"the Ray cluster at {args.ray}")
-            with connect(args.ray) as ray, console.status(
+            with connect(args.ray, resources=resources) as ray, console.status(
                     f"{len(x)} samples through {args.model} on {args.actors} sessions "
                     f"on {where}"):
-                y = run_dataset(model, x, providers, batch_size=args.batch, ray=ray,
-                                actors=args.actors)
+                result = run(ray)
             where = f"{args.actors} Ray actors ({where})"
         wall = time.perf_counter() - started
     except (TesseraError, _UsageError, ValueError, RayClusterError) as error:
         return _fail(error)
-    np.save(args.out, y)
+    if sharded:
+        console.print(f"{len(x)} samples in batches of up to {args.batch} on {where}: "
+                      f"{wall:.2f} s; {len(result.written)} shard(s) written, "
+                      f"{len(result.skipped)} already done, in {args.out}", markup=False)
+        return 0
+    np.save(args.out, result)
     console.print(f"{len(x)} samples in batches of up to {args.batch} on {where}: "
-                  f"{wall:.2f} s; output {list(y.shape)} {y.dtype} written to {args.out}",
-                  markup=False)
+                  f"{wall:.2f} s; output {list(result.shape)} {result.dtype} written to "
+                  f"{args.out}", markup=False)
     return 0
 
 
@@ -666,13 +683,22 @@ def _add_runtime_commands(sub):
                                            "order; on Ray actors with --ray (docs/ray.md)")
     p.add_argument("model", help="QDQ ONNX model")
     p.add_argument("--input", required=True, help=".npy array [N, ...] of samples")
-    p.add_argument("--out", required=True, help="where to save the outputs (.npy)")
+    p.add_argument("--out", required=True,
+                   help="FILE.npy: one output array; otherwise a directory of .npy shards "
+                        "with a manifest, resumable (docs/scale-out.md)")
+    p.add_argument("--shard-size", type=int, default=4096,
+                   help="samples per shard of a directory --out (default %(default)s)")
     p.add_argument("--providers", default="cpu",
                    help="comma-separated, tried in order per layer (default %(default)s)")
     p.add_argument("--batch", type=int, default=64, help="samples per run (default %(default)s)")
     p.add_argument("--actors", type=int, default=2,
                    help="sessions (Ray actors) with --ray (default %(default)s)")
     _add_ray_argument(p, "the batches on a pool of Ray actors, one session each")
+    p.add_argument("--resource", metavar="NAME",
+                   help="Ray resource each actor asks for (a board's name, e.g. fpga_ulx3s; "
+                        "default: by provider, docs/scale-out.md)")
+    p.add_argument("--ray-resources", metavar="NAME=N,...",
+                   help="devices this machine offers a local --ray, e.g. fpga_ulx3s=1,GPU=1")
     p.set_defaults(func=cmd_run_dataset)
 
     p = sub.add_parser("quantize", help="float ONNX -> QDQ int8 ONNX with Tessera's quantizer")

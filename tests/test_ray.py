@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from bench import common
-from bench.ray_cluster import LOCAL, RayClusterError, connect, import_ray
+from bench.ray_cluster import (
+    LOCAL,
+    RayClusterError,
+    actor_resources,
+    connect,
+    import_ray,
+    parse_resources,
+)
 from bench.soak import open_backends, run_cases
 from bench.soak.ray_runner import RaySoak, chunked
 from bench.soak.tally import Tally
@@ -34,8 +41,38 @@ DIGITS = Path(__file__).resolve().parent.parent / "models" / "zoo" / "digits_qdq
 
 @pytest.fixture(scope="module")
 def ray():
-    with connect(LOCAL, num_cpus=2) as ray:
+    with connect(LOCAL, resources=parse_resources("CPU=2, fpga_here=1")) as ray:
         yield ray
+
+
+def test_the_local_ray_offers_the_declared_devices(ray):
+    resources = ray.cluster_resources()
+    assert resources["CPU"] == 2 and resources["fpga_here"] == 1 and "GPU" not in resources
+
+
+def test_resources_are_parsed_and_bad_ones_named():
+    assert parse_resources("fpga_ulx3s=1,GPU=2, CPU=8,") == {
+        "fpga_ulx3s": 1.0, "GPU": 2.0, "CPU": 8.0}
+    assert parse_resources("") == {}
+    for bad, named in (("fpga", "'fpga'"), ("9x=1", "'9x=1'"), ("a=-1", "'-1'"),
+                       ("a=many", "'many'"), ("a=nan", "'nan'")):
+        with pytest.raises(ValueError, match=f"--ray-resources .*{named}"):
+            parse_resources(bad)
+
+
+def test_actors_ask_for_their_providers_device():
+    assert actor_resources(["cpu"]) == {"num_cpus": 1}
+    assert actor_resources(["sim", "cpu"]) == {"num_cpus": 1}
+    assert actor_resources(["pcie", "cpu"]) == {"num_cpus": 1, "resources": {"fpga_pcie": 1}}
+    assert actor_resources(["gpu", "cpu"]) == {"num_cpus": 1, "num_gpus": 1}
+    assert actor_resources(["uart"], resource="fpga_ulx3s") == {
+        "num_cpus": 1, "resources": {"fpga_ulx3s": 1}}
+
+
+def test_a_cluster_address_takes_no_local_resources():
+    with pytest.raises(RayClusterError, match="ray start --resources"):
+        with connect("127.0.0.1:1", resources={"fpga_ulx3s": 1}):
+            pass
 
 
 def test_importing_the_project_does_not_import_ray():

@@ -1,0 +1,154 @@
+"""run-dataset on a simulated two-node Ray cluster on 127.0.0.1 (docs/scale-out.md).
+
+One ``ray.cluster_utils.Cluster`` serves the module: a head node with 1 CPU and a second
+node with 2 CPUs that declares a fake board, ``fpga_fake: 2``. The tests show that actors
+asking for the board land only on that node, that a resource nobody has is refused at
+once, that an interrupted sharded run resumes to the bytes of an uninterrupted one, and
+that an actor process dying mid-run loses and repeats nothing. Seeds are printed.
+"""
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.ray_cluster import RayClusterError, ResourceUnavailable, import_ray
+from sw_driver import InferenceSession
+from tessera.batch import MANIFEST, Fault, load_shards, run_dataset, run_to_shards
+from tessera.cli import main
+
+try:
+    import_ray()  # not a plain import: a local Ray must first be told to stay on 127.0.0.1
+except RayClusterError as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
+#: Ray Data touches its own deprecated settings when its context is first read.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+
+DIGITS = Path(__file__).resolve().parent.parent / "models" / "zoo" / "digits_qdq.onnx"
+BOARD = "fpga_fake"
+#: Seconds within which a job asking for a resource nobody has must be refused.
+REFUSAL_SECONDS = 5.0
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """(ray, id of the node with the board)."""
+    ray = import_ray()
+    from ray.cluster_utils import Cluster
+
+    loopback = {"node_ip_address": "127.0.0.1"}
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, **loopback})
+    board_node = cluster.add_node(num_cpus=2, resources={BOARD: 2}, **loopback)
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    try:
+        yield ray, board_node.node_id
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return DIGITS.read_bytes()
+
+
+def _samples(seed, count):
+    print(f"run-dataset: seed {seed}, {count} random digits-shaped samples")
+    x = np.random.default_rng(seed).uniform(0, 16, (count, 1, 8, 8)).astype(np.float32)
+    session = InferenceSession(str(DIGITS), providers=["cpu"])
+    return x, session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def _assert_same(actual, expected, seed, what):
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
+    differ = np.argwhere(actual != expected)
+    assert not len(differ), (f"{what}: {len(differ)} elements differ, first at "
+                             f"{tuple(differ[0])}: {actual[tuple(differ[0])]} vs "
+                             f"{expected[tuple(differ[0])]} (seed {seed})")
+
+
+def test_the_cluster_has_two_loopback_nodes(cluster):
+    ray, _ = cluster
+    assert [node["NodeManagerAddress"] for node in ray.nodes()] == ["127.0.0.1"] * 2
+    assert ray.cluster_resources()[BOARD] == 2
+
+
+def test_board_actors_land_only_on_the_node_with_the_board(cluster, model, seed):
+    ray, board_node = cluster
+    x, expected = _samples(seed, 96)
+    nodes = Counter()
+    y = run_dataset(model, x, ["cpu"], batch_size=8, ray=ray, actors=2, resource=BOARD,
+                    nodes=nodes)
+    _assert_same(y, expected, seed, "actors on the board")
+    assert nodes == {board_node: 96}
+
+
+def test_cpu_actors_spread_over_both_nodes(cluster, model, seed):
+    ray, _ = cluster
+    x, expected = _samples(seed, 96)
+    nodes = Counter()
+    y = run_dataset(model, x, ["cpu"], batch_size=8, ray=ray, actors=3, nodes=nodes)
+    _assert_same(y, expected, seed, "3 CPU actors")
+    assert sum(nodes.values()) == 96 and set(nodes) <= {n["NodeID"] for n in ray.nodes()}
+
+
+@pytest.mark.parametrize("resource, actors, short", [
+    ("fpga_nobody", 1, "fpga_nobody 1"),  # no node declares it
+    (BOARD, 3, f"{BOARD} 3"),             # two boards, three sessions
+])
+def test_a_resource_the_cluster_lacks_is_refused_at_once(cluster, model, resource, actors,
+                                                         short):
+    ray, _ = cluster
+    started = time.monotonic()
+    with pytest.raises(ResourceUnavailable) as error:
+        run_dataset(model, np.zeros((4, 1, 8, 8), np.float32), ["cpu"], ray=ray,
+                    actors=actors, resource=resource)
+    assert time.monotonic() - started < REFUSAL_SECONDS
+    message = str(error.value)
+    assert f"need {short} in all" in message, message
+    assert "CPU 3" in message and f"{BOARD} 2" in message, message  # what the cluster has
+
+
+def test_the_cli_names_a_missing_resource(cluster, tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.zeros((4, 1, 8, 8), np.float32))
+    assert main(["run-dataset", str(DIGITS), "--input", str(tmp_path / "x.npy"), "--out",
+                 str(tmp_path / "y.npy"), "--ray", "--resource", "fpga_nobody"]) == 2
+    err = capsys.readouterr().err
+    assert "fpga_nobody 2" in err and "Traceback" not in err
+    assert not (tmp_path / "y.npy").exists()
+
+
+def test_an_interrupted_sharded_run_resumes_to_the_same_bytes(cluster, model, seed,
+                                                              tmp_path):
+    ray, _ = cluster
+    x, expected = _samples(seed, 120)
+    whole = tmp_path / "whole"
+    report = run_to_shards(model, x, ["cpu"], whole, shard_size=20, batch_size=10, ray=ray)
+    assert report.written == [f"part-{n:05d}.npy" for n in range(6)] and not report.skipped
+    _assert_same(load_shards(whole), expected, seed, "uninterrupted")
+
+    resumed = tmp_path / "resumed"
+    fault = Fault("raise", after=3, once=str(tmp_path / "fired"))
+    with pytest.raises(Exception, match="injected fault after 3 batches"):
+        run_to_shards(model, x, ["cpu"], resumed, shard_size=20, batch_size=10, ray=ray,
+                      actors=1, fault=fault)
+    report = run_to_shards(model, x, ["cpu"], resumed, shard_size=20, batch_size=10, ray=ray)
+    assert sorted(report.written + report.skipped) == [f"part-{n:05d}.npy" for n in range(6)]
+    for name in [*report.written, *report.skipped, MANIFEST]:
+        if name != MANIFEST:
+            assert (resumed / name).read_bytes() == (whole / name).read_bytes(), name
+    _assert_same(load_shards(resumed), expected, seed, "resumed")
+
+
+def test_a_killed_actor_process_loses_and_repeats_nothing(cluster, model, seed, tmp_path):
+    ray, _ = cluster
+    x, expected = _samples(seed, 160)
+    fired = tmp_path / "fired"
+    y = run_dataset(model, x, ["cpu"], batch_size=8, ray=ray, actors=2,
+                    fault=Fault("exit", after=3, once=str(fired)))
+    assert fired.exists()  # an actor's process did end mid-run
+    _assert_same(y, expected, seed, "after an actor died")  # in order: 0 lost, 0 repeated
