@@ -74,6 +74,14 @@ class HostBridge(wiring.Component):
     h2c: Out(stream.Signature(word_layout()))
     c2h: In(stream.Signature(word_layout()))
 
+    def __init__(self, *, gap_cycles=RX_GAP_CYCLES, stall_cycles=H2C_STALL_CYCLES):
+        for name, value in (("gap_cycles", gap_cycles), ("stall_cycles", stall_cycles)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        # Shorter limits than the contract's are for tests, which cannot wait 2^20 cycles.
+        self.gap_cycles, self.stall_cycles = gap_cycles, stall_cycles
+        super().__init__()
+
     def elaborate(self, platform):
         m = Module()
         depth = READ_BUFFER_WORDS
@@ -125,7 +133,7 @@ class HostBridge(wiring.Component):
         resp_len = Signal(16)
         resp_value = Signal(32)
         index = Signal(range(MAX_PAYLOAD_WORDS + 1))  # h2c word being pushed
-        stall = Signal(range(H2C_STALL_CYCLES + 1))
+        stall = Signal(range(self.stall_cycles + 1))
 
         words_in = length[2:]
         rx_byte = self.rx.payload
@@ -144,10 +152,10 @@ class HostBridge(wiring.Component):
                 stmts += [last_seq.eq(seq), have_last.eq(1)]
             return stmts
 
-        # Receiving a frame and no byte for RX_GAP_CYCLES: give it up and hunt for SYNC.
-        gap = Signal(range(RX_GAP_CYCLES + 1))
+        # Receiving a frame and no byte for gap_cycles: give it up and hunt for SYNC.
+        gap = Signal(range(self.gap_cycles + 1))
         give_up = Signal()
-        m.d.comb += give_up.eq(gap == RX_GAP_CYCLES)
+        m.d.comb += give_up.eq(gap == self.gap_cycles)
 
         def listen():
             m.d.comb += self.rx.ready.eq(1)
@@ -270,7 +278,7 @@ class HostBridge(wiring.Component):
                     with m.If(final):
                         m.d.sync += respond(FrameType.ACK)
                         m.next = "TX_SYNC"
-                with m.Elif(stall == H2C_STALL_CYCLES):
+                with m.Elif(stall == self.stall_cycles):
                     m.d.sync += respond(FrameType.ERROR, LinkError.H2C_STALL, 4)
                     m.next = "TX_SYNC"
                 with m.Else():

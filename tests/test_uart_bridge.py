@@ -3,6 +3,7 @@ file and stream sinks: every request type, a repeated SEQ (not executed twice, r
 resent), a corrupt frame (NAK), a DATA response kept until the next request, a refused
 request, and a frame abandoned after a silent gap."""
 
+import pytest
 from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
@@ -30,18 +31,22 @@ class FakeCore(wiring.Component):
         return m
 
 
-def run_bridge(script, c2h_words=()):
+GAP, STALL = 200, 300  # the contract's limits are 2^16 and 2^20 cycles: too long here
+
+
+def run_bridge(script, c2h_words=(), h2c_ready=1):
     """Run ``script(exchange)`` against a bridge; returns (h2c words seen, result)."""
     m = Module()
-    m.submodules.bridge = bridge = HostBridge()
+    m.submodules.bridge = bridge = HostBridge(gap_cycles=GAP, stall_cycles=STALL)
     m.submodules.core = core = FakeCore()
     wiring.connect(m, bridge.csr, core.csr)
     h2c, result = [], {}
 
     async def h2c_sink(ctx):
-        ctx.set(bridge.h2c.ready, 1)
-        async for _, _, valid, payload in ctx.tick().sample(bridge.h2c.valid, bridge.h2c.payload):
-            if valid:
+        ctx.set(bridge.h2c.ready, h2c_ready)
+        async for _, _, valid, ready, payload in ctx.tick().sample(
+                bridge.h2c.valid, bridge.h2c.ready, bridge.h2c.payload):
+            if valid and ready:
                 h2c.append((payload.data, payload.last))
 
     async def c2h_source(ctx):
@@ -76,7 +81,7 @@ def run_bridge(script, c2h_words=()):
     sim.add_process(h2c_sink)
     sim.add_testbench(c2h_source)
     sim.add_testbench(host)
-    sim.run_until(1e-8 * 400_000)
+    sim.run_until(1e-8 * 100_000)
     assert "value" in result, "the bridge stopped answering"
     return h2c, result["value"]
 
@@ -133,9 +138,25 @@ def test_a_frame_cut_short_is_abandoned_after_the_gap():
     async def script(exchange):
         frame = link.encode(FrameType.CSR_WRITE, 1, link.words([0x10, 5]))
         await exchange.send(frame[:7])   # the rest is lost on the wire
-        await exchange.stall(link.RX_GAP_CYCLES + 10)
+        await exchange.stall(GAP + 10)
         return [await exchange(FrameType.CSR_WRITE, 1, link.words([0x10, 6])),
                 await exchange(FrameType.CSR_READ, 2, link.words([0x10]))]
 
     _, replies = run_bridge(script)
     assert replies == [(FrameType.ACK, 1, b""), (FrameType.CSR_VALUE, 2, link.words([6]))]
+
+
+def test_a_write_nobody_takes_is_refused_not_hung():
+    async def script(exchange):
+        return [await exchange(FrameType.DMA_WRITE, 1, link.words([1, 2])),
+                await exchange(FrameType.CSR_READ, 2, link.words([0x10]))]
+
+    h2c, replies = run_bridge(script, h2c_ready=0)
+    assert replies == [(FrameType.ERROR, 1, link.words([LinkError.H2C_STALL])),
+                       (FrameType.CSR_VALUE, 2, link.words([0]))]
+    assert h2c == []
+
+
+def test_limits_are_checked():
+    with pytest.raises(ValueError, match="gap_cycles must be a positive integer, not 0"):
+        HostBridge(gap_cycles=0)
