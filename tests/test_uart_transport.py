@@ -114,3 +114,17 @@ def test_uart_provider_unavailable_names_the_port(monkeypatch):
         UartProvider()
     with pytest.raises(ProviderUnavailableError, match="provider 'uart': /dev/ttyTESSERA_NO"):
         UartProvider("/dev/ttyTESSERA_NO")
+
+
+def test_cli_run_with_a_missing_port_names_it(capsys, monkeypatch):
+    from tessera import cli
+
+    # Recorded by monkeypatch, so the variable cli sets is removed after the test.
+    monkeypatch.setenv("TESSERA_UART_PORT", "")
+    monkeypatch.delenv("TESSERA_UART_PORT")
+    code = cli.main(["run", "models/zoo/digits_qdq.onnx", "--providers", "uart",
+                     "--port", "/dev/ttyTESSERA_NO", "--samples", "2"])
+    out = capsys.readouterr()
+    assert code != 0
+    assert "/dev/ttyTESSERA_NO: cannot open the serial port" in out.out + out.err
+    assert "Traceback" not in out.out + out.err
