@@ -231,9 +231,8 @@ class TwinSerial:
         return bool(self._call("irq"))
 
     def reset_input_buffer(self):
-        self._call("take", (ctypes.c_uint8 * 0)(), 0)
-        while self.in_waiting:
-            count = self.in_waiting
+        count = self.in_waiting
+        if count:
             self._call("take", (ctypes.c_uint8 * count)(), count)
 
     def reset_output_buffer(self):
@@ -308,3 +307,51 @@ class FaultyPort:
             self.inner.timeout = value
         else:
             super().__setattr__(name, value)
+
+
+class PtyBridge:
+    """The serial twin behind a pseudo-terminal: a program opens :attr:`path` as it would
+    ``/dev/ttyUSB0`` (pyserial's real ``Serial`` class, termios and all) and talks to the
+    twin. A thread moves bytes between the pty and the twin, simulating ``slice_cycles``
+    at a time; the twin runs at wall-clock speed, so give it a fast ``baudrate``.
+
+    Use as a context manager; the thread and the pty end on exit.
+    """
+
+    def __init__(self, port, *, slice_cycles=2000):
+        import os
+
+        self.port = port
+        self.slice = slice_cycles / port.clock_hz
+        self.master, self._slave = os.openpty()
+        self.path = os.ttyname(self._slave)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._pump, name="pty-twin", daemon=True)
+
+    def _pump(self):
+        import os
+        import select
+
+        while not self._stop.is_set():
+            readable, _, _ = select.select([self.master], [], [], 0.001)
+            if readable:
+                try:
+                    self.port.write(os.read(self.master, 4096))
+                except OSError:
+                    return
+            self.port.timeout = self.slice
+            out = self.port.read(4096)  # runs the slice, takes what the device sent
+            if out:
+                os.write(self.master, out)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        self._stop.set()
+        self._thread.join()
+        os.close(self.master)
+        os.close(self._slave)

@@ -12,7 +12,7 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
 from models.zoo import DIGITS_QDQ, load_digits_split
-from sim.twin_serial import FaultyPort, TwinSerial
+from sim.twin_serial import FaultyPort, PtyBridge, TwinSerial
 from sw_driver import InferenceSession
 from sw_driver.accelerator import Accelerator
 from sw_driver.providers import UartTwinProvider
@@ -144,3 +144,22 @@ def test_digits_identical_to_cpu_over_uart():
         provider.close()
     assert_exact(got, want, "digits, 8 images over the serial twin",
                  names=("uart-twin", "cpu"))
+
+
+def test_conv_layer_through_a_pty_with_pyserial(rng, seed):
+    """The board's code path: pyserial opens a terminal device by name (a pty whose other
+    end is the serial twin), exactly as it opens /dev/ttyUSB0."""
+    port = TwinSerial(CONFIG, baudrate=200_000_000, log=lambda message: None)
+    try:
+        with PtyBridge(port) as pty:
+            transport = UartTransport(pty.path, timeout=1.0)
+            try:
+                accelerator = Accelerator(transport)
+                accelerator.reset()
+                args, options, want = conv_case(rng, SHAPES[0])
+                got = accelerator.conv2d(*args, **options, name="conv")
+            finally:
+                transport.close()
+    finally:
+        port.close()
+    assert_exact(got, want, f"seed={seed} conv over {pty.path}", names=("pty twin", "golden"))
