@@ -16,6 +16,7 @@ providers; a rerun skips the shards already written, so an interrupted run resum
 import hashlib
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,20 +38,29 @@ class Fault:
     """Injected into :class:`SessionActor` by tests (never by the CLI).
 
     After ``after`` batches the actor raises (``kind="raise"``: an application error, not
-    retried: the run stops) or ends its process (``kind="exit"``: a lost actor, which Ray
-    restarts and whose batch it retries). ``once`` names a file created when the fault
-    fires; while it exists no actor fires again, so only the first death happens.
+    retried: the run stops), ends its process (``kind="exit"``: a lost actor, which Ray
+    restarts and whose batch it retries), or sleeps ``seconds`` before each batch
+    (``kind="slow"``: a slow device, so that a test can act while the run is under way).
+    ``once`` names a file created when a raise or exit fires; while it exists no actor
+    fires again, so only the first death happens.
     """
 
     kind: str
-    after: int
-    once: str
+    after: int = 0
+    once: str = None
+    seconds: float = 0.0
 
     def __post_init__(self):
-        if self.kind not in ("raise", "exit"):
-            raise ValueError(f"Fault kind must be 'raise' or 'exit', not {self.kind!r}")
+        if self.kind not in ("raise", "exit", "slow"):
+            raise ValueError(f"Fault kind must be 'raise', 'exit' or 'slow', not "
+                             f"{self.kind!r}")
+        if self.kind != "slow" and not self.once:
+            raise ValueError(f"a {self.kind!r} Fault needs `once`, the file that marks it fired")
 
     def fire(self):
+        if self.kind == "slow":
+            time.sleep(self.seconds)
+            return
         try:
             os.close(os.open(self.once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:

@@ -4,9 +4,11 @@ One ``ray.cluster_utils.Cluster`` serves the module: a head node with 1 CPU and 
 node with 2 CPUs that declares a fake board, ``fpga_fake: 2``. The tests show that actors
 asking for the board land only on that node, that a resource nobody has is refused at
 once, that an interrupted sharded run resumes to the bytes of an uninterrupted one, and
-that an actor process dying mid-run loses and repeats nothing. Seeds are printed.
+that an actor process dying, or a whole node killed, mid-run loses and repeats nothing.
+Seeds are printed.
 """
 
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,23 +31,30 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 
 DIGITS = Path(__file__).resolve().parent.parent / "models" / "zoo" / "digits_qdq.onnx"
 BOARD = "fpga_fake"
+#: The GCS declares a silent node dead after 3 missed checks 0.5 s apart (Ray's default is
+#: a few times longer), so the node-kill test's lost actor restarts sooner.
+FAST_FAILURE_DETECTION = {"health_check_period_ms": 500, "health_check_timeout_ms": 500,
+                          "health_check_failure_threshold": 3}
+#: One per node of the node-kill test, so that its actors are on different nodes.
+SLOT = "slot"
 #: Seconds within which a job asking for a resource nobody has must be refused.
 REFUSAL_SECONDS = 5.0
 
 
 @pytest.fixture(scope="module")
 def cluster():
-    """(ray, id of the node with the board)."""
+    """(ray, id of the node with the board, the Cluster)."""
     ray = import_ray()
     from ray.cluster_utils import Cluster
 
     loopback = {"node_ip_address": "127.0.0.1"}
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, **loopback})
+        "num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION,
+        **loopback})
     board_node = cluster.add_node(num_cpus=2, resources={BOARD: 2}, **loopback)
     ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
     try:
-        yield ray, board_node.node_id
+        yield ray, board_node.node_id, cluster
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -72,13 +81,13 @@ def _assert_same(actual, expected, seed, what):
 
 
 def test_the_cluster_has_two_loopback_nodes(cluster):
-    ray, _ = cluster
+    ray, _, _ = cluster
     assert [node["NodeManagerAddress"] for node in ray.nodes()] == ["127.0.0.1"] * 2
     assert ray.cluster_resources()[BOARD] == 2
 
 
 def test_board_actors_land_only_on_the_node_with_the_board(cluster, model, seed):
-    ray, board_node = cluster
+    ray, board_node, _ = cluster
     x, expected = _samples(seed, 96)
     nodes = Counter()
     y = run_dataset(model, x, ["cpu"], batch_size=8, ray=ray, actors=2, resource=BOARD,
@@ -88,7 +97,7 @@ def test_board_actors_land_only_on_the_node_with_the_board(cluster, model, seed)
 
 
 def test_cpu_actors_spread_over_both_nodes(cluster, model, seed):
-    ray, _ = cluster
+    ray, _, _ = cluster
     x, expected = _samples(seed, 96)
     nodes = Counter()
     y = run_dataset(model, x, ["cpu"], batch_size=8, ray=ray, actors=3, nodes=nodes)
@@ -102,7 +111,7 @@ def test_cpu_actors_spread_over_both_nodes(cluster, model, seed):
 ])
 def test_a_resource_the_cluster_lacks_is_refused_at_once(cluster, model, resource, actors,
                                                          short):
-    ray, _ = cluster
+    ray, _, _ = cluster
     started = time.monotonic()
     with pytest.raises(ResourceUnavailable) as error:
         run_dataset(model, np.zeros((4, 1, 8, 8), np.float32), ["cpu"], ray=ray,
@@ -124,7 +133,7 @@ def test_the_cli_names_a_missing_resource(cluster, tmp_path, capsys):
 
 def test_an_interrupted_sharded_run_resumes_to_the_same_bytes(cluster, model, seed,
                                                               tmp_path):
-    ray, _ = cluster
+    ray, _, _ = cluster
     x, expected = _samples(seed, 120)
     whole = tmp_path / "whole"
     report = run_to_shards(model, x, ["cpu"], whole, shard_size=20, batch_size=10, ray=ray)
@@ -145,10 +154,48 @@ def test_an_interrupted_sharded_run_resumes_to_the_same_bytes(cluster, model, se
 
 
 def test_a_killed_actor_process_loses_and_repeats_nothing(cluster, model, seed, tmp_path):
-    ray, _ = cluster
+    ray, _, _ = cluster
     x, expected = _samples(seed, 160)
     fired = tmp_path / "fired"
     y = run_dataset(model, x, ["cpu"], batch_size=8, ray=ray, actors=2,
                     fault=Fault("exit", after=3, once=str(fired)))
     assert fired.exists()  # an actor's process did end mid-run
     _assert_same(y, expected, seed, "after an actor died")  # in order: 0 lost, 0 repeated
+
+
+def test_a_node_killed_mid_run_loses_and_repeats_nothing(cluster, model, seed):
+    """Two actors on two of three one-slot nodes; the first node to deliver outputs is
+    killed, its actor restarts on the third and its lost batches are retried there."""
+    ray, _, nodes_of = cluster
+    loopback = {"node_ip_address": "127.0.0.1"}
+    added = {node.node_id: node for node in (
+        nodes_of.add_node(num_cpus=1, resources={SLOT: 1}, **loopback) for _ in range(3))}
+    x, expected = _samples(seed, 240)
+    nodes, killed, failures = Counter(), [], []
+
+    def kill_the_first_node_that_works():  # Cluster.add_node needs the main thread: not here
+        try:
+            deadline = time.monotonic() + 60
+            while not nodes and time.monotonic() < deadline:
+                time.sleep(0.02)
+            victim = next(iter(nodes))
+            killed.append((victim, sum(nodes.values())))
+            nodes_of.remove_node(added.pop(victim), allow_graceful=False)
+        except Exception as error:  # reported by the test, not lost in the thread
+            failures.append(error)
+
+    killer = threading.Thread(target=kill_the_first_node_that_works, daemon=True)
+    killer.start()
+    try:
+        y = run_dataset(model, x, ["cpu"], batch_size=8, ray=ray, actors=2, resource=SLOT,
+                        fault=Fault("slow", seconds=0.05), nodes=nodes)
+        killer.join(timeout=30)
+    finally:
+        for node in added.values():
+            nodes_of.remove_node(node)
+    assert not failures, failures
+    print(f"node killed after {killed[0][1]} of 240 samples; samples per node {dict(nodes)}")
+    victim, delivered = killed[0]
+    assert 0 < delivered < 240 and 0 < nodes[victim] < 240  # really mid-run
+    assert len(nodes) >= 2  # the rest ran elsewhere
+    _assert_same(y, expected, seed, "after a node died")  # in order: 0 lost, 0 repeated
