@@ -22,6 +22,10 @@ __all__ = ["BackendInfo", "CaseSummary", "RaySoak", "chunked", "run_chunk"]
 #: per-task cost (milliseconds) stays small against a chunk (a second or more).
 CHUNKS_PER_CPU = 4
 MAX_CHUNK = 50
+#: Reruns of a chunk whose worker process or node died (a chunk is a pure function of its
+#: seed and indices, so a rerun gives the same results). An exception raised by the chunk
+#: itself is not retried (``retry_exceptions`` stays False): it is a bug to report.
+TASK_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -105,7 +109,7 @@ class RaySoak:
         self._ray = ray
         cpus = int(ray.cluster_resources().get("CPU", 1))
         self.chunks = chunked(indices, cpus)
-        task = ray.remote(run_chunk)
+        task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=False)(run_chunk)
         self._pending = {task.remote(seed, chunk, names, use_onnxruntime, sim_config): n
                          for n, chunk in enumerate(self.chunks)}
         self._done = {}
