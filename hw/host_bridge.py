@@ -9,8 +9,8 @@ Device-to-host words are gathered into a buffer at all times; a DATA response re
 without removing them, and the next new request commits the removal, so a lost DATA frame
 is sent again whole.
 
-The two memories use asynchronous read ports: simple, and fine for the twin and for LUT
-RAM on a board (256 x 32 bits each).
+Both memories (256 x 32 bits each) have synchronous read ports, so they map onto block RAM
+on the ECP5 and on the iCE40, which has no LUT RAM.
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -88,10 +88,12 @@ class HostBridge(wiring.Component):
         m.submodules.rx_mem = rx_mem = Memory(shape=32, depth=MAX_PAYLOAD_WORDS, init=[])
         m.submodules.c2h_mem = c2h_mem = Memory(shape=32, depth=depth, init=[])
         rx_w = rx_mem.write_port()
-        rx_r = rx_mem.read_port(domain="comb")
-        rx_r2 = rx_mem.read_port(domain="comb")  # CSR writes take an (offset, value) pair
+        # Synchronous read ports (block RAM on both boards; the iCE40 has no LUT RAM): each
+        # is addressed with the *next* index, so the word for the current one is ready.
+        rx_r = rx_mem.read_port()
+        rx_r2 = rx_mem.read_port()  # CSR writes take an (offset, value) pair
         c2h_w = c2h_mem.write_port()
-        c2h_r = c2h_mem.read_port(domain="comb")
+        c2h_r = c2h_mem.read_port()
 
         # --- device-to-host words: always gathered while there is room ------------------
         wr_ptr = Signal(range(2 * depth))
@@ -132,7 +134,8 @@ class HostBridge(wiring.Component):
         resp_seq = Signal(8)
         resp_len = Signal(16)
         resp_value = Signal(32)
-        index = Signal(range(MAX_PAYLOAD_WORDS + 1))  # h2c word being pushed
+        index = Signal(range(MAX_PAYLOAD_WORDS + 1))  # h2c word / CSR pair being done
+        index_next = Signal.like(index)
         stall = Signal(range(self.stall_cycles + 1))
 
         words_in = length[2:]
@@ -156,6 +159,9 @@ class HostBridge(wiring.Component):
         gap = Signal(range(self.gap_cycles + 1))
         give_up = Signal()
         m.d.comb += give_up.eq(gap == self.gap_cycles)
+
+        sent = Signal()  # a DATA payload byte left this cycle
+        m.d.comb += index_next.eq(index)
 
         def listen():
             m.d.comb += self.rx.ready.eq(1)
@@ -232,7 +238,7 @@ class HostBridge(wiring.Component):
                            | (frame_type == FrameType.DMA_WRITE_LAST))
                 with m.If((frame_type == FrameType.CSR_WRITE) & (length != 0)
                           & (length[:3] == 0)):
-                    m.d.sync += index.eq(0)
+                    m.d.comb += index_next.eq(0)
                     m.next = "CSR_WRITE"
                 with m.Elif(check(FrameType.CSR_READ, 4)):
                     m.d.comb += [self.csr.addr.eq(word0[:ADDR_WIDTH]), self.csr.r_en.eq(1)]
@@ -242,7 +248,8 @@ class HostBridge(wiring.Component):
                     m.d.sync += [pending.eq(limit), *respond(FrameType.DATA, 0, limit << 2)]
                     m.next = "TX_SYNC"
                 with m.Elif(writing & (length != 0)):
-                    m.d.sync += [index.eq(0), stall.eq(0)]
+                    m.d.comb += index_next.eq(0)
+                    m.d.sync += stall.eq(0)
                     m.next = "PUSH"
                 with m.Elif(frame_type < 0x80):
                     known = Const(0)
@@ -257,10 +264,9 @@ class HostBridge(wiring.Component):
                     m.next = "TX_SYNC"
             with m.State("CSR_WRITE"):
                 # One register a cycle, in the frame's order.
-                m.d.comb += [rx_r.addr.eq(index << 1), rx_r2.addr.eq((index << 1) | 1),
-                             self.csr.addr.eq(rx_r.data[:ADDR_WIDTH]),
-                             self.csr.w_data.eq(rx_r2.data), self.csr.w_en.eq(1)]
-                m.d.sync += index.eq(index + 1)
+                m.d.comb += [self.csr.addr.eq(rx_r.data[:ADDR_WIDTH]),
+                             self.csr.w_data.eq(rx_r2.data), self.csr.w_en.eq(1),
+                             index_next.eq(index + 1)]
                 with m.If((index + 1) << 1 == words_in):
                     m.d.sync += respond(FrameType.ACK)
                     m.next = "TX_SYNC"
@@ -269,12 +275,13 @@ class HostBridge(wiring.Component):
                 m.next = "TX_SYNC"
             with m.State("PUSH"):
                 final = index + 1 == words_in
-                m.d.comb += [rx_r.addr.eq(index), self.h2c.valid.eq(1),
+                m.d.comb += [self.h2c.valid.eq(1),
                              self.h2c.payload.data.eq(rx_r.data),
                              self.h2c.payload.last.eq(
                                  final & (frame_type == FrameType.DMA_WRITE_LAST))]
                 with m.If(self.h2c.ready):
-                    m.d.sync += [index.eq(index + 1), stall.eq(0)]
+                    m.d.comb += index_next.eq(index + 1)
+                    m.d.sync += stall.eq(0)
                     with m.If(final):
                         m.d.sync += respond(FrameType.ACK)
                         m.next = "TX_SYNC"
@@ -307,17 +314,23 @@ class HostBridge(wiring.Component):
                 with m.If(count == tx_len):
                     m.next = "TX_CRC_HI"
                 with m.Else():
-                    address = (head + count[2:])[:len(c2h_r.addr)]
-                    m.d.comb += c2h_r.addr.eq(address)
                     source = Mux(resp_type == FrameType.DATA, c2h_r.data, resp_value)
                     byte = source.word_select(count[:2], 8)
                     m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(byte)]
                     with m.If(self.tx.ready):
                         m.d.sync += [crc.eq(crc16_byte(crc, byte)), count.eq(count + 1)]
+                        m.d.comb += sent.eq(1)
             with m.State("TX_CRC_HI"):
                 send(crc[8:], "TX_CRC_LO", update_crc=False)
             with m.State("TX_CRC_LO"):
                 send(crc[:8], "SYNC", update_crc=False)
+        m.d.comb += [
+            rx_r.addr.eq(Mux(fsm.ongoing("CSR_WRITE"), index_next << 1, index_next)),
+            rx_r2.addr.eq((index_next << 1) | 1),
+            # The word of the next payload byte; count is 0 from TX_TYPE on.
+            c2h_r.addr.eq((head + ((count + sent) >> 2))[:len(c2h_r.addr)]),
+        ]
+        m.d.sync += index.eq(index_next)
         receiving = Cat(fsm.ongoing(state) for state in (
             "TYPE", "SEQ", "LEN_LO", "LEN_HI", "PAYLOAD", "CRC_HI", "CRC_LO")).any()
         with m.If(receiving & ~self.rx.valid & ~give_up):
