@@ -1,3 +1,5 @@
+# amaranth: UnusedElaboratable=no
+# (the parameter-check tests build components that raise before they can be used)
 """The host bridge (hw/host_bridge.py) alone in Amaranth's simulator, against a register
 file and stream sinks: every request type, a repeated SEQ (not executed twice, response
 resent), a corrupt frame (NAK), a DATA response kept until the next request, a refused

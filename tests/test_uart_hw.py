@@ -1,3 +1,5 @@
+# amaranth: UnusedElaboratable=no
+# (the parameter-check tests build components that raise before they can be used)
 """The bit-level UART (hw/uart.py) in Amaranth's simulator: a transmitter looped into a
 receiver at a small divisor, the bit timing on the wire, framing errors and overruns."""
 
