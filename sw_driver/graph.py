@@ -24,7 +24,9 @@ __all__ = [
     "Flatten",
     "GlobalAveragePool",
     "Graph",
+    "FloatOp",
     "Layer",
+    "MatMul",
     "MaxPool",
     "Quantize",
     "Reshape",
@@ -184,6 +186,46 @@ class Softmax(Layer):
 
     axis: int = -1
     coerce_2d: bool = False
+
+
+@dataclass(eq=False)
+class MatMul(Layer):
+    """Product of two int8 activations (attention ``Q @ K^T``, ``attention @ V``), batched
+    over the leading dimensions (:func:`models.sequence.matmul_int`), requantized per
+    tensor with ``multiplier``/``shift`` of ``s_a * s_b / s_y``."""
+
+    a_zero_point: int = 0
+    b_zero_point: int = 0
+    multiplier: int = 0
+    shift: int = 0
+    y_zero_point: int = 0
+    lo: int = -128
+    hi: int = 127
+
+
+@dataclass(eq=False)
+class FloatOp(Layer):
+    """One ONNX operator computed in float32 (:func:`models.sequence.float_op`), the
+    ORT-compatible definition of every non-GEMM sequence operator: its inputs come from
+    :class:`Dequantize` layers (or other float layers), its output usually goes to a
+    :class:`Quantize` layer.
+
+    ``args`` lists the operator's inputs in ONNX order: an int is a position in
+    ``inputs`` (a tensor of the run), an array a constant (a dequantized or raw
+    initializer), None an absent optional input. ``output_index`` picks one output of a
+    multi-output operator (Split); ``outputs`` is how many it has.
+    """
+
+    op_type: str = ""
+    args: tuple = ()
+    attrs: dict = field(default_factory=dict)
+    opset: int = 13
+    output_index: int = 0
+    outputs: int = 1
+
+    @property
+    def op(self):
+        return self.op_type
 
 
 @dataclass(eq=False)

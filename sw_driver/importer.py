@@ -25,6 +25,7 @@ from onnx import helper, numpy_helper
 from models.eltwise import add_multipliers
 from models.pool import avg_pool_multipliers
 from models.requant import activation_range, quantize_multiplier
+from models.sequence import FLOAT_OPS, dequantize
 
 from . import graph as g
 from .errors import (
@@ -41,8 +42,17 @@ __all__ = ["SUPPORTED_OPS", "import_model"]
 INTEGER_OPS = frozenset({"Conv", "Gemm", "MatMul", "MaxPool", "AveragePool",
                          "GlobalAveragePool", "Add", "Flatten", "Reshape"})
 ACTIVATIONS = frozenset({"Relu", "Clip"})
+#: Operators computed in float32 between DequantizeLinear and QuantizeLinear, as
+#: onnxruntime's unfused QDQ graph computes them (``docs/semantics.md``, "Sequence models,
+#: ORT-compatible mode"); Reshape and Flatten are int8 views when their output keeps the
+#: input's quantization, float otherwise.
+SEQUENCE_OPS = FLOAT_OPS - {"Relu", "Softmax", "MatMul", "Add", "Pow", "Sqrt", "Tanh",
+                            "ReduceMean", "Identity"} | {"Constant"}
+#: Float operators a decomposed LayerNorm/GELU (tanh form) needs besides SEQUENCE_OPS.
+_FLOAT_HELPERS = frozenset({"Pow", "Sqrt", "Tanh", "ReduceMean", "Identity"})
 #: Every operator the importer accepts.
-SUPPORTED_OPS = INTEGER_OPS | ACTIVATIONS | {"Softmax", "QuantizeLinear", "DequantizeLinear"}
+SUPPORTED_OPS = (INTEGER_OPS | ACTIVATIONS | SEQUENCE_OPS | _FLOAT_HELPERS
+                 | {"Softmax", "QuantizeLinear", "DequantizeLinear"})
 
 _TYPE_NAMES = {
     onnx.TensorProto.FLOAT: "float", onnx.TensorProto.DOUBLE: "double",
@@ -328,6 +338,9 @@ class _Importer:
 
     def dense(self, node):
         a = self.attrs(node)
+        if (node.op_type == "MatMul" and node.input[1] in self.views
+                and node.input[0] in self.views):
+            return self.matmul(node)
         x, x_scale, x_zp = self.activation_input(node, 0)
         if node.op_type == "Gemm":
             if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0:
@@ -433,12 +446,16 @@ class _Importer:
             constant=constant))
 
     def flatten(self, node):
+        if node.input[0] not in self.views:
+            return self.float_op(node)
         x, x_scale, x_zp = self.activation_input(node, 0)
         out = self.passthrough_output(node, x_scale, x_zp)
         self.layers.append(g.Flatten(self.name(node), (x,), out,
                                      axis=int(self.attrs(node).get("axis", 1))))
 
     def reshape(self, node):
+        if node.input[0] not in self.views:
+            return self.float_op(node)
         x, x_scale, x_zp = self.activation_input(node, 0)
         shape = self.array(node, node.input[1], "shape")
         if self.attrs(node).get("allowzero", 0):
@@ -458,13 +475,143 @@ class _Importer:
                 f"{self.where(node)}: a {node.op_type} must directly follow a Conv, Gemm, "
                 f"MatMul or Add and precede a QuantizeLinear, to be fused into its clamp")
 
+    def opset_of(self, node):
+        domain = node.domain or "ai.onnx"
+        version = next((o.version for o in self.model.opset_import
+                        if (o.domain or "ai.onnx") == domain), None)
+        return f"{domain} opset {version}" if version is not None else f"domain {domain!r}"
+
+    def check_static_shapes(self):
+        """Sequence models need every input dimension but the batch fixed: the buffers
+        and the attention shapes follow from them."""
+        if not any(n.op_type in SEQUENCE_OPS - {"Reshape", "Flatten", "Constant"}
+                   for n in self.nodes):
+            return
+        initializers = set(self.init)
+        for value_info in self.model.graph.input:
+            if value_info.name in initializers:
+                continue
+            info = _tensor_info(value_info)
+            if info.shape is None:
+                raise UnsupportedModelError(
+                    f"{self.source}: input {info.name!r} has no shape; a sequence model "
+                    f"needs fixed dimensions (export with a fixed sequence length)")
+            for axis, dim in enumerate(info.shape[1:], start=1):
+                if not (isinstance(dim, int) and dim > 0):
+                    raise UnsupportedModelError(
+                        f"{self.source}: input {info.name!r} dimension {axis} is "
+                        f"{dim!r}, dynamic without a bound; only the batch (dimension 0) may "
+                        f"be symbolic: export with a fixed sequence length")
+
+    def constant(self, node):
+        a = self.attrs(node)
+        if "value" in a:
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(a["value"])
+        else:
+            key = next((k for k in ("value_float", "value_floats", "value_int", "value_ints")
+                        if k in a), None)
+            if key is None:
+                raise UnsupportedModelError(f"{self.where(node)}: only value, value_float(s) "
+                                            f"and value_int(s) constants are supported")
+            dtype = np.float32 if "float" in key else np.int64
+            tensor = numpy_helper.from_array(np.asarray(a[key], dtype))
+        tensor.name = node.output[0]
+        self.init[node.output[0]] = tensor
+
+    def float_arg(self, node, name):
+        """A float op's input: None (absent), a constant array, or a tensor name."""
+        if not name:
+            return None
+        if name in self.consts:
+            const = self.consts[name]
+            return dequantize(const.values, const.scale, const.zero_point, const.axis)
+        if name in self.init:
+            return numpy_helper.to_array(self.init[name])
+        if name in self.qtensors:
+            raise UnsupportedModelError(f"{self.where(node)}: reads the int8 tensor {name!r} "
+                                        f"directly; a float op needs a DequantizeLinear")
+        return name
+
+    def float_op(self, node):
+        args, inputs = [], []
+        for name in node.input:
+            value = self.float_arg(node, name)
+            if isinstance(value, str):
+                if value not in inputs:
+                    inputs.append(value)
+                value = inputs.index(value)
+            args.append(value)
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v)
+                 for k, v in self.attrs(node).items()}
+        self.check_operands(node, args)
+        outputs = [o for o in node.output if o]
+        for index, out in enumerate(node.output):
+            if out:
+                name = self.name(node) if len(outputs) == 1 else f"{self.name(node)}:{index}"
+                self.layers.append(g.FloatOp(
+                    name, tuple(inputs), out, op_type=node.op_type, args=tuple(args),
+                    attrs=attrs, opset=self.opset, output_index=index,
+                    outputs=len(node.output)))
+
+    def check_operands(self, node, args):
+        """Refuse, at import, operands whose shapes are known and wrong (a mask that does
+        not broadcast, indices of the wrong type)."""
+        if node.op_type == "Where" and not isinstance(args[0], int) \
+                and np.asarray(args[0]).dtype != np.bool_:
+            raise UnsupportedModelError(f"{self.where(node)}: the condition must be bool, "
+                                        f"not {np.asarray(args[0]).dtype}")
+        if node.op_type not in ("Where", "Add", "Sub", "Mul", "Div", "Pow"):
+            return
+        shapes = [self.known_shape(node.input[i], a) for i, a in enumerate(args)]
+        if any(s is None for s in shapes):
+            return
+        try:
+            np.broadcast_shapes(*shapes)
+        except ValueError:
+            listed = ", ".join(f"{node.input[i]!r} {list(s)}" for i, s in enumerate(shapes))
+            what = "condition (mask)" if node.op_type == "Where" else "operand"
+            raise UnsupportedModelError(
+                f"{self.where(node)}: {what} shapes do not broadcast: {listed}; every "
+                f"dimension must be equal or 1") from None
+
+    def known_shape(self, name, arg):
+        if not isinstance(arg, int):
+            return np.shape(arg)
+        if not hasattr(self, "_shapes"):
+            self._shapes = {}
+            try:
+                inferred = onnx.shape_inference.infer_shapes(self.model)
+                for v in [*inferred.graph.value_info, *inferred.graph.input]:
+                    shape = _tensor_info(v).shape
+                    if shape is not None:
+                        # A symbolic dimension (the batch) broadcasts like 1 here.
+                        self._shapes[v.name] = tuple(d if isinstance(d, int) and d > 0 else 1
+                                                     for d in shape)
+            except onnx.shape_inference.InferenceError:
+                pass  # shapes are then checked when the layer runs
+        return self._shapes.get(name)
+
+    def matmul(self, node):
+        """activation x activation (attention) when input 1 is an activation."""
+        a, a_scale, a_zp = self.activation_input(node, 0)
+        b, b_scale, b_zp = self.activation_input(node, 1)
+        out, y_scale, y_zp, lo, hi = self.finish_group(node, a_scale, a_zp)
+        m, n = self.requant(node, a_scale, np.array([b_scale]), y_scale)
+        self.layers.append(g.MatMul(
+            self.name(node), (a, b), out, a_zero_point=a_zp, b_zero_point=b_zp,
+            multiplier=int(np.asarray(m).reshape(-1)[0]), shift=int(np.asarray(n).reshape(-1)[0]),
+            y_zero_point=y_zp, lo=lo, hi=hi))
+
     # -- driver ------------------------------------------------------------------------
     def run(self):
         graph = self.model.graph
-        unsupported = [(self.name(n), n.op_type) for n in self.nodes
-                       if n.op_type not in SUPPORTED_OPS or n.domain not in ("", "ai.onnx")]
+        bad = [n for n in self.nodes
+               if n.op_type not in SUPPORTED_OPS or n.domain not in ("", "ai.onnx")]
+        unsupported = [(self.name(n), n.op_type) for n in bad]
         if unsupported:
-            listed = ", ".join(f"{name!r} ({op})" for name, op in unsupported)
+            listed = ", ".join(f"{self.name(n)!r} ({n.op_type}) from {self.opset_of(n)}"
+                               for n in bad)
             raise UnsupportedOperatorError(
                 f"{self.source}: {len(unsupported)} node(s) use operators Tessera does not "
                 f"support: {listed}. Supported: {', '.join(sorted(SUPPORTED_OPS))}",
@@ -473,7 +620,10 @@ class _Importer:
             raise NotQuantizedError(
                 f"{self.source}: a float model (no QuantizeLinear/DequantizeLinear nodes); "
                 f"Tessera runs QDQ int8 models: run `tessera quantize` on it first")
-        handlers = {
+        self.check_static_shapes()
+        handlers = {op: self.float_op for op in SEQUENCE_OPS | _FLOAT_HELPERS}
+        handlers |= {
+            "Constant": self.constant,
             "DequantizeLinear": self.dequantize_linear, "QuantizeLinear": self.quantize_linear,
             "Conv": self.conv, "Gemm": self.dense, "MatMul": self.dense,
             "MaxPool": self.max_pool, "AveragePool": self.average_pool,

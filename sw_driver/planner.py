@@ -322,6 +322,10 @@ def _output_shape(layer, shapes):
         return _flatten_out(layer, x)
     if isinstance(layer, g.Reshape):
         return _reshape_out(layer, x)
+    if isinstance(layer, (g.FloatOp, g.MatMul)):
+        # Sequence layers run on the CPU provider only; their outputs' shapes are not
+        # followed, so the layers after them are planned by order.
+        raise TypeError(f"no shape rule for {layer.op}")
     return tuple(x)  # Add, Quantize, Dequantize, Softmax keep the shape
 
 

@@ -13,6 +13,7 @@ from models.conv import conv2d, dense
 from models.eltwise import add
 from models.pool import avg_pool2d, global_avg_pool, max_pool2d
 from models.requant import requantize
+from models.sequence import float_op, matmul_int
 
 from .. import graph as g
 from .. import planner
@@ -147,7 +148,23 @@ def _add(layer, a, b=None, fast=False):
                layer.y_scale, layer.y_zero_point, layer.lo, layer.hi)
 
 
+def _float_op(layer, *inputs):
+    args = [inputs[a] if isinstance(a, int) else a for a in layer.args]
+    # A bad operand (a mask of the wrong shape, indices out of range) raises ValueError,
+    # which the dispatcher reports as a LayerError naming the layer.
+    return float_op(layer.op_type, args, layer.attrs, layer.opset, layer.output_index,
+                    layer.outputs)
+
+
+def _matmul(layer, a, b):
+    acc = matmul_int(a, layer.a_zero_point, b, layer.b_zero_point)
+    return requantize(acc, layer.multiplier, layer.shift, layer.y_zero_point, layer.lo,
+                      layer.hi)
+
+
 _RUNNERS = {
+    g.FloatOp: _float_op,
+    g.MatMul: _matmul,
     g.Conv: _conv,
     g.Dense: _dense,
     g.MaxPool: lambda layer, x: max_pool2d(x, layer.kernel, layer.stride, layer.padding),
