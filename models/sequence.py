@@ -258,6 +258,14 @@ def float_op(op_type, args, attrs=None, opset=13, output_index=0, outputs=1):
                              f"{attrs['axis']}") from None
     if op_type == "Split":
         return _split(np.asarray(x), args, attrs, opset, outputs)[output_index]
+    if op_type == "Shape":
+        # Shape feeds the batch size into an Expand of the class token (opset 15 start/end).
+        dims = np.shape(x)[int(attrs.get("start", 0)):attrs.get("end")]
+        return np.array(dims, np.int64)
+    if op_type == "Expand":
+        x = np.asarray(x)
+        target = tuple(int(d) for d in np.asarray(args[1]).reshape(-1))
+        return np.broadcast_to(x, _broadcast("Expand", x, np.empty(target, np.bool_))).copy()
     if op_type == "Slice":
         return _slice(np.asarray(x), args, attrs, opset)
     if op_type == "Gather":
@@ -278,4 +286,5 @@ def float_op(op_type, args, attrs=None, opset=13, output_index=0, outputs=1):
 FLOAT_OPS = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Where", "Erf", "Sqrt", "Tanh", "Relu", "Identity",
     "Gelu", "LayerNormalization", "Softmax", "ReduceMean", "MatMul", "Transpose", "Reshape",
-    "Flatten", "Concat", "Split", "Slice", "Gather", "Unsqueeze", "Squeeze"})
+    "Flatten", "Concat", "Split", "Slice", "Gather", "Unsqueeze", "Squeeze", "Shape",
+    "Expand"})

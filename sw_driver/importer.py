@@ -99,6 +99,7 @@ class _Importer:
         self.views = {}       # DQ output name -> (int8 tensor name, scale, zero point)
         self.qtensors = {}    # int8 tensor name -> (scale, zero point)
         self.absorbed = set()  # ids of Relu/Clip/QuantizeLinear folded into a layer
+        self.dequantized = set()  # DQ outputs that a Dequantize layer makes float
         self.layers = []
 
     # -- helpers -----------------------------------------------------------------------
@@ -303,6 +304,7 @@ class _Importer:
         float_needed = node.output[0] in self.graph_outputs or any(
             c.op_type not in INTEGER_OPS for c in self.consumers.get(node.output[0], []))
         if float_needed:
+            self.dequantized.add(node.output[0])
             self.layers.append(g.Dequantize(self.name(node), (source,), node.output[0],
                                             scale=scale, zero_point=zero_point))
 
@@ -435,15 +437,36 @@ class _Importer:
         else:
             b, b_scale, b_zp = self.activation_input(node, 1)
             inputs = (a, b)
-        out, y_scale, y_zp, lo, hi = self.finish_group(node, a_scale, a_zp)
+        q, activation = self.output_group(node)
+        if self.sequence and activation is None:
+            # The ORT-compatible mode: an elementwise add is dequantize -> float Add ->
+            # quantize as in onnxruntime's graph (the integer add rounds exact ties to
+            # even where float32 does not: erf(x) + 1 lands on ties often).
+            return self.float_add(node)
         try:
-            add_multipliers(a_scale, b_scale, y_scale)
+            add_multipliers(a_scale, b_scale, self.qparams(q)[0])
         except ValueError as exc:
-            raise QuantizationError(f"{self.where(node)}: {exc}") from exc
+            if activation is not None:
+                raise QuantizationError(f"{self.where(node)}: {exc}") from exc
+            # Scales too far apart for the integer add (a bias the quantizer gave a scale
+            # of 1e-12 because it is all zeros): compute it as onnxruntime's QDQ graph does,
+            # dequantize -> float Add -> quantize (the ORT-compatible definition).
+            return self.float_add(node)
+        out, y_scale, y_zp, lo, hi = self.finish_group(node, a_scale, a_zp)
         self.layers.append(g.Add(
             self.name(node), inputs, out, a_scale=a_scale, a_zero_point=a_zp, b_scale=b_scale,
             b_zero_point=b_zp, y_scale=y_scale, y_zero_point=y_zp, lo=lo, hi=hi,
             constant=constant))
+
+    def float_add(self, node):
+        for position, name in enumerate(node.input):
+            if name in self.views and name not in self.dequantized:
+                source, scale, zero_point = self.views[name]
+                self.dequantized.add(name)
+                self.layers.append(g.Dequantize(f"{self.name(node)}:dequantize{position}",
+                                                (source,), name, scale=scale,
+                                                zero_point=zero_point))
+        self.float_op(node)
 
     def flatten(self, node):
         if node.input[0] not in self.views:
@@ -484,8 +507,7 @@ class _Importer:
     def check_static_shapes(self):
         """Sequence models need every input dimension but the batch fixed: the buffers
         and the attention shapes follow from them."""
-        if not any(n.op_type in SEQUENCE_OPS - {"Reshape", "Flatten", "Constant"}
-                   for n in self.nodes):
+        if not self.sequence:
             return
         initializers = set(self.init)
         for value_info in self.model.graph.input:
@@ -620,6 +642,9 @@ class _Importer:
             raise NotQuantizedError(
                 f"{self.source}: a float model (no QuantizeLinear/DequantizeLinear nodes); "
                 f"Tessera runs QDQ int8 models: run `tessera quantize` on it first")
+        #: A graph with sequence operators is run in the ORT-compatible mode.
+        self.sequence = any(n.op_type in SEQUENCE_OPS - {"Reshape", "Flatten", "Constant"}
+                            for n in self.nodes)
         self.check_static_shapes()
         handlers = {op: self.float_op for op in SEQUENCE_OPS | _FLOAT_HELPERS}
         handlers |= {
