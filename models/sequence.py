@@ -194,6 +194,82 @@ def _gather(x, indices, attrs):
     return np.take(x, np.where(indices < 0, indices + n, indices), axis=axis)
 
 
+def _sigmoid(x):
+    return (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(np.float32)
+
+
+def _recurrent_inputs(args, gates):
+    x, w, r = _f32(args[0]), _f32(args[1]), _f32(args[2])
+    dirs, hidden = w.shape[0], r.shape[-1]
+    seq, batch = x.shape[0], x.shape[1]
+    b = (_f32(args[3]) if len(args) > 3 and args[3] is not None
+         else np.zeros((dirs, 2 * gates * hidden), np.float32))
+    lens = (np.asarray(args[4], np.int64) if len(args) > 4 and args[4] is not None
+            else np.full(batch, seq, np.int64))
+    if lens.shape != (batch,) or lens.min() < 1 or lens.max() > seq:
+        raise ValueError(f"sequence_lens {lens.tolist()} must hold {batch} lengths in "
+                         f"[1, {seq}]")
+    h0 = (_f32(args[5]) if len(args) > 5 and args[5] is not None
+          else np.zeros((dirs, batch, hidden), np.float32))
+    return x, w, r, b, lens, h0, dirs, hidden
+
+
+def _recurrent(op_type, args, attrs):
+    """ONNX GRU / LSTM (layout 0, default activations) in float32; (Y, Y_h[, Y_c])."""
+    gates = 3 if op_type == "GRU" else 4
+    x, w, r, b, lens, h0, dirs, hidden = _recurrent_inputs(args, gates)
+    direction = attrs.get("direction", "forward")
+    seq, batch = x.shape[:2]
+    c0 = None
+    if op_type == "LSTM":
+        c0 = (_f32(args[6]) if len(args) > 6 and args[6] is not None
+              else np.zeros((dirs, batch, hidden), np.float32))
+        peep = (_f32(args[7]) if len(args) > 7 and args[7] is not None
+                else np.zeros((dirs, 3 * hidden), np.float32))
+    y = np.zeros((seq, dirs, batch, hidden), np.float32)
+    y_h = np.zeros((dirs, batch, hidden), np.float32)
+    y_c = np.zeros((dirs, batch, hidden), np.float32)
+    for d in range(dirs):
+        wb, rb = np.split(b[d], 2)
+        # The input projections of every time step as one GEMM.
+        xw = np.einsum("tbi,gi->tbg", x, w[d]).astype(np.float32) + wb
+        h, c = h0[d].copy(), None if c0 is None else c0[d].copy()
+        reverse = direction == "reverse" or (direction == "bidirectional" and d == 1)
+        for step in range(seq):
+            active = step < lens  # each sequence runs its own length
+            t = np.where(reverse, lens - 1 - step, step)  # per batch element
+            xt = xw[np.clip(t, 0, seq - 1), np.arange(batch)]
+            if op_type == "GRU":
+                hr = (h @ r[d].T).astype(np.float32)
+                xz, xr, xh = np.split(xt, 3, axis=-1)
+                rz, rr, rh = np.split(hr, 3, axis=-1)
+                bz, br, bh = np.split(rb, 3)
+                z = _sigmoid(xz + rz + bz)
+                rg = _sigmoid(xr + rr + br)
+                if attrs.get("linear_before_reset", 0):
+                    cand = np.tanh(xh + rg * (rh + bh))
+                else:
+                    cand = np.tanh(xh + ((rg * h) @ r[d][2 * hidden:].T) + bh)
+                new_h = ((np.float32(1) - z) * cand + z * h).astype(np.float32)
+            else:
+                pre = xt + (h @ r[d].T).astype(np.float32) + rb
+                pi, po, pf, pc = np.split(pre, 4, axis=-1)
+                peep_i, peep_o, peep_f = np.split(peep[d], 3)
+                i = _sigmoid(pi + peep_i * c)
+                f = _sigmoid(pf + peep_f * c)
+                new_c = (f * c + i * np.tanh(pc)).astype(np.float32)
+                o = _sigmoid(po + peep_o * new_c)
+                new_h = (o * np.tanh(new_c)).astype(np.float32)
+                c = np.where(active[:, None], new_c, c)
+            h = np.where(active[:, None], new_h, h)
+            rows = np.nonzero(active)[0]
+            y[t[rows], d, rows] = h[rows]
+        y_h[d] = h
+        if c is not None:
+            y_c[d] = c
+    return (y, y_h) if op_type == "GRU" else (y, y_h, y_c)
+
+
 def float_op(op_type, args, attrs=None, opset=13, output_index=0, outputs=1):
     """One ONNX operator in float32, as onnxruntime's CPU kernels define it.
 
@@ -258,6 +334,8 @@ def float_op(op_type, args, attrs=None, opset=13, output_index=0, outputs=1):
                              f"{attrs['axis']}") from None
     if op_type == "Split":
         return _split(np.asarray(x), args, attrs, opset, outputs)[output_index]
+    if op_type in ("GRU", "LSTM"):
+        return _recurrent(op_type, args, attrs)[output_index]
     if op_type == "Shape":
         # Shape feeds the batch size into an Expand of the class token (opset 15 start/end).
         dims = np.shape(x)[int(attrs.get("start", 0)):attrs.get("end")]
@@ -287,4 +365,4 @@ FLOAT_OPS = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Where", "Erf", "Sqrt", "Tanh", "Relu", "Identity",
     "Gelu", "LayerNormalization", "Softmax", "ReduceMean", "MatMul", "Transpose", "Reshape",
     "Flatten", "Concat", "Split", "Slice", "Gather", "Unsqueeze", "Squeeze", "Shape",
-    "Expand"})
+    "Expand", "GRU", "LSTM"})

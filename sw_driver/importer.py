@@ -567,6 +567,8 @@ class _Importer:
         attrs = {k: (v.decode() if isinstance(v, bytes) else v)
                  for k, v in self.attrs(node).items()}
         self.check_operands(node, args)
+        if node.op_type in ("GRU", "LSTM"):
+            self.check_recurrent(node, attrs)
         outputs = [o for o in node.output if o]
         for index, out in enumerate(node.output):
             if out:
@@ -575,6 +577,21 @@ class _Importer:
                     name, tuple(inputs), out, op_type=node.op_type, args=tuple(args),
                     attrs=attrs, opset=self.opset, output_index=index,
                     outputs=len(node.output)))
+
+    def check_recurrent(self, node, attrs):
+        """The recurrent forms models.sequence defines: layout 0, default activations."""
+        defaults = {"GRU": ["Sigmoid", "Tanh"], "LSTM": ["Sigmoid", "Tanh", "Tanh"]}
+        problems = [f"{key}={attrs[key]}" for key in ("clip", "input_forget", "layout")
+                    if attrs.get(key)]
+        activations = [a.decode() if isinstance(a, bytes) else a
+                       for a in attrs.get("activations", [])]
+        if activations and activations not in (defaults[node.op_type],
+                                               defaults[node.op_type] * 2):
+            problems.append(f"activations={activations}")
+        if problems:
+            raise UnsupportedModelError(
+                f"{self.where(node)}: {', '.join(problems)} is not supported; Tessera runs "
+                f"{node.op_type} with layout 0 and the default activations, no clip")
 
     def check_operands(self, node, args):
         """Refuse, at import, operands whose shapes are known and wrong (a mask that does
