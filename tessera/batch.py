@@ -16,6 +16,7 @@ providers; a rerun skips the shards already written, so an interrupted run resum
 import hashlib
 import json
 import os
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,14 +24,31 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MANIFEST", "Fault", "SessionActor", "ShardReport", "load_shards", "run_dataset",
-           "run_to_shards"]
+__all__ = ["MANIFEST", "BatchJobError", "Fault", "SessionActor", "ShardReport", "load_shards",
+           "run_dataset", "run_to_shards"]
 
 #: Ray Data column names.
 INDEX, X, Y, NODE = "index", "x", "y", "node"
 #: The manifest of a shard directory.
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
+
+
+class BatchJobError(RuntimeError):
+    """A session raised on a Ray actor: the job stops (not retried), naming the cause."""
+
+
+def _session_error(error):
+    """``Type: message`` of the exception a session raised, from Ray's wrapper of it.
+
+    Ray Data re-raises a failed batch as ``RayTaskError(UserCodeException)``, whose cause
+    chain does not survive the trip from the worker: only its text holds the session's
+    exception, as the last ``Type: message`` line before the chained traceback.
+    """
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    first = text.split("The above exception was the direct cause")[0]
+    lines = [line for line in first.splitlines() if re.match(r"[A-Za-z_][\w.]*: ", line)]
+    return lines[-1] if lines else f"{type(error).__name__}: {text.splitlines()[0]}"
 
 
 @dataclass(frozen=True)
@@ -128,7 +146,11 @@ def _ray_batches(ray, model, providers, x, indices, batch_size, actors, resource
         SessionActor, fn_constructor_args=(model, providers, fault), batch_size=batch_size,
         batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
         **options)  # a lost actor: Ray Data's defaults restart it and retry its batches
-    yield from mapped.iter_batches(batch_size=None, batch_format="numpy")
+    try:
+        yield from mapped.iter_batches(batch_size=None, batch_format="numpy")
+    except ray.exceptions.RayError as error:  # Ray's wrapper holds the session's own error
+        raise BatchJobError(f"a session of {','.join(providers)} failed on a Ray actor: "
+                            f"{_session_error(error)}") from None
 
 
 def _in_order(batches, indices, nodes):

@@ -479,7 +479,7 @@ def cmd_run_dataset(args):
     # bench.ray_cluster imports no Ray until connect() is called.
     from bench.ray_cluster import LOCAL, RayClusterError, connect, parse_resources
     from sw_driver.errors import TesseraError
-    from tessera.batch import run_dataset, run_to_shards
+    from tessera.batch import BatchJobError, run_dataset, run_to_shards
 
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     sharded = not args.out.endswith(".npy")
@@ -515,6 +515,9 @@ def cmd_run_dataset(args):
                 result = run(ray)
             where = f"{args.actors} Ray actors ({where})"
         wall = time.perf_counter() - started
+    except BatchJobError as error:
+        kept = f"; the finished shards in {args.out} are kept: rerun to resume" if sharded else ""
+        return _fail(f"{error}{kept}")
     except (TesseraError, _UsageError, ValueError, RayClusterError) as error:
         return _fail(error)
     if sharded:
