@@ -14,6 +14,12 @@ float operator sits between ``DequantizeLinear`` nodes (its inputs) and a
 - any other ``QuantizeLinear`` (of the float model input, of a Softmax) becomes a
   :class:`~sw_driver.graph.Quantize` layer.
 
+A graph with sequence operators (attention, LayerNormalization, GELU, GRU/LSTM...) is
+imported in the ORT-compatible mode (``docs/semantics.md``): GEMMs stay integer (a MatMul of
+two activations becomes a :class:`~sw_driver.graph.MatMul`), every other operator becomes a
+:class:`~sw_driver.graph.FloatOp` between Dequantize and Quantize layers, computed by
+:func:`models.sequence.float_op` as onnxruntime's unfused QDQ graph computes it.
+
 The quantizer often deletes a Relu and gives the output zero point -128 instead; both
 shapes of graph import to the same kind of layer.
 """

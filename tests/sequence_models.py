@@ -55,7 +55,27 @@ def _gelu_erf(name, x, y, nodes, inits):
     ]
 
 
-def encoder_block(rng, *, gelu_op=False, mask=True):
+def _gelu_tanh(name, x, y, nodes, inits):
+    """0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))), nn.GELU('tanh')."""
+    inits[f"{name}_three"] = np.array(3.0)
+    inits[f"{name}_c"] = np.array(0.044715)
+    inits[f"{name}_k"] = np.array(np.sqrt(2 / np.pi))
+    inits[f"{name}_one"] = np.array(1.0)
+    inits[f"{name}_half"] = np.array(0.5)
+    n = name
+    nodes += [
+        helper.make_node("Pow", [x, f"{n}_three"], [f"{n}_p"], name=f"{n}_pow"),
+        helper.make_node("Mul", [f"{n}_p", f"{n}_c"], [f"{n}_pc"], name=f"{n}_cube"),
+        helper.make_node("Add", [x, f"{n}_pc"], [f"{n}_s"], name=f"{n}_sum"),
+        helper.make_node("Mul", [f"{n}_s", f"{n}_k"], [f"{n}_sk"], name=f"{n}_scale"),
+        helper.make_node("Tanh", [f"{n}_sk"], [f"{n}_t"], name=f"{n}_tanh"),
+        helper.make_node("Add", [f"{n}_t", f"{n}_one"], [f"{n}_a"], name=f"{n}_add"),
+        helper.make_node("Mul", [x, f"{n}_a"], [f"{n}_m"], name=f"{n}_mul"),
+        helper.make_node("Mul", [f"{n}_m", f"{n}_half"], [y], name=f"{n}_half"),
+    ]
+
+
+def encoder_block(rng, *, gelu_op=False, mask=True, gelu="erf"):
     """Pre-norm encoder block: LN -> Q, K, V -> heads -> scaled Q.K^T -> Where(mask) ->
     Softmax -> attn.V -> merge heads -> projection + residual -> LN -> MLP (GELU) + residual.
     """
@@ -91,7 +111,10 @@ def encoder_block(rng, *, gelu_op=False, mask=True):
     _layer_norm("ln2", "res1", "h2", rng, nodes, inits)
     _linear("fc1", "h2", "f1", rng, D, 2 * D, nodes, inits)
     if gelu_op:
-        nodes.append(helper.make_node("Gelu", ["f1"], ["g"], name="gelu"))
+        extra = {"approximate": "tanh"} if gelu == "tanh" else {}
+        nodes.append(helper.make_node("Gelu", ["f1"], ["g"], name="gelu", **extra))
+    elif gelu == "tanh":
+        _gelu_tanh("gelu", "f1", "g", nodes, inits)
     else:
         _gelu_erf("gelu", "f1", "g", nodes, inits)
     _linear("fc2", "g", "f2", rng, 2 * D, D, nodes, inits)

@@ -27,6 +27,9 @@ BUILDERS = {
     "block_erf_gelu_mask": lambda rng: sequence_models.encoder_block(rng),
     "block_gelu_op": lambda rng: sequence_models.encoder_block(rng, gelu_op=True),
     "block_no_mask": lambda rng: sequence_models.encoder_block(rng, mask=False),
+    "block_tanh_gelu": lambda rng: sequence_models.encoder_block(rng, gelu="tanh"),
+    "block_gelu_op_tanh": lambda rng: sequence_models.encoder_block(rng, gelu_op=True,
+                                                                    gelu="tanh"),
     "token_head": sequence_models.token_head,
 }
 
