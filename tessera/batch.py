@@ -367,6 +367,9 @@ def load_shards(out):
         if entry["start"] != position:
             raise ValueError(f"{directory / name}: starts at sample {entry['start']}, "
                              f"expected {position} (a shard is missing: rerun the job)")
+        if not (directory / name).is_file():
+            raise ValueError(f"{directory / name}: missing, though the manifest lists it "
+                             f"(rerun the job to rewrite it)")
         if _file_sha256(directory / name) != entry["output_sha256"]:
             raise ValueError(f"{directory / name}: its contents differ from the manifest's "
                              f"hash (rerun the job to rewrite it)")

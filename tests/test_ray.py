@@ -77,7 +77,7 @@ def test_a_cluster_address_takes_no_local_resources():
 
 def test_importing_the_project_does_not_import_ray():
     code = ("import sys, sw_driver, bench.soak, bench.soak.console, bench.soak.ray_runner, "
-            "bench.ray_cluster, tessera.cli\n"
+            "bench.ray_cluster, tessera.batch, tessera.cli\n"
             "tessera.cli.build_parser()\n"
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -79,6 +79,9 @@ def test_another_model_or_shard_size_redoes_everything(model, x, whole):
 
 
 def test_load_shards_names_a_damaged_or_missing_shard(whole):
+    (whole / NAMES[4]).unlink()
+    with pytest.raises(ValueError, match=f"{NAMES[4]}: missing, though the manifest lists"):
+        load_shards(whole)
     (whole / NAMES[2]).write_bytes(b"damaged")
     with pytest.raises(ValueError, match=f"{NAMES[2]}: its contents differ"):
         load_shards(whole)
