@@ -31,9 +31,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
 
 DIGITS = Path(__file__).resolve().parent.parent / "models" / "zoo" / "digits_qdq.onnx"
 BOARD = "fpga_fake"
-#: The GCS declares a silent node dead after 3 missed checks 0.5 s apart (Ray's default is
+#: The GCS declares a silent node dead after 3 missed checks 1 s apart (Ray's default is
 #: a few times longer), so the node-kill test's lost actor restarts sooner.
-FAST_FAILURE_DETECTION = {"health_check_period_ms": 500, "health_check_timeout_ms": 500,
+FAST_FAILURE_DETECTION = {"health_check_period_ms": 1000, "health_check_timeout_ms": 1000,
                           "health_check_failure_threshold": 3}
 #: One per node of the node-kill test, so that its actors are on different nodes.
 SLOT = "slot"
@@ -47,6 +47,8 @@ def cluster():
     ray = import_ray()
     from ray.cluster_utils import Cluster
 
+    if ray.is_initialized():  # a Ray left by an earlier module: this one joins the cluster
+        ray.shutdown()
     loopback = {"node_ip_address": "127.0.0.1"}
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "_system_config": FAST_FAILURE_DETECTION,
