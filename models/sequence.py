@@ -75,6 +75,15 @@ def matmul_int(a, a_zero_point, b, b_zero_point):
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
+def _axis(op_type, axis, rank):
+    """ONNX axes lie in [-rank, rank - 1]; NumPy's modulo would accept any value."""
+    axis = int(axis)
+    if not -rank <= axis < rank:
+        raise ValueError(f"{op_type}: axis {axis} is outside [-{rank}, {rank - 1}] for an "
+                         f"input of rank {rank}")
+    return axis % rank
+
+
 def _f32(x):
     return np.asarray(x, dtype=np.float32)
 
@@ -100,7 +109,7 @@ def _elementwise(op_type, args, attrs, opset):
 def _layer_norm(args, attrs, opset):
     x, scale = _f32(args[0]), _f32(args[1])
     bias = _f32(args[2]) if len(args) > 2 and args[2] is not None else None
-    axis = int(attrs.get("axis", -1)) % x.ndim
+    axis = _axis("LayerNormalization", attrs.get("axis", -1), x.ndim)
     eps = float(attrs.get("epsilon", 1e-5))
     axes = tuple(range(axis, x.ndim))
     # Mean and variance in float64, the result rounded to float32 (onnxruntime
@@ -124,7 +133,7 @@ def _gelu(x, approximate):
 def _softmax(x, attrs, opset):
     x = _f32(x)
     shape = x.shape
-    axis = int(attrs.get("axis", -1 if opset >= 13 else 1)) % x.ndim
+    axis = _axis("Softmax", attrs.get("axis", -1 if opset >= 13 else 1), x.ndim)
     if opset < 13:
         x = x.reshape(int(np.prod(shape[:axis])), -1)
         axis = 1
@@ -164,12 +173,12 @@ def _slice(x, args, attrs, opset):
         # Python slices clamp out-of-range bounds the way ONNX Slice does.
         big = np.iinfo(np.int64)
         end = None if int(end) >= big.max // 2 or int(end) <= big.min // 2 else int(end)
-        index[int(axis) % x.ndim] = slice(int(start), end, int(step))
+        index[_axis("Slice", axis, x.ndim)] = slice(int(start), end, int(step))
     return x[tuple(index)]
 
 
 def _split(x, args, attrs, opset, count):
-    axis = int(attrs.get("axis", 0)) % x.ndim
+    axis = _axis("Split", attrs.get("axis", 0), x.ndim)
     sizes = (args[1] if opset >= 13 and len(args) > 1 and args[1] is not None
              else attrs.get("split"))
     if sizes is None:
@@ -185,7 +194,7 @@ def _split(x, args, attrs, opset, count):
 
 
 def _gather(x, indices, attrs):
-    axis = int(attrs.get("axis", 0)) % x.ndim
+    axis = _axis("Gather", attrs.get("axis", 0), x.ndim)
     indices = np.asarray(indices, np.int64)
     n = x.shape[axis]
     if indices.size and (indices.min() < -n or indices.max() >= n):
@@ -293,7 +302,19 @@ def float_op(op_type, args, attrs=None, opset=13, output_index=0, outputs=1):
         Inputs that the operator does not accept (shapes that do not broadcast, a mask of
         the wrong shape, indices out of range), with the reason.
     """
-    attrs = attrs or {}
+    try:
+        return _float_op(op_type, args, attrs or {}, opset, output_index, outputs)
+    except (ValueError, IndexError, KeyError) as exc:
+        # NumPy's own messages ("axes don't match array") gain the operator and shapes.
+        text = str(exc)
+        if text.startswith(f"{op_type}:") or text.startswith("sequence_lens"):
+            raise ValueError(text) from None
+        shapes = ", ".join(str(list(np.shape(a))) for a in args if a is not None)
+        raise ValueError(f"{op_type}: inputs of shape {shapes} are not accepted: "
+                         f"{type(exc).__name__}: {text}") from None
+
+
+def _float_op(op_type, args, attrs, opset, output_index, outputs):
     x = args[0]
     if op_type in ("Add", "Sub", "Mul", "Div", "Pow", "Where"):
         return _elementwise(op_type, args, attrs, opset)
@@ -354,9 +375,9 @@ def float_op(op_type, args, attrs=None, opset=13, output_index=0, outputs=1):
         if op_type == "Squeeze":
             if axes is None:
                 return np.squeeze(x)
-            return np.squeeze(x, axis=tuple(a % x.ndim for a in axes))
+            return np.squeeze(x, axis=tuple(_axis(op_type, a, x.ndim) for a in axes))
         rank = x.ndim + len(axes)
-        return np.expand_dims(x, tuple(sorted(a % rank for a in axes)))
+        return np.expand_dims(x, tuple(sorted(_axis(op_type, a, rank) for a in axes)))
     raise ValueError(f"no float definition of {op_type}")
 
 

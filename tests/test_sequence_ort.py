@@ -17,6 +17,7 @@ from models import sequence
 from models.zoo.reference import onnxruntime_session
 from sw_driver import InferenceSession, graph
 from sw_driver.errors import LayerError, UnsupportedModelError, UnsupportedOperatorError
+from sw_driver.providers.cpu import CPUProvider
 from sw_driver.providers.device import engine_refusal
 from sw_driver.providers.opencl import OpenCLProvider
 
@@ -188,3 +189,44 @@ def test_accelerators_refuse_sequence_layers_with_a_reason(tmp_path):
         assert str(opencl.supports(layer)) == f"no OpenCL kernel for {layer.op}"
         assert engine_refusal(layer, None) == (
             f"the device runs Conv, Dense, 2x2 MaxPool and Add, not {layer.op}")
+
+
+#: op -> (inputs, attributes, a fragment the message must hold)
+BAD_OPERANDS = {
+    "Transpose": ([np.zeros((2, 3))], {"perm": [0, 2, 1]}, "[2, 3]"),
+    "Reshape": ([np.zeros((2, 3)), np.array([4, 2])], {}, "[2, 3] as [4, 2]"),
+    "Concat": ([np.zeros((2, 3)), np.zeros((3, 3))], {"axis": 1}, "[2, 3], [3, 3]"),
+    "LayerNormalization": ([np.zeros((2, 4)), np.ones(3), np.zeros(3)], {"axis": -1},
+                           "[2, 4], [3], [3]"),
+    "Softmax": ([np.zeros((2, 3))], {"axis": 2}, "axis 2 is outside [-2, 1]"),
+    "Squeeze": ([np.zeros((2, 3)), np.array([1])], {}, "[2, 3]"),
+    "Unsqueeze": ([np.zeros((2, 3)), np.array([5])], {}, "axis 5 is outside [-3, 2]"),
+    "Expand": ([np.zeros((2, 3)), np.array([4, 3])], {}, "[2, 3] and [4, 3]"),
+    "Mul": ([np.zeros((2, 3)), np.zeros(4)], {}, "[2, 3] and [4]"),
+    "Where": ([np.ones((3, 5), bool), np.zeros((8, 8)), np.zeros(())], {},
+              "[3, 5] and [8, 8] and []"),
+    "Gather": ([np.zeros((4, 3)), np.array([4])], {"axis": 0}, "outside [-4, 3]"),
+    "MatMul": ([np.zeros((2, 3)), np.zeros((2, 3))], {}, "[2, 3], [2, 3]"),
+    "Slice": ([np.zeros((2, 3)), np.array([0]), np.array([1]), np.array([4])], {},
+              "axis 4 is outside [-2, 1]"),
+    "Split": ([np.zeros((2, 3)), np.array([1, 1])], {"axis": 1}, "do not add up"),
+}
+
+
+@pytest.mark.parametrize("op_type", sorted(BAD_OPERANDS))
+def test_bad_operands_raise_naming_the_operator_and_shapes(op_type):
+    args, attrs, fragment = BAD_OPERANDS[op_type]
+    with pytest.raises(ValueError) as info:
+        sequence.float_op(op_type, args, attrs, opset=17, outputs=2)
+    message = str(info.value)
+    assert message.startswith(f"{op_type}: ") and fragment in message, message
+
+
+def test_activation_matmul_of_mismatched_shapes_names_the_layer(tmp_path):
+    path, _ = _build("block_no_mask", tmp_path)
+    session = InferenceSession(str(path), providers=["cpu"])
+    scores = next(layer for layer in session.graph.layers if layer.name == "scores")
+    a = np.zeros((1, 2, 8, 8), np.int8)
+    with pytest.raises(ValueError, match=r"cannot multiply shapes \[1, 2, 8, 8\] and "
+                                         r"\[1, 2, 4, 8\]"):
+        CPUProvider().run(scores, [a, np.zeros((1, 2, 4, 8), np.int8)])
