@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -116,8 +117,6 @@ class SessionActor:
 
 
 def _node_id():
-    import sys
-
     ray = sys.modules.get("ray")  # imported only inside a Ray worker or a --ray driver
     if ray is not None and ray.is_initialized():
         return ray.get_runtime_context().get_node_id()
