@@ -10,7 +10,7 @@ BOARD   ?= ulx3s-85f
 SEED    ?= 1
 JOBS    ?= 2
 
-.PHONY: help setup test sim verilog bitstream bench demo demo-array lint clean
+.PHONY: help setup test sim verilog verilog-xdma bitstream bench demo demo-array lint clean
 
 help:
 	@echo "make setup                     .venv, pinned packages, PoCL (idempotent)"
@@ -19,6 +19,7 @@ help:
 	@echo "make test                      the whole test suite (pytest, cocotb on Verilator)"
 	@echo "make sim [TB=name] [WAVES=1]   cocotb/Verilator testbenches with a pass/fail table"
 	@echo "make verilog [R=8 C=8]         Verilog of the array into build/"
+	@echo "make verilog-xdma [R=8 C=8]    the whole accelerator for Xilinx XDMA (docs/xdma.md)"
 	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
 	@echo "make bench                     benchmarks into bench/results/*.json"
 	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
@@ -50,6 +51,9 @@ sim: setup
 
 verilog: setup
 	$(TESSERA) verilog --rows $(R) --cols $(C)
+
+verilog-xdma: setup
+	$(TESSERA) verilog --target xdma --rows $(R) --cols $(C)
 
 bitstream: setup
 	$(TESSERA) bitstream --board $(BOARD) --rows $(R) --cols $(C)

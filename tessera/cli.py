@@ -103,6 +103,15 @@ def cmd_verilog(args):
     from hw.verilog import write_array_verilog
 
     config = _array_config(args)
+    if args.target == "xdma":
+        # The whole accelerator behind XDMA's AXI port names (docs/xdma.md).
+        from contract.config import ConvEngineConfig
+        from hw.axi_wrapper import write_xdma_verilog
+
+        engine = ConvEngineConfig(array=config)
+        path = write_xdma_verilog(engine, args.build)
+        console.print(f"{engine.name} (XDMA): wrote {path} ({path.stat().st_size // 1024} KiB)")
+        return 0
     path = write_array_verilog(config, args.build)
     console.print(f"{config.name}: wrote {path} ({path.stat().st_size // 1024} KiB)")
     return 0
@@ -769,6 +778,9 @@ def build_parser():
 
     p = sub.add_parser("verilog", help="write the array's Verilog to build/")
     _add_array_options(p)
+    p.add_argument("--target", choices=("array", "xdma"), default="array",
+                   help="array: the systolic array alone; xdma: the whole accelerator with "
+                        "AXI4-Lite/AXI4-Stream ports for Xilinx XDMA (docs/xdma.md)")
     p.add_argument("--build", default="build")
     p.set_defaults(func=cmd_verilog)
 
