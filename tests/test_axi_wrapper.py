@@ -58,3 +58,12 @@ def test_conv_layer_through_axi(seed):
     build = XdmaBuild(ENGINE)
     print(f"seed={seed} config={build.name}")
     run_testbench("sim.tb_axi", build, seed=seed, name=f"pytest-{seed}")
+
+
+def test_cli_writes_xdma_verilog(tmp_path):
+    from tessera.cli import main
+
+    assert main(["verilog", "--target", "xdma", "--rows", "2", "--cols", "2",
+                 "--build", str(tmp_path)]) == 0
+    (path,) = tmp_path.glob(f"*-xdma/{TOP_NAME}.v")
+    assert f"module {TOP_NAME}(" in path.read_text()
