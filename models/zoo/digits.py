@@ -25,6 +25,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from onnx import TensorProto, helper, numpy_helper
 
 from .reference import quantize_with_onnxruntime
+from .train_numpy import softmax_xent
 
 __all__ = [
     "FLOAT_PATH",
@@ -155,15 +156,6 @@ def _backward(params, cache, dlogits):
     return grads
 
 
-def _softmax_xent(logits, y):
-    z = logits - logits.max(axis=1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(axis=1, keepdims=True)
-    loss = -np.log(p[np.arange(len(y)), y] + 1e-12).mean()
-    p[np.arange(len(y)), y] -= 1
-    return loss, p / len(y)
-
-
 def accuracy(logits, y):
     """Share of samples whose arg-max logit is the label."""
     return float((np.asarray(logits).argmax(axis=1) == y).mean())
@@ -200,7 +192,7 @@ def train(epochs=40, batch=32, lr=0.01, seed=TRAIN_SEED, verbose=False):
         for start in range(0, len(order), batch):
             index = order[start:start + batch]
             logits, cache = _forward(params, x_train[index])
-            loss, dlogits = _softmax_xent(logits, y_train[index])
+            loss, dlogits = softmax_xent(logits, y_train[index])
             grads = _backward(params, cache, dlogits.astype(np.float32))
             step += 1
             rate = lr * (0.05 + 0.95 * 0.5 * (1 + np.cos(np.pi * step / total)))

@@ -22,8 +22,6 @@ training split, as for the digits CNN) and ``vit.json`` with both test accuracie
 Regenerate with ``make zoo-vit`` (``python -m models.zoo.vit``); docs/zoo.md has the figures.
 """
 
-import argparse
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +29,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from .digits import accuracy, load_digits_split
-from .reference import onnxruntime_session, quantize_with_onnxruntime
-from .train_numpy import adam_fit, softmax_xent, write_record
+from .export import export_main, export_trained
+from .train_numpy import adam_fit, softmax_xent
 
 __all__ = ["FLOAT_PATH", "QDQ_PATH", "RECORD_PATH", "export", "forward", "loss_and_grads",
            "to_onnx", "train"]
@@ -354,34 +352,13 @@ def to_onnx(params):
 def export(out_dir=HERE, params=None, verbose=False):
     """Train (unless ``params`` is given) and write ``vit_float.onnx``, ``vit_qdq.onnx`` and
     ``vit.json`` (float and onnxruntime-QDQ test accuracy) into ``out_dir``; their paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if params is None:
-        params = train(verbose=verbose)
-    float_path, qdq_path = out_dir / FLOAT_PATH.name, out_dir / QDQ_PATH.name
-    onnx.save(to_onnx(params), float_path)
-    x_train, _, x_test, y_test = load_digits_split()
-    quantize_with_onnxruntime(float_path, qdq_path, x_train)
-    record = {"model": "vit", "test_samples": int(len(y_test)),
-              "numpy_float_accuracy": accuracy(forward(params, x_test), y_test)}
-    for key, path in (("float_accuracy", float_path), ("qdq_accuracy", qdq_path)):
-        (logits,) = onnxruntime_session(path).run(None, {"input": x_test})
-        record[key] = accuracy(logits, y_test)
-    record_path = out_dir / RECORD_PATH.name
-    write_record(record_path, record)
-    return float_path, qdq_path, record_path
+    return export_trained("vit", out_dir, params, train=train, forward=forward,
+                          to_onnx=to_onnx, verbose=verbose,
+                          file_names=(FLOAT_PATH.name, QDQ_PATH.name, RECORD_PATH.name))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="train the digits ViT and export ONNX")
-    parser.add_argument("--out", default=str(HERE), help="folder (default: the zoo)")
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    paths = export(args.out, verbose=True)
-    for path in paths:
-        print(f"wrote {path} ({path.stat().st_size} bytes)")
-    print(paths[-1].read_text().strip())
-    print(f"done in {time.perf_counter() - started:.1f} s")
+    export_main("train the digits ViT and export ONNX", export, HERE, argv)
 
 
 if __name__ == "__main__":
