@@ -70,6 +70,23 @@ def output_array(response_json, name="logits"):
     return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
 
 
+def hold_runs(model):
+    """Make every run of ``model`` (a served model of ``app.state.models``) wait until the
+    returned event is set, so a test can fill queues and act while runs are in flight."""
+    release, session = threading.Event(), model.session
+
+    class Held:
+        def __getattr__(self, name):
+            return getattr(session, name)
+
+        def run(self, names, feeds):
+            assert release.wait(TIMEOUT)
+            return session.run(names, feeds)
+
+    model.session = Held()
+    return release
+
+
 class FakeClock:
     """A monotonic clock that moves only when told (rate limits without sleeping)."""
 

@@ -29,6 +29,7 @@ from tests.serve_helpers import (
     TIMEOUT,
     FakeClock,
     digits_input,
+    hold_runs,
     json_request,
     output_array,
     write_config,
@@ -117,18 +118,7 @@ def test_draining_server_finishes_admitted_requests_and_refuses_new_ones(tmp_pat
                                                                          rng):
     text = write_config(tmp_path).read_text().replace("workers = 2", "workers = 1")
     app = create_app(load_config(write_config(tmp_path, text=text)))
-    model, release = app.state.models["digits"], threading.Event()
-    session = model.session
-
-    class Held:
-        def __getattr__(self, name):
-            return getattr(session, name)
-
-        def run(self, names, feeds):
-            assert release.wait(TIMEOUT)
-            return session.run(names, feeds)
-
-    model.session = Held()
+    release = hold_runs(app.state.models["digits"])
     queue = app.state.admission.queues["cpu"]
     server = DrainingServer(uvicorn.Config(app, host="127.0.0.1", port=0,
                                            log_level="warning"), app)
@@ -240,18 +230,7 @@ def test_full_queue_is_refused_before_the_body_is_read(tmp_path, rng, caplog):
     text = write_config(tmp_path).read_text().replace("workers = 2",
                                                       "workers = 1\nmax_queue = 1")
     app = create_app(load_config(write_config(tmp_path, text=text)))
-    model, release = app.state.models["digits"], threading.Event()
-    session = model.session
-
-    class Held:
-        def __getattr__(self, name):
-            return getattr(session, name)
-
-        def run(self, names, feeds):
-            assert release.wait(TIMEOUT)
-            return session.run(names, feeds)
-
-    model.session = Held()
+    release = hold_runs(app.state.models["digits"])
     queue = app.state.admission.queues["cpu"]
     body = json.dumps(json_request(digits_input(rng, 1))).encode()
 
