@@ -14,7 +14,7 @@ from .errors import KernelBuildError
 
 __all__ = ["SOURCES", "build_program", "device_context", "load_sources"]
 
-SOURCES = ("requant.cl", "conv.cl", "depthwise.cl", "pool.cl", "eltwise.cl")
+SOURCES = ("requant.cl", "conv.cl", "depthwise.cl", "pool.cl", "eltwise.cl", "sequence.cl")
 _HERE = Path(__file__).resolve().parent
 
 # One context and one built program per device, shared by every runtime in the process.
