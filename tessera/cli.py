@@ -199,6 +199,15 @@ def cmd_soak(args):
     from bench.soak.console import soak_command
 
     try:
+        if args.seeds is not None:  # regression at scale: whole seeds, locally or on Ray
+            from bench.soak.seeds import seeds_command
+
+            if args.only is not None:
+                raise ValueError("--seeds runs whole seeds; repeat one case with --seed S "
+                                 "--index I")
+            return seeds_command(console, seeds=args.seeds, count=args.count,
+                                 backends=args.backends,
+                                 use_onnxruntime=not args.no_onnxruntime, ray=args.ray)
         return soak_command(console, seed=args.seed, count=args.count, only=args.only,
                             backends=args.backends, use_onnxruntime=not args.no_onnxruntime,
                             ray=args.ray)
@@ -799,10 +808,15 @@ def build_parser():
     p.add_argument("--seed", type=int, default=1, help="soak seed (default %(default)s)")
     p.add_argument("--count", type=int, default=10000,
                    help="configurations 0..COUNT-1 (default %(default)s)")
-    p.add_argument("--only", help="run these cases instead and print each in full, e.g. 4711 "
-                                  "or 3,17,40-49 (writes no JSON)")
-    p.add_argument("--backends", help="comma-separated providers (default: all of cpu, "
-                                      "opencl, gpu, sim, pcie; unavailable ones are reported)")
+    p.add_argument("--seeds", help="run every seed of these, e.g. 1-8, COUNT configurations "
+                                   "each, and list every mismatch with its seed; "
+                                   "bench/results/soak_seeds.json (docs/scale-out.md)")
+    p.add_argument("--only", "--index", dest="only",
+                   help="run these cases instead and print each in full, e.g. 4711 "
+                        "or 3,17,40-49 (writes no JSON)")
+    p.add_argument("--backends", "--providers", dest="backends",
+                   help="comma-separated providers (default: all of cpu, "
+                        "opencl, gpu, sim, pcie; unavailable ones are reported)")
     p.add_argument("--no-onnxruntime", action="store_true",
                    help="skip the comparison with onnxruntime")
     _add_ray_argument(p, "the configurations as Ray tasks")

@@ -6,17 +6,76 @@ asks: will you run this layer (``supports`` at the real input shape, where a too
 buffer shows), and what is its output
 (``provider.run(layer, inputs)``). A provider that cannot start here (no OpenCL GPU, no
 XDMA card) is kept as an unavailable backend with the reason its constructor gave.
+
+Providers from outside the project (a vendor's plugin, a test double) join the soak through
+:data:`PLUGINS_VARIABLE`: modules that register themselves in
+:data:`sw_driver.providers.PROVIDERS`, as the built-in ones do, and are then named with
+``--backends``.
 """
+
+import importlib
+import importlib.util
+import os
+from pathlib import Path
 
 from sw_driver.errors import ProviderUnavailableError
 from sw_driver.providers import PROVIDERS
 from sw_driver.providers.device import DeviceProvider
 from sw_driver.providers.sim import SimProvider
 
-__all__ = ["BACKENDS", "Backend", "open_backends", "parse_backends"]
+from .runner import PLUGINS_VARIABLE
+
+__all__ = ["BACKENDS", "PLUGINS_VARIABLE", "Backend", "load_plugins", "open_backends",
+           "parse_backends"]
 
 #: Every provider, in the order the soak reports them.
 BACKENDS = ("cpu", "opencl", "gpu", "sim", "pcie")
+
+
+# PLUGINS_VARIABLE: comma-separated modules (``package.module``) or ``.py`` files that add
+# providers to PROVIDERS when imported; Ray tasks carry it to their workers.
+_LOADED = {}  # plugin entry -> the provider names it added
+
+
+def _import(entry):
+    if entry.endswith(".py"):
+        path = Path(entry)
+        spec = importlib.util.spec_from_file_location(f"tessera_soak_plugin_{path.stem}", path)
+        if spec is None or not path.is_file():
+            raise FileNotFoundError(f"no file {entry}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        importlib.import_module(entry)
+
+
+def load_plugins():
+    """Import the plugins named in :data:`PLUGINS_VARIABLE` (once each); return the names
+    of the providers they added, in order.
+
+    Raises
+    ------
+    ValueError
+        A plugin that cannot be imported, or one that registers nothing, naming it.
+    """
+    names = []
+    for entry in (e.strip() for e in os.environ.get(PLUGINS_VARIABLE, "").split(",")):
+        if not entry:
+            continue
+        if entry not in _LOADED:
+            before = dict(PROVIDERS)
+            try:
+                _import(entry)
+            except Exception as exc:  # any import failure: named, not a traceback
+                raise ValueError(f"{PLUGINS_VARIABLE}: cannot import {entry!r}: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+            added = [name for name, cls in PROVIDERS.items() if before.get(name) is not cls]
+            if not added:
+                raise ValueError(f"{PLUGINS_VARIABLE}: {entry!r} added no provider to "
+                                 f"sw_driver.providers.PROVIDERS")
+            _LOADED[entry] = added
+        names += [name for name in _LOADED[entry] if name not in names]
+    return names
 
 
 def _make(name, log, sim_config):
@@ -89,15 +148,17 @@ def parse_backends(text):
     """
     if text is None or text.strip() == "all":
         return list(BACKENDS)
+    known = [*BACKENDS, *load_plugins()]
     names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [name for name in names if name not in BACKENDS]
+    unknown = [name for name in names if name not in known]
     if unknown or not names or len(set(names)) != len(names):
         raise ValueError(f"--backends must be 'all' or a comma-separated list of distinct "
-                         f"names from {', '.join(BACKENDS)}, not {text!r}")
+                         f"names from {', '.join(known)}, not {text!r}")
     return names
 
 
 def open_backends(names, log=print, sim_config=None):
-    """:class:`Backend` for each name, in :data:`BACKENDS` order (arguments as for
-    :class:`Backend`)."""
-    return [Backend(name, log, sim_config) for name in BACKENDS if name in names]
+    """:class:`Backend` for each name, in :data:`BACKENDS` order then the plugins'
+    (arguments as for :class:`Backend`)."""
+    order = [*BACKENDS, *load_plugins()]
+    return [Backend(name, log, sim_config) for name in order if name in names]

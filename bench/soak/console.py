@@ -38,19 +38,19 @@ def _check_integer(name, value, least):
     return value
 
 
-def parse_only(text):
+def parse_only(text, option="--only"):
     """Case indices from ``"4711"``, ``"3,17,40"`` or ranges ``"10-19"`` (inclusive).
 
     Raises
     ------
     ValueError
-        Naming ``--only`` and what it accepts.
+        Naming ``option`` (``--only``, or ``--seeds`` for seeds) and what it accepts.
     """
     indices = []
     for part in text.split(","):
         match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
         if not match or (match[2] is not None and int(match[2]) < int(match[1])):
-            raise ValueError(f"--only must be non-negative case indices or ranges separated "
+            raise ValueError(f"{option} must be non-negative integers or ranges separated "
                              f"by commas (e.g. 4711 or 3,17,40-49), not {text!r}")
         first = int(match[1])
         indices.extend(range(first, int(match[2] or first) + 1))

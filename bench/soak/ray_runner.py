@@ -1,19 +1,26 @@
 """The soak on Ray (``tessera soak --ray [ADDRESS]``; ``docs/ray.md``).
 
-The case indices are cut into chunks, one Ray task each. A task runs its chunk with
+The case indices of one seed, or of several (``tessera soak --seeds 1-8``), are cut into
+chunks, one Ray task each. A task runs its chunk with
 :func:`~.runner.run_cases` on backends opened once per worker process (:func:`_backends`:
 the twin is loaded once, not per task) and sends back each :class:`~.runner.CaseResult`
 with its case reduced to :class:`CaseSummary` (what the tally and the console read: no
-layer, no arrays). The driver yields the results in index order as the chunks finish, so
-:class:`~.tally.Tally` counts them exactly as a local run does and writes the same JSON.
+layer, no arrays). The driver yields the results in (seed, index) order as the chunks
+finish, so :class:`~.tally.Tally` counts them exactly as a local run does and writes the
+same JSON.
+
+A provider from outside the project (a test double, a vendor's plugin) is soaked by naming
+its module in ``TESSERA_SOAK_PROVIDERS`` (:func:`~.backends.load_plugins`); the tasks carry
+that variable to their workers, so a cluster node loads it as the local run does.
 
 This module imports no Ray: :class:`RaySoak` is handed the ``ray`` module that
 :func:`bench.ray_cluster.connect` imported.
 """
 
+import os
 from dataclasses import dataclass, replace
 
-from .backends import open_backends
+from .backends import PLUGINS_VARIABLE, open_backends
 from .runner import run_cases
 
 __all__ = ["BackendInfo", "CaseSummary", "RaySoak", "chunked", "run_chunk"]
@@ -78,10 +85,12 @@ def run_chunk(seed, indices, names, use_onnxruntime=True, sim_config=None):
     return [_info(backend) for backend in backends], results
 
 
-def chunked(indices, cpus):
-    """``indices`` cut into consecutive chunks, about :data:`CHUNKS_PER_CPU` per CPU."""
+def chunked(indices, cpus, seeds=1):
+    """``indices`` cut into consecutive chunks, about :data:`CHUNKS_PER_CPU` per CPU over
+    the ``seeds`` seeds that each run all of them."""
     indices = list(indices)
-    size = max(1, min(MAX_CHUNK, -(-len(indices) // max(1, CHUNKS_PER_CPU * cpus))))
+    total = len(indices) * max(1, seeds)
+    size = max(1, min(MAX_CHUNK, -(-total // max(1, CHUNKS_PER_CPU * cpus))))
     return [indices[i:i + size] for i in range(0, len(indices), size)]
 
 
@@ -92,7 +101,8 @@ class RaySoak:
     ----------
     ray : module
         ``ray``, initialized.
-    seed : int
+    seed : int or sequence of int
+        One seed, or several: each runs every index of ``indices``.
     indices : sequence of int
     names : list of str
         Backend names (:func:`~.backends.parse_backends`).
@@ -107,11 +117,19 @@ class RaySoak:
 
     def __init__(self, ray, seed, indices, names, use_onnxruntime=True, sim_config=None):
         self._ray = ray
+        seeds = [seed] if isinstance(seed, int) else list(seed)
         cpus = int(ray.cluster_resources().get("CPU", 1))
-        self.chunks = chunked(indices, cpus)
-        task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=False)(run_chunk)
-        self._pending = {task.remote(seed, chunk, names, use_onnxruntime, sim_config): n
-                         for n, chunk in enumerate(self.chunks)}
+        cut = chunked(indices, cpus, len(seeds))
+        #: (seed, indices) of each task, in the order the results are yielded.
+        self.work = [(s, chunk) for s in seeds for chunk in cut]
+        self.chunks = [chunk for _, chunk in self.work]
+        plugins = os.environ.get(PLUGINS_VARIABLE)
+        options = {"max_retries": TASK_RETRIES, "retry_exceptions": False}
+        if plugins:  # the workers load the same outside providers as this process
+            options["runtime_env"] = {"env_vars": {PLUGINS_VARIABLE: plugins}}
+        task = ray.remote(**options)(run_chunk)
+        self._pending = {task.remote(s, chunk, names, use_onnxruntime, sim_config): n
+                         for n, (s, chunk) in enumerate(self.work)}
         self._done = {}
         self.backends = None
         self._wait_one()
@@ -130,7 +148,7 @@ class RaySoak:
         return len(results)
 
     def results(self, on_finished=None):
-        """Yield every :class:`~.runner.CaseResult` in index order.
+        """Yield every :class:`~.runner.CaseResult` in (seed, index) order.
 
         ``on_finished(n)`` is called as each chunk of ``n`` cases finishes (in any order).
         """

@@ -13,6 +13,8 @@ a value across ``k + 1/2``, so a 1 LSB difference within :data:`NEAR_TIE` of a t
 expected kind; see ``docs/semantics.md``).
 """
 
+import os
+import shlex
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,9 +72,17 @@ class CaseResult:
         return (["golden"] if self.golden_error else []) + failed
 
 
+#: Comma-separated modules or ``.py`` files adding providers to the soak
+#: (:func:`~.backends.load_plugins`); a repro command carries it when it is set.
+PLUGINS_VARIABLE = "TESSERA_SOAK_PROVIDERS"
+
+
 def repro_command(seed, index, backend=None):
-    """The one-line command that runs case ``index`` of soak ``seed`` again, in detail."""
-    command = f".venv/bin/tessera soak --seed {seed} --only {index}"
+    """The one-line command that runs case ``index`` of soak ``seed`` again, in detail
+    (``--only``/``--backends`` are also spelt ``--index``/``--providers``)."""
+    plugins = os.environ.get(PLUGINS_VARIABLE)
+    command = f"{PLUGINS_VARIABLE}={shlex.quote(plugins)} " if plugins else ""
+    command += f".venv/bin/tessera soak --seed {seed} --only {index}"
     return command + (f" --backends {backend}" if backend else "")
 
 
