@@ -1,12 +1,15 @@
 """The "opencl" provider: Tessera's integer layers as OpenCL kernels, identical to "cpu".
 
-Integer layers (Conv, Dense, pools, Add, Flatten, Reshape) run on the device through
-:class:`sw_driver.opencl.OpenCLRuntime`, whose kernels are bit-exact with the golden models
-(``tests/test_opencl_kernels.py``). The float layers at a model's edges (Quantize,
-Dequantize, Softmax) run on the host with the CPU provider's own code, for two reasons:
-int8 crosses the bus instead of float32 (4x fewer bytes), and float division and ``exp``
-in OpenCL C are not required to round as NumPy does, so a kernel could not promise
-identical outputs.
+Integer layers (Conv, Dense, pools, Add, Flatten, Reshape, and the activation x activation
+MatMul of sequence models) run on the device through :class:`sw_driver.opencl.OpenCLRuntime`
+and :mod:`sw_driver.opencl.sequence_kernels`, whose kernels are bit-exact with the golden
+models (``tests/test_opencl_kernels.py``, ``tests/test_opencl_sequence_kernels.py``).
+The float layers at a model's edges (Quantize, Dequantize, Softmax) run on the host with
+the CPU provider's own code, for two reasons: int8 crosses the bus instead of float32 (4x
+fewer bytes), and float division and ``exp`` in OpenCL C are not required to round as NumPy
+does, so a kernel could not promise identical outputs. The float32 operators of the
+ORT-compatible sequence mode that hang on ``exp``/``tanh``/``erf`` (:data:`FLOAT_MATH_OPS`)
+are refused for the same reason, with it, and run on the next provider.
 
 What is kept between runs (per provider instance, so per session):
 
@@ -50,11 +53,11 @@ from .cpu import CPUProvider
 try:
     import pyopencl as cl
 
-    from ..opencl import DeviceTensor, OpenCLError, OpenCLRuntime
+    from ..opencl import DeviceTensor, OpenCLError, OpenCLRuntime, sequence_kernels
     from ..opencl.profiling import ProfilingUnavailableError, device_seconds
 except ImportError as _exc:  # pyopencl is a dependency, but a broken install must not
     _IMPORT_ERROR = _exc     # take the CPU provider down with it: report it on use.
-    cl = DeviceTensor = OpenCLError = OpenCLRuntime = None
+    cl = DeviceTensor = OpenCLError = OpenCLRuntime = sequence_kernels = None
     ProfilingUnavailableError = device_seconds = None
 else:
     _IMPORT_ERROR = None
@@ -63,6 +66,11 @@ __all__ = ["OpenCLProvider"]
 
 #: Layers computed on the host by the CPU provider's code (see the module docstring).
 HOST_LAYERS = (g.Quantize, g.Dequantize, g.Softmax)
+#: ORT-compatible float operators whose results hang on transcendental functions or on
+#: NumPy's order of float32 sums (``docs/opencl.md``, "Sequence layers"): refused with
+#: that reason rather than the generic one.
+FLOAT_MATH_OPS = frozenset({"Softmax", "LayerNormalization", "Erf", "Gelu", "Tanh", "Sqrt",
+                            "Pow", "ReduceMean", "GRU", "LSTM"})
 #: Layers that only change a tensor's shape: a view on the device, no launch.
 VIEW_LAYERS = (g.Flatten, g.Reshape)
 
@@ -149,6 +157,10 @@ class OpenCLProvider(Provider):
     def supports(self, layer, shape=None):
         if isinstance(layer, HOST_LAYERS):
             return None
+        if isinstance(layer, g.FloatOp) and layer.op_type in FLOAT_MATH_OPS:
+            return Refusal(f"{layer.op_type} is float32 math of the ORT-compatible mode; "
+                           f"OpenCL's exp/tanh/erf do not round as NumPy's do (up to 2 ulp "
+                           f"apart on PoCL), so no kernel could be bit-exact")
         if type(layer) not in _DEVICE_RUNNERS and not isinstance(layer, VIEW_LAYERS):
             return Refusal(f"no OpenCL kernel for {layer.op}")
         problem = _limits(layer)
@@ -367,6 +379,16 @@ def _add(p, layer, inputs):
     return y, nbytes + read + 3 * y.nbytes
 
 
+def _matmul(p, layer, inputs):
+    # Two activations (attention Q @ K^T, attention @ V), batched over heads and sequences.
+    a, b = inputs
+    y = sequence_kernels.batched_matmul_requant(
+        p.runtime, a, b, a_zero_point=layer.a_zero_point, b_zero_point=layer.b_zero_point,
+        multiplier=layer.multiplier, shift=layer.shift, y_zero_point=layer.y_zero_point,
+        lo=layer.lo, hi=layer.hi)
+    return y, 0
+
+
 def _flatten(p, layer, inputs):
     (x,) = inputs
     axis = layer.axis + x.ndim if layer.axis < 0 else layer.axis
@@ -386,6 +408,7 @@ def _reshape(p, layer, inputs):
 _DEVICE_RUNNERS = {
     g.Conv: _conv,
     g.Dense: _dense,
+    g.MatMul: _matmul,
     g.MaxPool: _max_pool,
     g.AveragePool: _avg_pool,
     g.GlobalAveragePool: _global_avg_pool,
