@@ -8,9 +8,13 @@ its device (:func:`bench.ray_cluster.actor_resources`), so actors land only on n
 have it. Every row carries its sample index, Ray Data is asked to keep the order, and the
 outputs are checked to come back complete and in order as they arrive.
 
-:func:`run_to_shards` writes the outputs in order as ``.npy`` shards with a manifest that
-records each finished shard under a content hash of its input rows, the model and the
-providers; a rerun skips the shards already written, so an interrupted run resumes.
+:func:`run_to_shards` writes the outputs in order as ``.npy`` or Parquet shards with a
+manifest that records each finished shard under a content hash of its input rows, the model
+and the providers; a rerun skips the shards already written, so an interrupted run resumes.
+A Parquet shard or file (:func:`write_parquet`) has two columns, ``index`` (the sample's
+position, int64) and ``y`` (its output as Arrow's fixed-shape tensor, the model's dtype), so
+any Arrow reader gets the samples back with their positions; pyarrow comes with the
+``[ray]`` extra (``ray[data]``) and is imported only when Parquet is asked for.
 """
 
 import hashlib
@@ -25,14 +29,64 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["MANIFEST", "BatchJobError", "Fault", "SessionActor", "ShardReport", "load_shards",
-           "run_dataset", "run_to_shards"]
+__all__ = ["FORMATS", "MANIFEST", "BatchJobError", "Fault", "SessionActor", "ShardReport",
+           "load_shards", "pyarrow_modules", "read_parquet", "run_dataset", "run_to_shards",
+           "write_parquet"]
 
 #: Ray Data column names.
 INDEX, X, Y, NODE = "index", "x", "y", "node"
 #: The manifest of a shard directory.
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
+#: Shard file formats (``--format``), also their file suffixes.
+FORMATS = ("npy", "parquet")
+
+
+def pyarrow_modules():
+    """``(pyarrow, pyarrow.parquet)``, or a ValueError saying how to get them."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise ValueError("Parquet output needs pyarrow: install the [ray] extra (its "
+                         "ray[data] brings pyarrow), or write .npy") from None
+    return pyarrow, pyarrow.parquet
+
+
+def write_parquet(file, indices, y):
+    """Write samples ``indices`` and their outputs ``y`` (first axis the sample) as Parquet.
+
+    ``y`` becomes a fixed-shape tensor column (a plain column for one value per sample), so
+    reading it back gives the same dtype and shape.
+    """
+    pa, pq = pyarrow_modules()
+    y = np.ascontiguousarray(y)
+    column = (pa.FixedShapeTensorArray.from_numpy_ndarray(y) if y.ndim > 1
+              else pa.array(y, type=pa.from_numpy_dtype(y.dtype)))
+    pq.write_table(pa.table({INDEX: pa.array(np.asarray(indices), pa.int64()), Y: column}),
+                   file)
+
+
+def read_parquet(path):
+    """``(indices, y)`` of a file :func:`write_parquet` wrote.
+
+    Raises
+    ------
+    ValueError
+        Not such a file, naming it and what it holds.
+    """
+    pa, pq = pyarrow_modules()
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as error:
+        raise ValueError(f"{path}: not a readable Parquet file ({error})") from None
+    if table.column_names != [INDEX, Y]:
+        raise ValueError(f"{path}: columns {table.column_names}, expected {[INDEX, Y]} "
+                         f"(written by tessera run-dataset)")
+    column = table.column(Y).combine_chunks()
+    y = (column.to_numpy_ndarray() if isinstance(column, pa.FixedShapeTensorArray)
+         else column.to_numpy(zero_copy_only=False))
+    return table.column(INDEX).to_numpy(), y
 
 
 class BatchJobError(RuntimeError):
@@ -284,11 +338,21 @@ def _finished(directory, name, entry, key):
             and entry.get("output_sha256") == _file_sha256(path))
 
 
-def run_to_shards(model, x, providers, out, *, shard_size, batch_size=32, ray=None,
-                  actors=2, resource=None, fault=None):
-    """Write the outputs of ``model`` for ``x`` into ``out`` as ``.npy`` shards, resumably.
+def _check_format(directory, shards, format):
+    if format not in FORMATS:
+        raise ValueError(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
+    other = sorted(name for name in shards if not name.endswith(f".{format}"))
+    if other:
+        raise ValueError(f"--out {directory} holds shards of another format ({other[0]}); "
+                         f"rerun with that --format or choose another --out")
 
-    Shard ``part-NNNNN.npy`` holds the outputs of samples ``[N * shard_size, ...)``. The
+
+def run_to_shards(model, x, providers, out, *, shard_size, batch_size=32, ray=None,
+                  actors=2, resource=None, fault=None, format="npy"):
+    """Write the outputs of ``model`` for ``x`` into ``out`` as shards, resumably.
+
+    Shard ``part-NNNNN.npy`` (or ``.parquet``, :func:`write_parquet`) holds the outputs of
+    samples ``[N * shard_size, ...)``. The
     shards are written in order, each (then the manifest) atomically as soon as its last
     sample is back; a shard whose manifest entry matches the content hash of its input
     rows, the model and the providers, and whose file still has the recorded hash, is
@@ -300,6 +364,8 @@ def run_to_shards(model, x, providers, out, *, shard_size, batch_size=32, ray=No
         The shard directory (created).
     shard_size : int
         Samples per shard.
+    format : str
+        ``"npy"`` or ``"parquet"`` (:data:`FORMATS`).
     model, x, providers, batch_size, ray, actors, resource, fault
         As :func:`run_dataset`.
 
@@ -315,11 +381,14 @@ def run_to_shards(model, x, providers, out, *, shard_size, batch_size=32, ray=No
                          f"directory, or a name ending in .npy for one output file)")
     directory.mkdir(parents=True, exist_ok=True)
     shards = _read_manifest(directory)
+    _check_format(directory, shards, format)
+    if format == "parquet":
+        pyarrow_modules()  # refused before anything runs
     model_hash = hashlib.sha256(model).hexdigest()
     report, pending = ShardReport(), []
     for start in range(0, len(x), shard_size):
         stop = min(start + shard_size, len(x))
-        name = f"part-{start // shard_size:05d}.npy"
+        name = f"part-{start // shard_size:05d}.{format}"
         key = _shard_key(model_hash, providers, x, start, stop)
         if _finished(directory, name, shards.get(name), key):
             report.skipped.append(name)
@@ -340,7 +409,13 @@ def run_to_shards(model, x, providers, out, *, shard_size, batch_size=32, ray=No
             rows = np.concatenate(buffered)
             shard, rest = rows[:stop - start], rows[stop - start:]
             buffered, count = [rest], len(rest)
-            _write_atomically(directory / name, lambda file, shard=shard: np.save(file, shard))
+            if format == "parquet":
+                _write_atomically(directory / name, lambda file, shard=shard, start=start:
+                                  write_parquet(file, np.arange(start, start + len(shard)),
+                                                shard))
+            else:
+                _write_atomically(directory / name,
+                                  lambda file, shard=shard: np.save(file, shard))
             shards[name] = {"start": start, "stop": stop, "key": key,
                             "output_sha256": _file_sha256(directory / name)}
             _save_manifest(directory, shards)
@@ -372,6 +447,13 @@ def load_shards(out):
         if _file_sha256(directory / name) != entry["output_sha256"]:
             raise ValueError(f"{directory / name}: its contents differ from the manifest's "
                              f"hash (rerun the job to rewrite it)")
-        arrays.append(np.load(directory / name, allow_pickle=False))
+        if name.endswith(".parquet"):
+            indices, y = read_parquet(directory / name)
+            if not np.array_equal(indices, np.arange(entry["start"], entry["stop"])):
+                raise ValueError(f"{directory / name}: its index column is not samples "
+                                 f"{entry['start']}..{entry['stop'] - 1}")
+            arrays.append(y)
+        else:
+            arrays.append(np.load(directory / name, allow_pickle=False))
         position = entry["stop"]
     return np.concatenate(arrays)

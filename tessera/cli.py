@@ -497,19 +497,32 @@ def cmd_run_dataset(args):
     # bench.ray_cluster imports no Ray until connect() is called.
     from bench.ray_cluster import LOCAL, RayClusterError, connect, parse_resources
     from sw_driver.errors import TesseraError
-    from tessera.batch import BatchJobError, run_dataset, run_to_shards
+    from tessera.batch import (
+        BatchJobError,
+        pyarrow_modules,
+        run_dataset,
+        run_to_shards,
+        write_parquet,
+    )
 
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
-    sharded = not args.out.endswith(".npy")
+    suffix = next((f for f in ("npy", "parquet") if args.out.endswith(f".{f}")), None)
+    sharded = suffix is None
+    if args.format is not None and suffix not in (None, args.format):
+        return _fail(f"--out {args.out} is a .{suffix} file but --format is {args.format}: "
+                     f"drop one, or give a directory for {args.format} shards")
     options = {"batch_size": args.batch, "resource": args.resource}
 
     def run(ray=None):
         if sharded:
             return run_to_shards(model, x, providers, args.out, shard_size=args.shard_size,
-                                 ray=ray, actors=args.actors, **options)
+                                 ray=ray, actors=args.actors, format=args.format or "npy",
+                                 **options)
         return run_dataset(model, x, providers, ray=ray, actors=args.actors, **options)
 
     try:
+        if "parquet" in (suffix, args.format):
+            pyarrow_modules()  # refused before the run, not after it
         resources = parse_resources(args.ray_resources or "")
         if resources and args.ray is None:
             raise _UsageError("--ray-resources declares devices to a local Ray: add --ray")
@@ -543,7 +556,13 @@ def cmd_run_dataset(args):
                       f"{wall:.2f} s; {len(result.written)} shard(s) written, "
                       f"{len(result.skipped)} already done, in {args.out}", markup=False)
         return 0
-    np.save(args.out, result)
+    if suffix == "parquet":
+        try:
+            write_parquet(args.out, np.arange(len(result)), result)
+        except (OSError, ValueError) as error:
+            return _fail(f"--out {args.out}: {error}")
+    else:
+        np.save(args.out, result)
     console.print(f"{len(x)} samples in batches of up to {args.batch} on {where}: "
                   f"{wall:.2f} s; output {list(result.shape)} {result.dtype} written to "
                   f"{args.out}", markup=False)
@@ -705,8 +724,11 @@ def _add_runtime_commands(sub):
     p.add_argument("model", help="QDQ ONNX model")
     p.add_argument("--input", required=True, help=".npy array [N, ...] of samples")
     p.add_argument("--out", required=True,
-                   help="FILE.npy: one output array; otherwise a directory of .npy shards "
-                        "with a manifest, resumable (docs/scale-out.md)")
+                   help="FILE.npy or FILE.parquet: one output file; otherwise a directory "
+                        "of shards with a manifest, resumable (docs/scale-out.md)")
+    p.add_argument("--format", choices=["npy", "parquet"],
+                   help="shard files of a directory --out (default npy; parquet: columns "
+                        "index, y)")
     p.add_argument("--shard-size", type=int, default=4096,
                    help="samples per shard of a directory --out (default %(default)s)")
     p.add_argument("--providers", default="cpu",
