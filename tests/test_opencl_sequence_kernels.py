@@ -58,6 +58,7 @@ MATMUL_SHAPES = [
     ((3, 1, 5, 8), (1, 4, 8, 6)),       # both operands broadcast
     ((2, 3, 7, 9), (9, 4)),             # b shared by every batch element
     ((5, 3), (3, 11)),
+    ((2, 3, 5), (5, 40)),               # two 16-column vectors and a tail of 8
     ((1, 1), (1, 1)),
 ]
 
@@ -91,9 +92,10 @@ def test_batched_matmul_extremes(rt, seed):
 
 
 def test_batched_matmul_long_reduction(rt, rng, seed):
-    # K beyond the kernel's 32768-product int32 chunk: the chunk sums are carried in 64 bits.
+    # K beyond the kernel's 32768-product int32 chunk: the chunk sums are carried in 64 bits
+    # (16 vector columns and 3 single ones).
     k = 40000
-    a, b = _int8(rng, (2, k)), _int8(rng, (k, 3))
+    a, b = _int8(rng, (2, k)), _int8(rng, (k, 19))
     m, n = quantize_multiplier(1e-5)
     got = sk.batched_matmul_requant(rt, a, b, a_zero_point=3, b_zero_point=-2,
                                     multiplier=m, shift=n, y_zero_point=0)
@@ -103,12 +105,13 @@ def test_batched_matmul_long_reduction(rt, rng, seed):
 def test_batched_matmul_int32_overflow_is_reported(rt):
     k = 40000  # 40000 * 255 * 255 > 2**31
     a = np.full((1, k), -128, np.int8)
-    b = np.full((k, 1), 127, np.int8)
-    with pytest.raises(ValueError, match="leaves the int32 range"):
-        matmul_int(a, 127, b, -128)
-    with pytest.raises(OverflowError, match="overflowed"):
-        sk.batched_matmul_requant(rt, a, b, a_zero_point=127, b_zero_point=-128,
-                                  multiplier=1 << 30, shift=40, y_zero_point=0)
+    for columns in (1, 16):  # the single-column and the vector path
+        b = np.full((k, columns), 127, np.int8)
+        with pytest.raises(ValueError, match="leaves the int32 range"):
+            matmul_int(a, 127, b, -128)
+        with pytest.raises(OverflowError, match="overflowed"):
+            sk.batched_matmul_requant(rt, a, b, a_zero_point=127, b_zero_point=-128,
+                                      multiplier=1 << 30, shift=40, y_zero_point=0)
     # The flag is cleared by the read that reported it: the next product is fine.
     got = sk.batched_matmul_requant(rt, a[:, :4], b[:4], a_zero_point=0, b_zero_point=0,
                                     multiplier=1 << 30, shift=20, y_zero_point=0)

@@ -62,3 +62,26 @@ def test_attention_matmul_overflow_on_opencl_is_an_error():
     k = 40000
     with pytest.raises(OverflowError, match=r"overflowed.*\['scores'\]"):
         provider.run(layer, [np.full((1, k), -128, np.int8), np.full((k, 1), 127, np.int8)])
+
+
+def test_bench_records_rates_agreement_and_placement(tmp_path, monkeypatch):
+    # The benchmark at a token size (one short repeat, batch 2): what it writes, not speed.
+    import json
+
+    from bench import bench_sequence_opencl, common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(common, "WRITTEN", [])
+    path = bench_sequence_opencl.main(batches=(2,), repeats=1, min_seconds=0.001)
+    document = json.loads(path.read_text())
+    values = {m["name"]: m["value"] for m in document["metrics"]}
+    for runner in ("tessera_opencl_cpu", "tessera_cpu", "onnxruntime_1thread",
+                   "onnxruntime_2thread"):
+        assert values[f"vit_batch2_{runner}"] > 0
+    assert values["vit_batch2_logits_equal_onnxruntime_unfused"] == 1.0
+    assert document["ops_on_opencl"] == ["Dense", "Dequantize", "MatMul", "Quantize",
+                                         "Reshape", "Softmax"]
+    assert document["placement"]["MatMul"]["opencl"]["layers"] == 4
+    assert document["placement"]["LayerNormalization"] == {
+        "cpu": {"layers": 5, "seconds": document["placement"]["LayerNormalization"]["cpu"][
+            "seconds"]}}

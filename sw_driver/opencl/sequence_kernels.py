@@ -159,10 +159,12 @@ def batched_matmul_requant(rt, a, b, *, a_zero_point, b_zero_point, multiplier, 
         index = np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
         return (np.broadcast_to(index, batch).reshape(-1) * size).astype(np.int32)
 
-    rt._launch("batched_matmul_requant", (n, m, count), None, a.buffer, b.buffer, y.buffer,
+    rows = count * m
+    rt._launch("batched_matmul_requant", (_round_up(rows, _GROUP),), (_GROUP,), a.buffer,
+               b.buffer, y.buffer,
                rt._cached_table(offsets(a.shape[:-2], m * k)),
                rt._cached_table(offsets(b.shape[:-2], k * n)), rt._status,
-               _vector([m, k, n], cltypes.int4),
+               _vector([m, k, n, rows], cltypes.int4),
                _vector([za, zb, zy, lo, hi, m_y, n_y], cltypes.int8))
     return _output(rt, y, numpy_io)
 

@@ -1,0 +1,126 @@
+"""The zoo ViT on OpenCL (``bench/results/sequence_opencl.json``).
+
+Images per second of ``models/zoo/vit_qdq.onnx`` (patch embedding, 2 encoder blocks, class
+token; 8x8 digits) at batch 1 and 64, four runners measured in the same run:
+
+- ``tessera_opencl_cpu``: ``providers=["opencl", "cpu"]``: the weight GEMMs (Dense) and the
+  attention MatMuls of two activations on OpenCL, the float sequence layers of the
+  ORT-compatible mode (LayerNorm, GELU's Erf, elementwise float ops, data movement) on the
+  CPU provider;
+- ``tessera_cpu``: ``providers=["cpu"]``;
+- ``onnxruntime_1thread`` / ``onnxruntime_2thread``: onnxruntime's default (fused) CPU
+  session on the same QDQ file.
+
+The opencl run is checked bit-identical to the cpu run first. Also recorded: the share of
+logits equal to onnxruntime's unfused QDQ graph (the ORT-compatible reference), and the
+per-layer placement (layer counts and summed seconds per op and provider, from the session
+profile of one batch-64 run). Medians over interleaved repeats; ``OPENBLAS_NUM_THREADS=1``.
+"""
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from bench.common import metric, write_results
+from models.zoo.digits import load_digits_split
+from models.zoo.reference import onnxruntime_session
+from sw_driver import InferenceSession
+from sw_driver.providers.opencl import OpenCLProvider
+
+MODEL = Path(__file__).resolve().parent.parent / "models" / "zoo" / "vit_qdq.onnx"
+BATCHES = (1, 64)
+REPEATS = 5
+MIN_SECONDS = 0.25  # per runner per repeat
+ORT_THREADS = (1, 2)
+
+
+def _timed(run, batch, min_seconds):
+    """Images/s of back-to-back calls of ``run`` lasting at least ``min_seconds``."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        run()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return calls * batch / elapsed
+
+
+def images_per_second(runs, batch, repeats, min_seconds):
+    """``{name: median images/s}``; repeats interleaved so that load from other processes
+    falls on every runner alike."""
+    for run in runs.values():
+        run()  # warm-up: weight upload, kernel build, first allocations
+    rates = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            rates[name].append(_timed(run, batch, min_seconds))
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def placement(profile):
+    """``{op: {provider: {"layers": n, "seconds": s}}}`` of one run's profile."""
+    table = defaultdict(lambda: defaultdict(lambda: {"layers": 0, "seconds": 0.0}))
+    for row in profile:
+        cell = table[row["op"]][row["provider"]]
+        cell["layers"] += 1
+        cell["seconds"] += row["seconds"]
+    return {op: {p: {"layers": c["layers"], "seconds": round(c["seconds"], 6)}
+                 for p, c in by.items()} for op, by in sorted(table.items())}
+
+
+def main(batches=BATCHES, repeats=REPEATS, min_seconds=MIN_SECONDS):
+    """Measure, print and write ``bench/results/sequence_opencl.json``; returns its path."""
+    _, _, digits, _ = load_digits_split()
+    digits = digits.astype(np.float32).reshape(len(digits), 1, 8, 8)
+    opencl = InferenceSession(str(MODEL), providers=["opencl", "cpu"])
+    cpu = InferenceSession(str(MODEL), providers=["cpu"])
+    name = cpu.get_inputs()[0].name
+    device = OpenCLProvider().device_name
+    metrics, layout = [], None
+    for batch in batches:
+        feed = {name: digits[:batch]}
+        (want,) = cpu.run(None, feed)
+        (got,) = opencl.run(None, feed)
+        if not np.array_equal(got, want):
+            raise AssertionError(f"opencl and cpu logits differ at batch {batch}")
+        if layout is None or batch == max(batches):
+            layout = placement(opencl.profile())
+        (reference,) = onnxruntime_session(MODEL).run(None, feed)
+        runners = {"tessera_opencl_cpu": opencl, "tessera_cpu": cpu}
+        runners.update({f"onnxruntime_{t}thread": onnxruntime_session(MODEL, optimized=True,
+                                                                      threads=t)
+                        for t in ORT_THREADS})
+        rates = images_per_second({k: (lambda s=s, f=feed: s.run(None, f))
+                                   for k, s in runners.items()}, batch, repeats, min_seconds)
+        peer = "onnxruntime_1thread"
+        for runner, value in rates.items():
+            entry = {} if runner == peer else {"peer": peer,
+                                               "peer_value": round(rates[peer], 1)}
+            metrics.append(metric(f"vit_batch{batch}_{runner}", round(value, 1), "images/s",
+                                  **entry))
+        metrics.append(metric(f"vit_batch{batch}_opencl_cpu_over_cpu",
+                              round(rates["tessera_opencl_cpu"] / rates["tessera_cpu"], 3),
+                              "x", peer="tessera_cpu", peer_value=round(rates["tessera_cpu"], 1)))
+        metrics.append(metric(f"vit_batch{batch}_logits_equal_onnxruntime_unfused",
+                              round(float((got == reference).mean()), 5), "fraction",
+                              note="the ORT-compatible reference: graph optimizations off"))
+    on_opencl = sorted(op for op, by in layout.items() if "opencl" in by)
+    return write_results(
+        "sequence_opencl", metrics, model=str(MODEL.relative_to(MODEL.parents[2])),
+        opencl_device=device, repeats=repeats, min_seconds_per_repeat=min_seconds,
+        openblas_num_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
+        ops_on_opencl=on_opencl, placement_batch=max(batches), placement=layout,
+        note=("opencl rows of Quantize/Dequantize/Softmax are the provider's host code; "
+              "seconds of opencl rows are device-profiled (finish_profile)"),
+        load_average_at_end=[round(v, 2) for v in os.getloadavg()])
+
+
+if __name__ == "__main__":
+    main()
