@@ -655,6 +655,18 @@ def cmd_serve(args):
                          f"pip install '.[serve]' or make setup") from None
     port = config.port if args.port is None else args.port
     names = ", ".join(config.models)
+    if args.ray is not None:  # Ray Serve replicas of the same application (docs/scale-out.md)
+        from bench.ray_cluster import RayClusterError  # imports no Ray
+        from tessera.serve.on_ray import serve_on_ray
+
+        try:
+            return serve_on_ray(config, args.ray, replicas=args.replicas, port=args.port,
+                                say=lambda text: console.print(
+                                    f"serving {names} for {len(config.tenants)} tenant(s) on "
+                                    f"http://{config.host}:{port}/v2 with {text}",
+                                    markup=False, soft_wrap=True))
+        except (ServeConfigError, RayClusterError) as error:
+            return _fail(error)
     console.print(f"serving {names} for {len(config.tenants)} tenant(s) on "
                   f"http://{config.host}:{port}/v2")
     server.run(config, port=args.port)
@@ -768,6 +780,9 @@ def _add_runtime_commands(sub):
                                      "and tenants of a TOML file (docs/serving.md)")
     p.add_argument("--config", required=True, help="serve configuration (TOML)")
     p.add_argument("--port", type=int, help="override the file's [server] port")
+    _add_ray_argument(p, "the server as Ray Serve replicas placed by device resources")
+    p.add_argument("--replicas", type=int, default=1,
+                   help="Ray Serve replicas with --ray (default %(default)s)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("loadtest", help="Poisson or closed-loop traffic from a serve config's "
