@@ -290,3 +290,21 @@ def test_layernorm_bad_input(rt, rng):
         sk.intonly_layernorm(rt, np.zeros((2, 9), np.int8), p)
     with pytest.raises(ValueError, match=r"x\[0, 0\] = 128 is outside"):
         sk.intonly_layernorm(rt, np.full((1, 8), 128), p)
+
+
+def test_device_inputs_must_be_in_range_by_their_dtype(rt):
+    # A device tensor is not read back to check it: only dtypes whose every value is
+    # accepted may come in that way.
+    p = intonly.softmax_params(0.1)
+    wide = rt.to_device(np.array([[0, 1 << 30]], np.int32))
+    with pytest.raises(ValueError, match=r"x on the device must have dtype int8 \(values in "
+                                         r"\[-1073741824, 1073741823\] without a check\), "
+                                         r"not int32"):
+        sk.intonly_softmax(rt, wide, p)
+    # An int32 NumPy array is checked on the host instead.
+    with pytest.raises(ValueError, match=r"x\[0, 1\] = 1073741824 is outside"):
+        sk.intonly_softmax(rt, np.array([[0, 1 << 30]], np.int32), p)
+    gp = intonly.gelu_params(0.05, 0, 0.03, 0)
+    x16 = np.array([-(1 << 15), (1 << 15) - 1, 7], np.int16)
+    assert_same(sk.intonly_gelu(rt, rt.to_device(x16), gp).get(), intonly.gelu(x16, gp), 0,
+                "gelu of an int16 device tensor")

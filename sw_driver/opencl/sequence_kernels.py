@@ -56,16 +56,20 @@ def _int_input(rt, name, x, low, high, kernels):
     """``(tensor, numpy_in, kernel suffix)`` for an integer input of a row/element kernel.
 
     ``kernels`` maps a NumPy dtype to the kernel variant that reads it, smallest first. A
-    NumPy array of another integer dtype is range-checked against ``[low, high]`` (the
-    golden function's range) and uploaded as the widest variant's type; a DeviceTensor
-    must already have one of the kernels' dtypes (int8 tensors of the runtime always do).
+    NumPy array is range-checked against ``[low, high]`` (the golden function's range) and
+    uploaded as its own dtype where a kernel reads it, else as the widest one. A
+    DeviceTensor cannot be checked without reading it, so it must have a dtype whose every
+    value is in range (int8 tensors of the runtime always are).
     """
     if isinstance(x, DeviceTensor):
         if x.runtime is not rt:
             raise ValueError(f"{name} lives on another OpenCLRuntime; read it back first")
-        if x.dtype not in kernels:
-            raise ValueError(f"{name} must have dtype {' or '.join(map(str, kernels))} on "
-                             f"the device, not {x.dtype}")
+        info = np.iinfo(x.dtype) if np.issubdtype(x.dtype, np.integer) else None
+        if x.dtype not in kernels or info.min < low or info.max > high:
+            allowed = [str(d) for d in kernels
+                       if np.iinfo(d).min >= low and np.iinfo(d).max <= high]
+            raise ValueError(f"{name} on the device must have dtype {' or '.join(allowed)} "
+                             f"(values in [{low}, {high}] without a check), not {x.dtype}")
         _check_shape(name, x.shape)
         return x, False, kernels[x.dtype]
     if not isinstance(x, np.ndarray) or x.dtype == np.bool_ \
@@ -73,11 +77,12 @@ def _int_input(rt, name, x, low, high, kernels):
         raise ValueError(f"{name} must be a numpy.ndarray of integers or a DeviceTensor, "
                          f"not {getattr(x, 'dtype', type(x).__name__)}")
     _check_shape(name, x.shape)
+    info = np.iinfo(x.dtype)
+    if (info.min < low or info.max > high) and (x.min() < low or x.max() > high):
+        index = np.unravel_index(np.argmax((x < low) | (x > high)), x.shape)
+        raise ValueError(f"{name}[{', '.join(map(str, index))}] = {int(x[index])} is "
+                         f"outside the expected range [{low}, {high}]")
     if x.dtype not in kernels:
-        if x.min() < low or x.max() > high:
-            index = np.unravel_index(np.argmax((x < low) | (x > high)), x.shape)
-            raise ValueError(f"{name}[{', '.join(map(str, index))}] = {int(x[index])} is "
-                             f"outside the expected range [{low}, {high}]")
         x = x.astype(list(kernels)[-1])
     return rt.to_device(x), True, kernels[x.dtype]
 
