@@ -812,6 +812,82 @@ def _add_ray_argument(parser, what):
                              f"extra)")
 
 
+def cmd_energy(args):
+    from bench.energy import energy_of_model
+    from bench.energy_model import COEFFICIENTS, EnergyModelError
+
+    calibrate = None
+    if (args.idle_w is None) != (args.busy_w is None):
+        return _fail("--idle-w and --busy-w go together (docs/energy.md: calibration)")
+    if args.idle_w is not None:
+        calibrate = (args.idle_w, args.busy_w)
+    try:
+        result = energy_of_model(args.model, args.board, batch=args.batch, seed=args.seed,
+                                 coefficients=args.coefficients or COEFFICIENTS,
+                                 clock_mhz=args.clock_mhz, calibrate=calibrate,
+                                 write=args.write, log=console.print)
+    except EnergyModelError as error:
+        return _fail(error)
+    table = Table(title=f"ESTIMATE: energy of {result['model']} on {result['board']} "
+                        f"({result['device']}, {result['clock_mhz']:g} MHz, "
+                        f"{'calibrated' if result['calibrated'] else 'uncalibrated'} "
+                        "coefficients)", title_justify="left")
+    for column in ("block", "register toggles", "fabric nJ", "clock nJ", "EBR nJ", "DSP nJ",
+                   "total nJ"):
+        table.add_column(column, justify="left" if column == "block" else "right")
+    per = 1e9 / result["batch"]
+    for block, entry in result["energy"]["blocks"].items():
+        table.add_row(block, f"{result['activity']['toggles'].get(block, 0):,}",
+                      *(f"{entry[k] * per:,.1f}" for k in ("fabric_j", "clock_j", "ebr_j",
+                                                            "dsp_j", "total_j")))
+    table.add_row("static", "", "", "", "", "",
+                  f"{result['energy']['static_j'] * per:,.1f}")
+    console.print(table)
+    if result["resources"]:
+        console.print("resources (build report): " + ", ".join(
+            f"{name} {used}/{available}" for name, (used, available)
+            in sorted(result["resources"].items())))
+    else:
+        console.print(f"resources: no build report for {result['board']} "
+                      f"(make bitstream BOARD={result['board']})")
+    if result["not_counted"]:
+        console.print("not counted (ran on the host): " + ", ".join(result["not_counted"]))
+    console.print(f"ESTIMATE: {result['nj_per_inference']:,.0f} nJ/inference, "
+                  f"{result['average_w'] * 1e3:,.1f} mW while busy, "
+                  f"{result['gops_per_w']:,.1f} GOP/s/W ({result['gops']:,.2f} GOP/s, "
+                  f"{result['cycles'] / result['batch']:,.0f} cycles per inference); "
+                  f"coefficients {result['coefficients']}")
+    if args.json:
+        import json
+
+        with open(args.json, "w") as sink:
+            json.dump(result, sink, indent=2)
+        console.print(f"wrote {args.json}")
+    return 0
+
+
+def _add_energy_command(sub):
+    p = sub.add_parser("energy", help="ESTIMATE of the energy per inference from the energy "
+                                      "twin's switching activity (docs/energy.md)")
+    p.add_argument("model", help="QDQ int8 ONNX model")
+    p.add_argument("--board", default="ulx3s-85f",
+                   help="board whose default configuration and clock are used "
+                        "(default %(default)s)")
+    p.add_argument("--batch", type=_int_from(1, 1024), default=1,
+                   help="images per measured run (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--clock-mhz", type=float, help="design clock (default: the board's)")
+    p.add_argument("--coefficients", help="coefficients JSON (default: the shipped, "
+                                          "uncalibrated bench/energy_coefficients.json)")
+    p.add_argument("--idle-w", type=float, help="calibrate: measured watts, board idle")
+    p.add_argument("--busy-w", type=float,
+                   help="calibrate: measured watts, board running MODEL back to back")
+    p.add_argument("--write", help="calibrate: write the fitted coefficients here "
+                                   "(default: rewrite --coefficients)")
+    p.add_argument("--json", help="also write the whole report to this JSON file")
+    p.set_defaults(func=cmd_energy)
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="tessera", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -881,6 +957,7 @@ def build_parser():
     p.set_defaults(func=cmd_demo_array)
 
     _add_runtime_commands(sub)
+    _add_energy_command(sub)
     return parser
 
 
