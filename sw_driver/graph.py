@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from models.intonly import GeluParams, LayerNormParams, SoftmaxParams
+
 __all__ = [
     "Add",
     "AveragePool",
@@ -25,14 +27,24 @@ __all__ = [
     "GlobalAveragePool",
     "Graph",
     "FloatOp",
+    "IntGelu",
+    "IntLayerNorm",
+    "IntSoftmax",
     "Layer",
     "MatMul",
     "MaxPool",
     "Quantize",
     "Reshape",
+    "SEMANTICS",
     "Softmax",
     "TensorInfo",
 ]
+
+#: What a layer's arithmetic follows, as the profile reports it (``Graph.semantics``):
+#: only integer operations (the integer contract, or :mod:`models.intonly`); onnxruntime's
+#: QDQ graph (dequantize -> float32 op -> quantize, :mod:`models.sequence`); or float32 on
+#: a tensor that the model never quantized.
+SEMANTICS = ("integer-only", "ort-compatible", "float")
 
 
 @dataclass(frozen=True)
@@ -229,6 +241,60 @@ class FloatOp(Layer):
 
 
 @dataclass(eq=False)
+class IntSoftmax(Layer):
+    """Integer-only softmax of one int8 tensor (:func:`models.intonly.softmax`), int8 out.
+
+    Made by the ``sequence_mode="integer"`` import from ``Dequantize -> Softmax ->
+    Quantize``. ``axis``/``coerce_2d`` as in :class:`Softmax` (the runner moves ``axis``
+    last); ``params`` holds every integer the data path needs (``exp_multiplier``,
+    ``exp_shift``, ``out_multiplier``, ``out_shift``, ``y_zero_point``, ``out_dtype`` is
+    ``"int8"``). The scales are informative: nothing computes with them.
+    """
+
+    axis: int = -1
+    coerce_2d: bool = False
+    params: SoftmaxParams = None
+    x_scale: float = 1.0
+    y_scale: float = 1.0
+
+
+@dataclass(eq=False)
+class IntLayerNorm(Layer):
+    """Integer-only LayerNormalization over the last axis of one int8 tensor
+    (:func:`models.intonly.layernorm`), gamma and beta folded into ``params`` (``eps_term``;
+    per channel ``sign``, ``bias``, ``multiplier``, ``shift``; ``y_zero_point``), output
+    int8 clamped to ``[lo, hi]``. Made from ``Dequantize -> LayerNormalization ->
+    Quantize``."""
+
+    params: LayerNormParams = None
+    lo: int = -128
+    hi: int = 127
+    x_scale: float = 1.0
+    y_scale: float = 1.0
+
+
+@dataclass(eq=False)
+class IntGelu(Layer):
+    """Integer-only GELU, element-wise on one int8 tensor (:func:`models.intonly.gelu`),
+    output int8 clamped to ``[lo, hi]``; ``params`` holds ``x_zero_point``,
+    ``erf_multiplier``, ``erf_shift``, ``out_multiplier``, ``out_shift``, ``y_zero_point``.
+
+    Replaces the whole GELU subgraph between two int8 tensors: the ONNX ``Gelu`` op, the
+    erf form ``x/2 (1 + erf(x/sqrt 2))`` or the tanh form, whatever Q/DQ pairs the
+    quantizer put inside. ``form`` says which the model wrote (``"Gelu"``,
+    ``"Gelu(tanh)"``, ``"erf"``, ``"tanh"``); ``nodes`` names the ONNX nodes replaced.
+    """
+
+    params: GeluParams = None
+    lo: int = -128
+    hi: int = 127
+    form: str = "erf"
+    nodes: tuple = ()
+    x_scale: float = 1.0
+    y_scale: float = 1.0
+
+
+@dataclass(eq=False)
 class Quantize(Layer):
     """float32 -> int8 like ONNX QuantizeLinear (round half to even, saturate)."""
 
@@ -255,6 +321,12 @@ class Graph:
         The float tensors a caller feeds and receives, in the model's order.
     source : str
         Where the model came from (a path, or ``"<bytes>"``), for messages.
+    metadata : dict
+    sequence_mode : str
+        ``"ort"`` or ``"integer"``: the semantics asked of the nonlinearities at import.
+    semantics : dict
+        Layer name -> ``(semantics, why)``, semantics one of :data:`SEMANTICS`; the
+        session's profile reports it per layer.
     """
 
     layers: list
@@ -262,3 +334,5 @@ class Graph:
     outputs: list
     source: str = "<bytes>"
     metadata: dict = field(default_factory=dict)
+    sequence_mode: str = "ort"
+    semantics: dict = field(default_factory=dict)
