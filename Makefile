@@ -22,6 +22,7 @@ help:
 	@echo "make verilog-xdma [R=8 C=8]    the whole accelerator for Xilinx XDMA (docs/xdma.md)"
 	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
 	@echo "make bench                     benchmarks into bench/results/*.json"
+	@echo "make energy [MODEL=x.onnx] [BOARD=ulx3s-85f]  energy ESTIMATE per inference (docs/energy.md)"
 	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
 	@echo "     [RAY=1|host:port]         ... as Ray tasks, local or on a cluster (docs/ray.md)"
 	@echo "make lint                      ruff"
@@ -60,6 +61,12 @@ bitstream: setup
 
 bench: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES)
+
+# Energy ESTIMATE per inference from the energy twin's switching activity (docs/energy.md);
+# the energy twin is built on first use (a minute or two).
+.PHONY: energy
+energy: setup
+	$(TESSERA) energy $(or $(MODEL),models/zoo/digits_qdq.onnx) --board $(BOARD)
 
 # 10**4 random layer configurations through every provider against the golden models and
 # onnxruntime (bench/results/soak.json); ONLY=4711 repeats one case and prints it in full.
