@@ -1,0 +1,47 @@
+"""Energy ESTIMATE per inference from the energy twin's switching activity
+(docs/energy.md): the digits CNN and the ResNet-8-like zoo model on the ULX3S-85F's default
+configuration at its default clock, with the shipped (uncalibrated) coefficients; writes
+bench/results/energy.json. Every figure is an ESTIMATE, not a measurement of a board.
+"""
+
+from bench.common import metric, write_results
+from bench.energy import energy_of_model
+
+BOARD = "ulx3s-85f"
+NOTE = "ESTIMATE: twin toggle counts x uncalibrated coefficients (docs/energy.md)"
+
+
+def _model_paths():
+    from pathlib import Path
+
+    from models.zoo import random_models
+
+    root = Path(__file__).resolve().parent.parent
+    zoo = root / random_models.BUILD_DIR
+    resnet = zoo / "resnet8_qdq.onnx"
+    if not resnet.exists():
+        random_models.build("resnet8", out_dir=zoo)
+    return {"digits": root / "models" / "zoo" / "digits_qdq.onnx", "resnet8": resnet}
+
+
+def main():
+    metrics, runs = [], {}
+    for name, path in _model_paths().items():
+        result = energy_of_model(path, BOARD)
+        runs[name] = {key: result[key] for key in (
+            "model", "board", "device", "clock_mhz", "calibrated", "cycles", "macs",
+            "not_counted", "resources", "energy", "activity")}
+        metrics += [
+            metric(f"{name} energy per inference (ESTIMATE)",
+                   round(result["nj_per_inference"], 1), "nJ", note=NOTE),
+            metric(f"{name} efficiency (ESTIMATE)", round(result["gops_per_w"], 2),
+                   "GOP/s/W", note="ops = 2 x MACs issued by the array"),
+            metric(f"{name} average power while busy (ESTIMATE)",
+                   round(result["average_w"] * 1e3, 1), "mW", note=NOTE),
+            metric(f"{name} device cycles per inference", result["cycles"], "cycles"),
+        ]
+    write_results("energy", metrics, label="ESTIMATE", board=BOARD, runs=runs)
+
+
+if __name__ == "__main__":
+    main()
