@@ -318,3 +318,24 @@ def test_counts_repeat_exactly_and_scale_with_work(energy_run, rng, seed):
         assert 1.7 < ratio < 2.3, f"seed={seed}: {block} toggles x{ratio:.2f} for 2x the work"
     reads = [sum(m["reads"] + m["writes"] for m in run["memories"]) for run in (one, two)]
     assert 1.7 < reads[1] / reads[0] < 2.3, f"seed={seed}: block-RAM accesses {reads}"
+
+
+# --- the command line: bad input is one line, before anything is built ---------------------
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["energy", "nothere.onnx"], r"error: nothere\.onnx: no such model file"),
+    (["energy", "DIGITS", "--board", "ulx3s-12f"],
+     r"error: unknown board 'ulx3s-12f'; boards with energy coefficients: icebreaker, "),
+    (["energy", "DIGITS", "--idle-w", "0.2"], r"error: --idle-w and --busy-w go together"),
+    (["energy", "DIGITS", "--coefficients", "nothere.json"],
+     r"error: nothere\.json: no such coefficients file"),
+])
+def test_cli_bad_input_is_one_line(capsys, argv, message):
+    from models.zoo import DIGITS_QDQ
+    from tessera.cli import main
+
+    argv = [str(DIGITS_QDQ) if arg == "DIGITS" else arg for arg in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert re.match(message, err) and len(err.strip().splitlines()) == 1, err
