@@ -6,11 +6,28 @@ around it. Read by the hardware generators, the cycle model, the testbenches and
 from dataclasses import asdict, dataclass, field
 
 from .requant import ACC_WIDTH
+from .streams import WORD_BITS
 
 # Products flow through: DSP input registers, DSP output register, one fabric register.
 # The third stage is what lets an ECP5 8x8 array close timing above 150 MHz (the DSP
 # output -> accumulator route is otherwise the critical path).
 MULTIPLIER_LATENCY = 3
+
+#: Largest array side: the CONFIG register has 8-bit fields, and beyond 64 the array's
+#: drain (one row per cycle) outweighs its compute on every layer of the zoo.
+MAX_ARRAY_SIDE = 64
+#: Upper bounds of the buffer sizes: sanity limits well past any FPGA's block RAM, so a
+#: typo (an extra zero or two) is refused instead of running Yosys out of memory.
+MAX_ACT_DEPTH = 1 << 24
+MAX_WEIGHT_DEPTH = 1 << 20
+MAX_COL_TILES = 1 << 12
+#: Bits per beat the host link's DMA streams carry (h2c/c2h of ``hw/top.py``). Only the
+#: width the top is built with is accepted: the generators do not yet take another, and a
+#: configuration that claims one would describe a netlist that does not exist.
+STREAM_WIDTHS = (WORD_BITS,)
+#: Design clock range (MHz) a configuration may ask for; the board's PLL refuses what it
+#: cannot make within it.
+MIN_CLOCK_MHZ, MAX_CLOCK_MHZ = 1.0, 1000.0
 
 
 def check_positive_int(name, value, *, maximum=None):
@@ -39,8 +56,8 @@ class ArrayConfig:
     acc_width: int = 32
 
     def __post_init__(self):
-        check_positive_int("rows", self.rows, maximum=64)
-        check_positive_int("cols", self.cols, maximum=64)
+        check_positive_int("rows", self.rows, maximum=MAX_ARRAY_SIDE)
+        check_positive_int("cols", self.cols, maximum=MAX_ARRAY_SIDE)
         check_positive_int("acc_width", self.acc_width, maximum=64)
         if self.acc_width < 16:
             raise ValueError(
@@ -70,19 +87,34 @@ class ConvEngineConfig:
         Weight buffer size in words of C int8 weights (col_tiles * C_in * kh * kw must fit).
     max_col_tiles : int
         Column tiles whose bias/multiplier/shift the engine holds (C_out <= C * this).
+    stream_width : int
+        Bits per beat of the host link's DMA streams; one of :data:`STREAM_WIDTHS`.
+    clock_mhz : float or None
+        Design clock; None means the target's own (a board's default PLL output, the
+        twin's nominal 50 MHz). Not part of the netlist's name: the clock is a constraint.
     """
 
     array: ArrayConfig = field(default_factory=ArrayConfig)
     act_depth: int = 4096
     weight_depth: int = 1024
     max_col_tiles: int = 16
+    stream_width: int = WORD_BITS
+    clock_mhz: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.array, ArrayConfig):
             raise TypeError(f"array must be an ArrayConfig, not {self.array!r}")
-        check_positive_int("act_depth", self.act_depth, maximum=1 << 24)
-        check_positive_int("weight_depth", self.weight_depth, maximum=1 << 20)
-        check_positive_int("max_col_tiles", self.max_col_tiles, maximum=1 << 12)
+        check_positive_int("act_depth", self.act_depth, maximum=MAX_ACT_DEPTH)
+        check_positive_int("weight_depth", self.weight_depth, maximum=MAX_WEIGHT_DEPTH)
+        check_positive_int("max_col_tiles", self.max_col_tiles, maximum=MAX_COL_TILES)
+        if self.stream_width not in STREAM_WIDTHS or isinstance(self.stream_width, bool):
+            raise ValueError(f"stream_width must be one of {list(STREAM_WIDTHS)} (bits per "
+                             f"beat the host link carries), not {self.stream_width!r}")
+        if self.clock_mhz is not None and (
+                isinstance(self.clock_mhz, bool) or not isinstance(self.clock_mhz, (int, float))
+                or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
+            raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
+                             f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "

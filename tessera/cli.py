@@ -14,10 +14,34 @@ from rich.text import Text
 console = Console()
 
 
-def _array_config(args):
-    from contract.config import ArrayConfig
+def _add_config_option(parser, what="the hardware to build or simulate"):
+    parser.add_argument("--config", metavar="FILE|PRESET",
+                        help=f"{what}: a .toml/.json configuration file or a preset (default, "
+                             f"tiny, ulx3s-85f, ...; docs/config.md); default: the "
+                             f"'default' preset")
 
-    return ArrayConfig(rows=args.rows, cols=args.cols)
+
+def _engine_config(args):
+    """The ``ConvEngineConfig`` ``--config`` names (the default preset when none), with the
+    command's ``--rows``/``--cols``, where it has them, overriding the array's size."""
+    import dataclasses
+
+    from contract.config import ArrayConfig
+    from contract.config_file import DEFAULT_PRESET, load_config
+
+    options = vars(args)
+    config = load_config(options.get("config") or DEFAULT_PRESET)
+    rows, cols = options.get("rows"), options.get("cols")
+    if rows is not None or cols is not None:
+        array = ArrayConfig(rows=config.rows if rows is None else rows,
+                            cols=config.cols if cols is None else cols,
+                            acc_width=config.acc_width)
+        config = dataclasses.replace(config, array=array)
+    return config
+
+
+def _array_config(args):
+    return _engine_config(args).array
 
 
 def _int_from(low, high):
@@ -35,10 +59,10 @@ def _int_from(low, high):
     return parse
 
 
-def _add_array_options(parser, rows=8, cols=8):
-    parser.add_argument("--rows", type=int, default=rows, help="array rows R (default %(default)s)")
-    parser.add_argument("--cols", type=int, default=cols,
-                        help="array columns C (default %(default)s)")
+def _add_array_options(parser):
+    # No default here: the size comes from --config (or the default preset) unless given.
+    parser.add_argument("--rows", type=int, help="array rows R (default: the configuration's)")
+    parser.add_argument("--cols", type=int, help="array columns C (default: the configuration's)")
 
 
 def _print_error(error, prefix="error: "):
@@ -54,12 +78,13 @@ def cmd_sim(args):
     from sim.testbenches import TESTBENCHES, find_testbench
 
     benches = [find_testbench(args.tb)] if args.tb else list(TESTBENCHES.values())
+    chosen = _engine_config(args) if args.config else None
     table = Table(title="cocotb / Verilator testbenches")
     for column in ("testbench", "config", "test", "result", "sim time"):
         table.add_column(column)
     failures, waves, messages = 0, [], []
     for bench in benches:
-        for config in bench.configs:
+        for config in _testbench_configs(bench, chosen):
             try:
                 with console.status(f"{bench.name} on {config.name}: building and "
                                     f"simulating"):
@@ -99,16 +124,33 @@ def cmd_sim(args):
     return 1 if failures else 0
 
 
+def _testbench_configs(bench, chosen):
+    """The builds ``bench`` runs: its own list, or ``chosen`` (``--config``) in the form the
+    testbench takes. The block testbenches take lane counts, not an engine: their own list."""
+    from contract.config import ArrayConfig, ConvEngineConfig
+    from sim.system import TopBuild
+
+    if chosen is None:
+        return bench.configs
+    kind = type(bench.configs[0])
+    if kind is ArrayConfig:
+        return (chosen.array,)
+    if kind is ConvEngineConfig:
+        return (chosen,)
+    if kind is TopBuild:
+        return (TopBuild(chosen),)
+    return bench.configs
+
+
 def cmd_verilog(args):
     from hw.verilog import write_array_verilog
 
-    config = _array_config(args)
+    engine = _engine_config(args)
+    config = engine.array
     if args.target == "xdma":
         # The whole accelerator behind XDMA's AXI port names (docs/xdma.md).
-        from contract.config import ConvEngineConfig
         from hw.axi_wrapper import write_xdma_verilog
 
-        engine = ConvEngineConfig(array=config)
         path = write_xdma_verilog(engine, args.build)
         console.print(f"{engine.name} (XDMA): wrote {path} ({path.stat().st_size // 1024} KiB)")
         return 0
@@ -143,7 +185,9 @@ def cmd_bench(args):
                       + ", ".join(names))
         return 2
     from bench import common
+    from contract.config import ConvEngineConfig
 
+    engine = _engine_config(args) if args.config else None
     summary = Table(title="benchmarks")
     for column in ("benchmark", "result", "metrics", "time", "written"):
         summary.add_column(column, overflow="fold")
@@ -152,7 +196,15 @@ def cmd_bench(args):
         console.rule(f"bench {name}")
         first, started = len(common.WRITTEN), time.monotonic()
         try:
-            importlib.import_module(f"bench.bench_{name}").main()
+            module = importlib.import_module(f"bench.bench_{name}")
+            if engine is not None:
+                # A benchmark that builds a twin names its engine in CONFIG (docs/config.md).
+                if isinstance(vars(module).get("CONFIG"), ConvEngineConfig):
+                    module.CONFIG = engine
+                else:
+                    console.print(f"bench {name}: builds no twin of its own; --config not "
+                                  f"used", style="yellow")
+            module.main()
             result = "[green]ok[/]"
         except Exception as error:  # one failing benchmark must not hide the others' figures
             failed += 1
@@ -289,24 +341,25 @@ def cmd_demo(args):
     from models.zoo import DIGITS_FLOAT, DIGITS_QDQ, load_digits_split
     from sw_driver import InferenceSession
     from sw_driver.errors import TesseraError
-    from sw_driver.providers.sim import DEFAULT_CONFIG, SimProvider
+    from sw_driver.providers.sim import SimProvider
     from tessera import demo
 
     if args.batch < 1:
         return _fail(f"--batch must be a positive integer, not {args.batch}")
+    config = _engine_config(args)
     started = time.perf_counter()
     _, _, x, labels = load_digits_split()
     if args.samples is not None:
         x, labels = x[:args.samples], labels[:args.samples]
     result = demo.DemoResult(labels=labels)
-    engine = f"{DEFAULT_CONFIG.rows}x{DEFAULT_CONFIG.cols}"
+    engine = f"{config.rows}x{config.cols}"
     console.print(f"Tessera demo: the digits CNN ({DIGITS_QDQ.name}) on {len(x)} test images, "
                   f"on the Verilator twin of the {engine} accelerator, Tessera's CPU provider "
                   f"and onnxruntime")
     try:
         with console.status(f"loading the {engine} twin (built with Verilator on first use, "
                             f"1-2 minutes; cached in build/twin/)"):
-            sim = demo.timed(result, "twin-open", SimProvider,
+            sim = demo.timed(result, "twin-open", SimProvider, config,
                              log=lambda message: console.print(message, style="dim",
                                                                  markup=False))
             twin = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
@@ -416,6 +469,23 @@ def _run_inputs(args, session):
     return rng.standard_normal((args.samples, *fixed)).astype(np.float32), None
 
 
+def _configured_providers(names, spec):
+    """``names`` with the twin providers ("sim", "uart-twin") built for the engine of
+    ``--config`` (``spec``); a board's configuration is read from its own registers."""
+    if spec is None:
+        return names
+    from contract.config_file import load_config
+    from sw_driver.providers import SimProvider, UartTwinProvider
+
+    config = load_config(spec)
+    twins = {"sim": SimProvider, "uart-twin": UartTwinProvider}
+    if not twins.keys() & set(names):
+        raise _UsageError(f"--config builds the twin providers ({', '.join(twins)}); none is "
+                          f"in --providers {','.join(names)} (a board reports its own "
+                          f"configuration)")
+    return [twins[name](config) if name in twins else name for name in names]
+
+
 def _profile_table(totals, batches, full):
     table = Table(title=f"per-layer profile (sum over {batches} batch(es))")
     for column in ("layer", "op", "provider"):
@@ -454,7 +524,8 @@ def cmd_run(args):
             os.environ["TESSERA_UART_PORT"] = args.port
         # The "sim" provider builds its Verilator twin on first use: up to a minute.
         with console.status(f"opening {args.model} on {', '.join(providers)}"):
-            session = InferenceSession(args.model, providers=providers)
+            session = InferenceSession(args.model,
+                                       providers=_configured_providers(providers, args.config))
         x, labels = _run_inputs(args, session)
         name = session.get_inputs()[0].name
         if len(x) == 0:
@@ -726,6 +797,7 @@ def _add_runtime_commands(sub):
     p.add_argument("--seed", type=int, default=0, help="seed of the random samples")
     p.add_argument("--profile", action="store_true",
                    help="full placement reasons and per-batch times in the table")
+    _add_config_option(p, "the engine the sim and uart-twin providers build")
     p.add_argument("--port", help="serial port of the \"uart\" provider, e.g. /dev/ttyUSB0 "
                                   "(default $TESSERA_UART_PORT; docs/uart.md)")
     p.add_argument("-o", "--output", help="save the outputs as .npy")
@@ -896,6 +968,7 @@ def build_parser():
     p.add_argument("--tb", help="run only this testbench")
     p.add_argument("--waves", action="store_true", help="write FST waveforms under build/")
     p.add_argument("--seed", type=int, default=1)
+    _add_config_option(p)
     p.set_defaults(func=cmd_sim)
 
     p = sub.add_parser("verilog", help="write the array's Verilog to build/")
@@ -904,6 +977,7 @@ def build_parser():
                    help="array: the systolic array alone; xdma: the whole accelerator with "
                         "AXI4-Lite/AXI4-Stream ports for Xilinx XDMA (docs/xdma.md)")
     p.add_argument("--build", default="build")
+    _add_config_option(p)
     p.set_defaults(func=cmd_verilog)
 
     p = sub.add_parser("bitstream", help="synthesise, place and route a board top")
@@ -914,6 +988,7 @@ def build_parser():
 
     p = sub.add_parser("bench", help="run benchmarks into bench/results/*.json")
     p.add_argument("names", nargs="*")
+    _add_config_option(p)
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("soak", help="random layers through every backend against the golden "
@@ -941,6 +1016,7 @@ def build_parser():
                    help="images per session run (default %(default)s)")
     p.add_argument("--samples", type=int, default=None,
                    help="first N test images only (default: all 450)")
+    _add_config_option(p)
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("demo-array",
@@ -954,6 +1030,7 @@ def build_parser():
     p.add_argument("--n", type=side, default=40,
                    help=f"columns of B, 1 to {DEMO_MAX_SIDE} (default %(default)s)")
     p.add_argument("--seed", type=int, default=2026)
+    _add_config_option(p)
     p.set_defaults(func=cmd_demo_array)
 
     _add_runtime_commands(sub)
@@ -962,12 +1039,15 @@ def build_parser():
 
 
 def main(argv=None):
+    from contract.config_file import ConfigFileError
     from hw.toolchain import ToolchainError, apply_tool_env
 
     args = build_parser().parse_args(argv)
     try:
         apply_tool_env()
         return args.func(args)
+    except ConfigFileError as error:  # one line naming the file, the field and the range
+        return _fail(error)
     except (ValueError, ToolchainError) as error:
         _print_error(error)
         return 2
