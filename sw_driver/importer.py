@@ -40,6 +40,7 @@ from .errors import (
     UnsupportedModelError,
     UnsupportedOperatorError,
 )
+from .integer_mode import SEQUENCE_MODES, apply_sequence_mode
 from .onnx_io import load_model, node_label
 
 __all__ = ["SUPPORTED_OPS", "import_model"]
@@ -705,7 +706,7 @@ class _Importer:
         return info
 
 
-def import_model(path_or_bytes):
+def import_model(path_or_bytes, sequence_mode="ort"):
     """Import a QDQ ONNX model as a graph of integer layers.
 
     Parameters
@@ -713,6 +714,11 @@ def import_model(path_or_bytes):
     path_or_bytes : str, os.PathLike, bytes or onnx.ModelProto
         A model as written by ``onnxruntime.quantization.quantize_static`` with
         ``QuantFormat.QDQ``, int8 activations and int8 (per-channel) weights.
+    sequence_mode : {"ort", "integer"}, optional
+        The semantics of Softmax, LayerNormalization and GELU: onnxruntime's QDQ graph
+        (``"ort"``, the default) or, where their inputs and outputs are quantized, the
+        integer-only layers of :mod:`sw_driver.integer_mode`. Every layer's semantics is
+        recorded in ``Graph.semantics``.
 
     Returns
     -------
@@ -731,5 +737,8 @@ def import_model(path_or_bytes):
     UnsupportedModelError
         Other structures the importer does not handle (named).
     """
+    if sequence_mode not in SEQUENCE_MODES:
+        raise ValueError(f"sequence_mode must be one of "
+                         f"{', '.join(map(repr, SEQUENCE_MODES))}, not {sequence_mode!r}")
     model, source = load_model(path_or_bytes)
-    return _Importer(model, source).run()
+    return apply_sequence_mode(_Importer(model, source).run(), sequence_mode)

@@ -12,6 +12,7 @@ from .errors import (
     UnknownProviderError,
 )
 from .importer import import_model
+from .integer_mode import SEQUENCE_MODES
 from .planner import Planner
 from .providers import ALIASES, PROVIDERS, CPUProvider, Provider
 from .run_options import check_run_options, needed_layers, stop_if_terminated
@@ -84,6 +85,15 @@ class InferenceSession:
         Append the CPU provider when the list lacks it (default True). False is
         onnxruntime's ``session.disable_cpu_ep_fallback``: a layer the listed providers
         cannot run is then a :class:`~sw_driver.errors.PlacementError` naming it.
+    sequence_mode : {"ort", "integer"}, optional
+        The semantics of the nonlinearities of sequence models (``docs/semantics.md``).
+        ``"ort"`` (default): Softmax, LayerNormalization, GELU... are computed as
+        onnxruntime's QDQ graph computes them (dequantize, float32 op, quantize).
+        ``"integer"``: those of Softmax, LayerNormalization and GELU whose inputs and
+        outputs are quantized become the integer-only layers of :mod:`models.intonly`
+        (``IntSoftmax``, ``IntLayerNorm``, ``IntGelu``), as hardware without floats runs
+        them; the rest keeps the ORT-compatible form. The profile's ``semantics`` says
+        which each layer used, and ``semantics_why`` why.
 
     Notes
     -----
@@ -98,12 +108,16 @@ class InferenceSession:
         A subclass naming the file, node or layer: see :mod:`sw_driver.errors`.
     """
 
-    def __init__(self, path_or_bytes, providers=None, *, planner=None, cpu_fallback=True):
+    def __init__(self, path_or_bytes, providers=None, *, planner=None, cpu_fallback=True,
+                 sequence_mode="ort"):
         if not isinstance(cpu_fallback, bool):
             raise TypeError(f"cpu_fallback must be True or False, not {cpu_fallback!r}")
+        if sequence_mode not in SEQUENCE_MODES:
+            raise ValueError(f"sequence_mode must be one of "
+                             f"{', '.join(map(repr, SEQUENCE_MODES))}, not {sequence_mode!r}")
         listed = _make_providers(["cpu"] if providers is None else providers)
         self._providers, implicit = _with_cpu(listed) if cpu_fallback else (listed, None)
-        self._graph = import_model(path_or_bytes)
+        self._graph = import_model(path_or_bytes, sequence_mode=sequence_mode)
         self._planner = Planner() if planner is None else planner
         self._placement = self._planner.place(self._graph, self._providers)
         self._planned = plan_layers(self._placement, self._planner, self._providers,
@@ -117,6 +131,11 @@ class InferenceSession:
             provider.prepare(placed, outputs)
         self._last_profile = []  # the last run's, whichever thread ran it
         self._thread = threading.local()  # .profile: the calling thread's last run's
+
+    @property
+    def sequence_mode(self):
+        """``"ort"`` or ``"integer"``, as given to the constructor."""
+        return self._graph.sequence_mode
 
     @property
     def graph(self):
@@ -221,6 +240,9 @@ class InferenceSession:
                 inputs = [env[name] for name in step.layer.inputs]
                 env[step.layer.output], entry = run_layer(step, inputs, broken,
                                                           self._graph.source)
+                semantics = self._graph.semantics.get(step.layer.name)
+                if semantics is not None:
+                    entry["semantics"], entry["semantics_why"] = semantics
                 profile.append(entry)
             for provider in self._providers:
                 provider.finish_profile(profile)  # device times, known once the queue drained
@@ -235,8 +257,10 @@ class InferenceSession:
         -------
         list of dict
             One per layer in execution order, with keys ``layer``, ``op``, ``provider``,
-            ``seconds``, ``bytes`` (moved to and from a device; 0 on the CPU) and
-            ``reason`` (why the layer went to that provider); for layers that ran on an
+            ``seconds``, ``bytes`` (moved to and from a device; 0 on the CPU),
+            ``reason`` (why the layer went to that provider), ``semantics``
+            (``"integer-only"``, ``"ort-compatible"`` or ``"float"``: what its arithmetic
+            follows, see ``sequence_mode``) and ``semantics_why``; for layers that ran on an
             accelerator also ``cycles`` (its performance counter); for layers that did
             not run on the first provider listed, ``fell_back_from`` (a list of
             ``{"provider", "why"}``, one per provider preferred to the one that ran it:

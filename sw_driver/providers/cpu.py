@@ -9,6 +9,7 @@ model is proven in ``cpu_kernels`` and tested.
 
 import numpy as np
 
+from models import intonly
 from models.conv import conv2d, dense
 from models.eltwise import add
 from models.pool import avg_pool2d, global_avg_pool, max_pool2d
@@ -162,7 +163,20 @@ def _matmul(layer, a, b):
                       layer.hi)
 
 
+def _int_softmax(layer, x):
+    shape = x.shape
+    axis = layer.axis + x.ndim if layer.axis < 0 else layer.axis
+    if layer.coerce_2d:
+        return intonly.softmax(x.reshape(int(np.prod(shape[:axis])), -1),
+                               layer.params).reshape(shape)
+    moved = np.moveaxis(x, axis, -1)
+    return np.moveaxis(intonly.softmax(moved, layer.params), -1, axis)
+
+
 _RUNNERS = {
+    g.IntSoftmax: _int_softmax,
+    g.IntLayerNorm: lambda layer, x: intonly.layernorm(x, layer.params, layer.lo, layer.hi),
+    g.IntGelu: lambda layer, x: intonly.gelu(x, layer.params, layer.lo, layer.hi),
     g.FloatOp: _float_op,
     g.MatMul: _matmul,
     g.Conv: _conv,
