@@ -157,7 +157,8 @@ def _metrics(tally, seconds):
     return metrics
 
 
-def _start_on_ray(console, stack, address, seed, indices, names, use_onnxruntime):
+def _start_on_ray(console, stack, address, seed, indices, names, use_onnxruntime,
+                  sim_config=None):
     """(backend infos, None, a function of a progress callback yielding the results)."""
     from bench.ray_cluster import LOCAL, connect
 
@@ -166,7 +167,7 @@ def _start_on_ray(console, stack, address, seed, indices, names, use_onnxruntime
     where = "a local Ray" if address == LOCAL else f"the Ray cluster at {address}"
     with console.status(f"starting {where}; the workers open the backends"):
         ray = stack.enter_context(connect(address))
-        soak = RaySoak(ray, seed, indices, names, use_onnxruntime)
+        soak = RaySoak(ray, seed, indices, names, use_onnxruntime, sim_config=sim_config)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     console.print(f"ray: {len(indices)} configurations in {len(soak.chunks)} tasks on {where} "
                   f"({cpus} CPUs)", markup=False)
@@ -207,7 +208,7 @@ def _run(console, seed, only, opened, indices, results, with_progress):
 
 
 def soak_command(console, *, seed, count, only=None, backends=None, use_onnxruntime=True,
-                 ray=None):
+                 ray=None, sim_config=None):
     """Run the soak as ``tessera soak`` does; return the exit status (0: no mismatch).
 
     Parameters
@@ -226,6 +227,8 @@ def soak_command(console, *, seed, count, only=None, backends=None, use_onnxrunt
     ray : str or None
         Run the cases as Ray tasks (:mod:`.ray_runner`): :data:`bench.ray_cluster.LOCAL`
         starts a local Ray, ``HOST:PORT`` joins a cluster; None runs them here.
+    sim_config : contract.config.ConvEngineConfig or None
+        The engine the "sim" backend's twin is built for (``--config``; None: its default).
 
     Raises
     ------
@@ -244,11 +247,11 @@ def soak_command(console, *, seed, count, only=None, backends=None, use_onnxrunt
             with console.status("opening the backends (the twin is built on first use: 1-2 "
                                 "minutes, cached in build/twin/)"):
                 opened = open_backends(names, log=lambda message: console.print(
-                    message, style="dim", markup=False))
+                    message, style="dim", markup=False), sim_config=sim_config)
             results, with_progress = run_cases(seed, indices, opened, use_onnxruntime), None
         else:
             opened, results, with_progress = _start_on_ray(
-                console, stack, ray, seed, indices, names, use_onnxruntime)
+                console, stack, ray, seed, indices, names, use_onnxruntime, sim_config)
         tally = _run(console, seed, only, opened, indices, results, with_progress)
     seconds = time.perf_counter() - started
     console.print(_backend_table(tally))

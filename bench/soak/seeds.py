@@ -34,17 +34,17 @@ def failure_lines(seed, failure):
             f"  repro: {failure['repro']}")
 
 
-def _local(seeds, count, names, use_onnxruntime, console):
+def _local(seeds, count, names, use_onnxruntime, console, sim_config=None):
     with console.status("opening the backends (the twin is built on first use: 1-2 minutes, "
                         "cached in build/twin/)"):
         opened = open_backends(names, log=lambda message: console.print(
-            message, style="dim", markup=False))
+            message, style="dim", markup=False), sim_config=sim_config)
     results = (result for seed in seeds
                for result in run_cases(seed, range(count), opened, use_onnxruntime))
     return opened, results, None
 
 
-def _on_ray(console, stack, address, seeds, count, names, use_onnxruntime):
+def _on_ray(console, stack, address, seeds, count, names, use_onnxruntime, sim_config=None):
     from bench.ray_cluster import LOCAL, connect
 
     from .ray_runner import RaySoak
@@ -52,7 +52,8 @@ def _on_ray(console, stack, address, seeds, count, names, use_onnxruntime):
     where = "a local Ray" if address == LOCAL else f"the Ray cluster at {address}"
     with console.status(f"starting {where}; the workers open the backends"):
         ray = stack.enter_context(connect(address))
-        soak = RaySoak(ray, seeds, range(count), names, use_onnxruntime)
+        soak = RaySoak(ray, seeds, range(count), names, use_onnxruntime,
+                       sim_config=sim_config)
     cpus = int(ray.cluster_resources().get("CPU", 0))
     console.print(f"ray: {len(seeds)} seeds x {count} configurations in {len(soak.work)} tasks "
                   f"on {where} ({cpus} CPUs)", markup=False)
@@ -90,7 +91,8 @@ def _metrics(tallies, seconds):
     ]
 
 
-def seeds_command(console, *, seeds, count, backends=None, use_onnxruntime=True, ray=None):
+def seeds_command(console, *, seeds, count, backends=None, use_onnxruntime=True, ray=None,
+                  sim_config=None):
     """Run the soak over ``seeds``; return the exit status (0: no mismatch anywhere).
 
     Parameters
@@ -104,6 +106,8 @@ def seeds_command(console, *, seeds, count, backends=None, use_onnxruntime=True,
         Comma-separated provider names (None: all).
     use_onnxruntime : bool
     ray : str or None
+        As for :func:`~.console.soak_command`.
+    sim_config : contract.config.ConvEngineConfig or None
         As for :func:`~.console.soak_command`.
 
     Raises
@@ -120,10 +124,10 @@ def seeds_command(console, *, seeds, count, backends=None, use_onnxruntime=True,
     with contextlib.ExitStack() as stack:
         if ray is None:
             opened, results, with_progress = _local(seeds, count, names, use_onnxruntime,
-                                                    console)
+                                                    console, sim_config)
         else:
             opened, results, with_progress = _on_ray(console, stack, ray, seeds, count, names,
-                                                     use_onnxruntime)
+                                                     use_onnxruntime, sim_config)
         for backend in opened:
             console.print(f"{backend.name}: {backend.label}", markup=False,
                           style=None if backend.available else "yellow")
