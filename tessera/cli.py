@@ -251,6 +251,8 @@ def cmd_soak(args):
     from bench.soak.console import soak_command
 
     try:
+        # The engine the "sim" backend's twin is built for (None: the provider's default).
+        sim_config = _engine_config(args) if args.config else None
         if args.seeds is not None:  # regression at scale: whole seeds, locally or on Ray
             from bench.soak.seeds import seeds_command
 
@@ -259,10 +261,11 @@ def cmd_soak(args):
                                  "--index I")
             return seeds_command(console, seeds=args.seeds, count=args.count,
                                  backends=args.backends,
-                                 use_onnxruntime=not args.no_onnxruntime, ray=args.ray)
+                                 use_onnxruntime=not args.no_onnxruntime, ray=args.ray,
+                                 sim_config=sim_config)
         return soak_command(console, seed=args.seed, count=args.count, only=args.only,
                             backends=args.backends, use_onnxruntime=not args.no_onnxruntime,
-                            ray=args.ray)
+                            ray=args.ray, sim_config=sim_config)
     except (ValueError, RayClusterError) as error:
         return _fail(error)
 
@@ -1008,6 +1011,7 @@ def build_parser():
     p.add_argument("--no-onnxruntime", action="store_true",
                    help="skip the comparison with onnxruntime")
     _add_ray_argument(p, "the configurations as Ray tasks")
+    _add_config_option(p, "the engine the sim backend's twin is built for")
     p.set_defaults(func=cmd_soak)
 
     p = sub.add_parser("demo", help="the digits CNN on the Verilator twin vs the CPU and "
