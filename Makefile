@@ -10,10 +10,19 @@ BOARD   ?= ulx3s-85f
 SEED    ?= 1
 JOBS    ?= 2
 
+# The hardware configuration (docs/config.md): CONFIG=FILE.toml|FILE.json or a preset name
+# (default, tiny, ulx3s-85f, icebreaker, ...). R= and C=, when given, override its array size
+# on the targets that build an array. (make serve/loadtest read CONFIG as their serve file.)
+HW_GIVEN  = $(filter command line environment,$(origin $(1)))
+HW_FILE   = $(if $(CONFIG),--config $(CONFIG))
+HW_CONFIG = $(HW_FILE) $(if $(call HW_GIVEN,R),--rows $(R)) $(if $(call HW_GIVEN,C),--cols $(C))
+
 .PHONY: help setup test sim verilog verilog-xdma bitstream bench demo demo-array lint clean
 
 help:
 	@echo "make setup                     .venv, pinned packages, PoCL (idempotent)"
+	@echo "   CONFIG=file.toml|preset     the hardware for sim, verilog*, bench, soak, demo*, run"
+	@echo "                               (docs/config.md); R=.. C=.. override its array size"
 	@echo "make demo                      the digits CNN on the Verilator twin vs CPU and onnxruntime"
 	@echo "make demo-array [R=8 C=8]      a random GEMM on the Verilator-simulated array, checked"
 	@echo "make test                      the whole test suite (pytest, cocotb on Verilator)"
@@ -48,19 +57,20 @@ test: setup
 	exit $$rc
 
 sim: setup
-	$(TESSERA) sim $(if $(TB),--tb $(TB)) $(if $(filter 1,$(WAVES)),--waves) --seed $(SEED)
+	$(TESSERA) sim $(if $(TB),--tb $(TB)) $(if $(filter 1,$(WAVES)),--waves) --seed $(SEED) \
+		$(HW_FILE)
 
 verilog: setup
-	$(TESSERA) verilog --rows $(R) --cols $(C)
+	$(TESSERA) verilog $(HW_CONFIG)
 
 verilog-xdma: setup
-	$(TESSERA) verilog --target xdma --rows $(R) --cols $(C)
+	$(TESSERA) verilog --target xdma $(HW_CONFIG)
 
 bitstream: setup
 	$(TESSERA) bitstream --board $(BOARD) --rows $(R) --cols $(C)
 
 bench: setup
-	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES)
+	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES) $(HW_FILE)
 
 # Energy ESTIMATE per inference from the energy twin's switching activity (docs/energy.md);
 # the energy twin is built on first use (a minute or two).
@@ -74,13 +84,13 @@ energy: setup
 .PHONY: soak
 soak: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) soak --seed $(SEED) --count $(or $(COUNT),10000) \
-	  $(if $(ONLY),--only $(ONLY)) $(if $(RAY),--ray $(filter-out 1,$(RAY)))
+	  $(if $(ONLY),--only $(ONLY)) $(if $(RAY),--ray $(filter-out 1,$(RAY))) $(HW_FILE)
 
 demo: setup
-	$(TESSERA) demo
+	$(TESSERA) demo $(HW_FILE)
 
 demo-array: setup
-	$(TESSERA) demo-array --rows $(R) --cols $(C)
+	$(TESSERA) demo-array $(HW_CONFIG)
 
 lint: setup
 	$(PY) -m ruff check .
@@ -101,7 +111,7 @@ run: setup
 	$(TESSERA) run $(or $(MODEL),$(DIGITS_QDQ)) $(if $(BACKEND),--providers $(BACKEND)) \
 	  $(if $(DATASET),--dataset $(DATASET),$(if $(or $(MODEL),$(INPUT)),,--dataset digits)) \
 	  $(if $(INPUT),--input $(INPUT)) $(if $(BATCH),--batch $(BATCH)) \
-	  $(if $(PORT),--port $(PORT)) $(if $(filter 1,$(PROFILE)),--profile)
+	  $(if $(PORT),--port $(PORT)) $(if $(filter 1,$(PROFILE)),--profile) $(HW_FILE)
 
 quantize: setup
 	$(TESSERA) quantize $(or $(MODEL),models/zoo/digits_float.onnx) --calibration $(CALIB) \
