@@ -17,7 +17,7 @@ HW_GIVEN  = $(filter command line environment,$(origin $(1)))
 HW_FILE   = $(if $(CONFIG),--config $(CONFIG))
 HW_CONFIG = $(HW_FILE) $(if $(call HW_GIVEN,R),--rows $(R)) $(if $(call HW_GIVEN,C),--cols $(C))
 
-.PHONY: help setup test sim verilog verilog-xdma bitstream bench demo demo-array lint clean
+.PHONY: help setup test sim verilog verilog-xdma bitstream bitstream-array bench demo demo-array lint clean
 
 help:
 	@echo "make setup                     .venv, pinned packages, PoCL (idempotent)"
@@ -29,7 +29,9 @@ help:
 	@echo "make sim [TB=name] [WAVES=1]   cocotb/Verilator testbenches with a pass/fail table"
 	@echo "make verilog [R=8 C=8]         Verilog of the array into build/"
 	@echo "make verilog-xdma [R=8 C=8]    the whole accelerator for Xilinx XDMA (docs/xdma.md)"
-	@echo "make bitstream BOARD=ulx3s-85f ECP5 bitstream + build/<board>/report.json"
+	@echo "make bitstream BOARD=ulx3s-85f the whole accelerator for a board (ulx3s-25f/45f/85f,"
+	@echo "     [R=.. C=..] [CLOCK=MHz]   icebreaker): bitstream + build/<board>/report.json"
+	@echo "make bitstream-array BOARD=..  the bare systolic array under an on-chip pattern"
 	@echo "make bench                     benchmarks into bench/results/*.json"
 	@echo "make energy [MODEL=x.onnx] [BOARD=ulx3s-85f]  energy ESTIMATE per inference (docs/energy.md)"
 	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
@@ -66,8 +68,16 @@ verilog: setup
 verilog-xdma: setup
 	$(TESSERA) verilog --target xdma $(HW_CONFIG)
 
+# R and C only when given (make R=4 or the environment): otherwise the board's own
+# configuration (docs/boards.md), which is not 8x8 on the smaller boards.
+GIVEN = $(filter command line environment,$(origin $(1)))
 bitstream: setup
-	$(TESSERA) bitstream --board $(BOARD) --rows $(R) --cols $(C)
+	$(TESSERA) bitstream --board $(BOARD) $(if $(call GIVEN,R),--rows $(R)) \
+		$(if $(call GIVEN,C),--cols $(C)) $(if $(CLOCK),--clock-mhz $(CLOCK))
+
+bitstream-array: setup
+	$(TESSERA) bitstream --array --board $(BOARD) $(if $(call GIVEN,R),--rows $(R)) \
+		$(if $(call GIVEN,C),--cols $(C))
 
 bench: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES) $(HW_FILE)

@@ -160,13 +160,44 @@ def cmd_verilog(args):
 
 
 def cmd_bitstream(args):
-    from hw.bitstream import KNOWN_BOARDS, build_bitstream
+    import dataclasses
+
+    from contract.config import ArrayConfig
+    from hw.bitstream import (
+        KNOWN_BOARDS,
+        BitstreamError,
+        build_array_bitstream,
+        build_bitstream,
+        default_config,
+    )
 
     if args.board not in KNOWN_BOARDS:
         console.print(f"[red]unknown board {args.board!r}[/]; known boards: "
                       + ", ".join(sorted(KNOWN_BOARDS)))
         return 2
-    build_bitstream(args.board, _array_config(args), build_root=args.build)
+    def pick(value, default):
+        return default if value is None else value
+
+    try:
+        if args.array:
+            # The bare systolic array under its on-chip pattern load (no host link).
+            config = None if args.rows is None and args.cols is None else ArrayConfig(
+                rows=pick(args.rows, 8), cols=pick(args.cols, 8))
+            build_array_bitstream(args.board, config, build_root=args.build)
+            return 0
+        config = default_config(args.board)
+        if args.rows is not None or args.cols is not None:
+            array = ArrayConfig(rows=pick(args.rows, config.rows),
+                                cols=pick(args.cols, config.cols))
+            config = dataclasses.replace(config, array=array)
+        report = build_bitstream(args.board, config, build_root=args.build,
+                                 clock_mhz=args.clock_mhz)
+    except BitstreamError as error:
+        _print_error(error, prefix="bitstream failed: ")
+        return 1
+    if not report["timing_met"]:
+        _print_error(report["timing_failure"], prefix="timing not met: ")
+        return 1
     return 0
 
 
@@ -528,7 +559,8 @@ def cmd_run(args):
         # The "sim" provider builds its Verilator twin on first use: up to a minute.
         with console.status(f"opening {args.model} on {', '.join(providers)}"):
             session = InferenceSession(args.model,
-                                       providers=_configured_providers(providers, args.config))
+                                       providers=_configured_providers(providers, args.config),
+                                       sequence_mode=args.sequence_mode)
         x, labels = _run_inputs(args, session)
         name = session.get_inputs()[0].name
         if len(x) == 0:
@@ -552,6 +584,10 @@ def cmd_run(args):
         return _fail(error)
     y = np.concatenate(outputs)
     console.print(_profile_table(totals, batches, args.profile))
+    kinds = [entry["semantics"] for entry in totals.values() if "semantics" in entry]
+    if kinds:  # a sequence model: what each layer's arithmetic followed (docs/semantics.md)
+        counts = ", ".join(f"{kind} {kinds.count(kind)}" for kind in dict.fromkeys(kinds))
+        console.print(f"semantics (--sequence-mode {args.sequence_mode}): {counts} layers")
     console.print(f"{len(x)} samples in {batches} batch(es) of up to {args.batch} on "
                   f"{','.join(session.get_providers())}: {wall:.2f} s "
                   f"({len(x) / wall:.0f} samples/s); output {list(y.shape)} {y.dtype}")
@@ -801,6 +837,9 @@ def _add_runtime_commands(sub):
     p.add_argument("--profile", action="store_true",
                    help="full placement reasons and per-batch times in the table")
     _add_config_option(p, "the engine the sim and uart-twin providers build")
+    p.add_argument("--sequence-mode", choices=["ort", "integer"], default="ort",
+                   help="Softmax/LayerNorm/GELU as onnxruntime's QDQ graph (ort, default) or "
+                        "integer-only (integer; docs/semantics.md)")
     p.add_argument("--port", help="serial port of the \"uart\" provider, e.g. /dev/ttyUSB0 "
                                   "(default $TESSERA_UART_PORT; docs/uart.md)")
     p.add_argument("-o", "--output", help="save the outputs as .npy")
@@ -983,9 +1022,17 @@ def build_parser():
     _add_config_option(p)
     p.set_defaults(func=cmd_verilog)
 
-    p = sub.add_parser("bitstream", help="synthesise, place and route a board top")
+    p = sub.add_parser("bitstream", help="synthesise, place and route the whole accelerator "
+                                          "for a board (docs/boards.md)")
     p.add_argument("--board", required=True)
-    _add_array_options(p)
+    p.add_argument("--rows", type=int, default=None,
+                   help="array rows R (default: the board's configuration)")
+    p.add_argument("--cols", type=int, default=None,
+                   help="array columns C (default: the board's configuration)")
+    p.add_argument("--clock-mhz", type=float, default=None,
+                   help="design clock made by the board's PLL (default: the board's)")
+    p.add_argument("--array", action="store_true",
+                   help="build the bare systolic array under an on-chip pattern instead")
     p.add_argument("--build", default="build")
     p.set_defaults(func=cmd_bitstream)
 

@@ -25,7 +25,7 @@ def test_unknown_board_lists_known_boards():
 def test_array_must_fit_the_device():
     with pytest.raises(ValueError, match=r"8x8 array needs 64 multipliers; ulx3s-25f "
                                          r"\(LFE5U-25F\) has 28"):
-        bitstream.board_top("ulx3s-25f", ArrayConfig())
+        bitstream.array_board_top("ulx3s-25f", ArrayConfig())
 
 
 @pytest.mark.parametrize("value", [0, -5, 5000, "fast", True])
@@ -45,7 +45,7 @@ def test_harness_parameters_are_checked():
 
 
 def test_ulx3s_top_has_one_dsp_per_pe_and_a_fast_clock_constraint():
-    _, _, plan = bitstream.prepare_build("ulx3s-85f", ArrayConfig(rows=8, cols=8))
+    _, _, plan = bitstream.prepare_array_build("ulx3s-85f", ArrayConfig(rows=8, cols=8))
     rtlil = plan.files[f"{bitstream.TOP_NAME}.il"]
     rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
     assert rtlil.count("cell \\MULT18X18D ") == 64
@@ -70,7 +70,7 @@ def test_nextpnr_report_is_parsed():
     raw = json.loads((DATA / "nextpnr_report_ulx3s85f.json").read_text())
     parsed = bitstream.parse_nextpnr_report(raw, "ecp5")
     resources = parsed["resources"]
-    assert set(resources) == {"LUT4", "FF", "MULT18X18D", "DP16KD"}
+    assert set(resources) == {"LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD"}
     assert resources["MULT18X18D"]["used"] == 64
     assert resources["MULT18X18D"]["available"] == 156
     assert resources["DP16KD"] == {"used": 0, "available": 208, "percent": 0.0}
@@ -115,6 +115,7 @@ def test_failed_tool_names_its_log(tmp_path):
         bitstream._run_tool("nextpnr", argv, tmp_path, None, tmp_path / "nextpnr.log",
                             lines.append)
     assert str(tmp_path / "nextpnr.log") in str(info.value)
+    assert "ERROR: no luck" in str(info.value)  # the tool's own reason, not just a path
     assert "ERROR: no luck" in (tmp_path / "nextpnr.log").read_text()
     assert any("ERROR: no luck" in line for line in lines)
 
@@ -154,9 +155,9 @@ def test_harness_checksum_follows_the_golden_gemm(backpressure):
 
 
 def test_synthesis_script_keeps_pe_registers_and_icebreaker_uses_dsps():
-    _, _, plan = bitstream.prepare_build("ulx3s-85f", ArrayConfig(rows=2, cols=2))
+    _, _, plan = bitstream.prepare_array_build("ulx3s-85f", ArrayConfig(rows=2, cols=2))
     assert bitstream.KEEP_PE_REGISTERS in plan.files[f"{bitstream.TOP_NAME}.ys"]
-    platform, top, plan = bitstream.prepare_build("icebreaker")
+    platform, top, plan = bitstream.prepare_array_build("icebreaker")
     assert top.config == ArrayConfig(rows=2, cols=2)
     assert "synth_ice40 -dsp" in plan.files[f"{bitstream.TOP_NAME}.ys"]
     assert platform.default_clk_frequency == 200e6

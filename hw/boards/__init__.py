@@ -1,4 +1,6 @@
-"""Board tops: the systolic array under an on-chip load, its checksum on the LEDs.
+"""Board tops. The whole accelerator behind the UART bridge is
+:class:`hw.boards.accelerator.AcceleratorBoardTop`; this module holds the older bare-array
+top: the systolic array under an on-chip load, its checksum on the LEDs.
 
 One top serves every board that has ``led`` resources; the board modules (``ulx3s``,
 ``icebreaker``) only name their platforms and defaults.

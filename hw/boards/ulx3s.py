@@ -1,6 +1,7 @@
-"""ULX3S (Radiona): ECP5 LFE5U boards with a 25 MHz oscillator and eight LEDs.
+"""ULX3S (Radiona): ECP5 LFE5U boards with a 25 MHz oscillator, eight LEDs and an FTDI
+FT231X serial port (``uart``: rx M1, tx L4).
 
-The 8x8 array needs 64 MULT18X18D, so it fits the 45F and 85F; the 25F (28 DSPs) takes a
+The bare 8x8 array needs 64 MULT18X18D, so it fits the 45F and 85F; the 25F (28 DSPs) takes a
 5x5 array at most.
 """
 
@@ -9,6 +10,8 @@ from amaranth_boards.ulx3s import (
     ULX3S_45F_Platform,
     ULX3S_85F_Platform,
 )
+
+from contract.config import ArrayConfig, ConvEngineConfig
 
 PLATFORMS = {
     "ulx3s-25f": ULX3S_25F_Platform,
@@ -22,3 +25,16 @@ MULTIPLIERS = {
     "LFE5U-45F": 72,
     "LFE5U-85F": 156,
 }
+
+# The whole accelerator per board, chosen to fit (docs/boards.md has the measured figures).
+# Multipliers: one per PE plus 4 per requantizer rescaler and 8 per residual-add datapath
+# (hw.bitstream.multipliers_needed): 8x8 -> 80 of 156, 6x8 -> 64 of 72, 4x4 -> 28 of 28.
+DEFAULT_CONFIGS = {
+    "ulx3s-85f": ConvEngineConfig(),
+    "ulx3s-45f": ConvEngineConfig(array=ArrayConfig(rows=6, cols=8)),
+    "ulx3s-25f": ConvEngineConfig(array=ArrayConfig(rows=4, cols=4)),
+}
+
+# Design clock per board (MHz): 125 MHz is 25 MHz x 5 from the EHXPLLL; 3 Mbaud takes a
+# divisor of 42 there (0.8% fast, well inside an 8N1 receiver's tolerance).
+DEFAULT_CLOCK_MHZ = {"ulx3s-85f": 125.0, "ulx3s-45f": 125.0, "ulx3s-25f": 125.0}

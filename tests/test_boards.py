@@ -1,0 +1,293 @@
+"""Board tops of the whole accelerator (hw/boards/accelerator.py, hw/boards/pll.py): PLL
+divider search, baud divisors, refusals, and the elaborated top of every board.
+
+The place and route itself is not run here (minutes on ECP5): ``make bitstream BOARD=...``
+does that, and docs/boards.md has the figures it measured.
+"""
+
+import json
+
+import pytest
+
+from contract.config import ArrayConfig, ConvEngineConfig
+from hw import bitstream
+from hw.boards import pll
+from hw.boards.accelerator import AcceleratorBoardTop, uart_divisor
+
+
+def _text(plan, suffix):
+    content = plan.files[f"{bitstream.TOP_NAME}.{suffix}"]
+    return content if isinstance(content, str) else content.decode()
+
+
+# --- PLL settings -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("f_out", [25.0, 50.0, 75.0, 100.0, 120.0, 125.0, 150.0, 200.0])
+def test_ecp5_pll_reaches_common_clocks_inside_the_data_sheet_ranges(f_out):
+    s = pll.ecp5_pll_settings(25.0, f_out)
+    assert s.f_out_mhz == pytest.approx(f_out, rel=1e-9)
+    assert pll.ECP5_PFD_MHZ[0] <= s.f_pfd_mhz <= pll.ECP5_PFD_MHZ[1]
+    assert pll.ECP5_VCO_MHZ[0] <= s.f_vco_mhz <= pll.ECP5_VCO_MHZ[1]
+    assert s.clki_div in pll.ECP5_CLKI_DIV and s.clkfb_div in pll.ECP5_CLKFB_DIV
+    assert s.clkop_div in pll.ECP5_CLKOP_DIV
+    # The primitive's equations, written out once more.
+    assert 25.0 * s.clkfb_div / s.clki_div == pytest.approx(f_out)
+
+
+def test_ecp5_pll_125_mhz_dividers():
+    s = pll.ecp5_pll_settings(25.0, 125.0)
+    assert (s.clki_div, s.clkfb_div, s.clkop_div) == (1, 5, 6)  # VCO 750 MHz, the highest
+    assert s.as_dict()["f_vco_mhz"] == 750.0
+
+
+@pytest.mark.parametrize("f_out, divs", [(24.0, (0, 63, 5)), (36.0, (0, 47, 4)),
+                                         (48.0, (0, 63, 4)), (30.0, (0, 79, 5))])
+def test_ice40_pll_settings(f_out, divs):
+    s = pll.ice40_pll_settings(12.0, f_out)
+    assert (s.divr, s.divf, s.divq) == divs
+    assert s.f_out_mhz == pytest.approx(f_out)
+    assert pll.ICE40_PFD_MHZ[0] <= s.f_pfd_mhz <= pll.ICE40_PFD_MHZ[1]
+    assert pll.ICE40_VCO_MHZ[0] <= s.f_vco_mhz <= pll.ICE40_VCO_MHZ[1]
+    assert s.filter_range == 1  # 12 MHz at the phase detector
+
+
+def test_ice40_pll_near_frequency_within_tolerance():
+    s = pll.ice40_pll_settings(12.0, 33.3, tolerance=0.01)
+    assert abs(s.f_out_mhz - 33.3) <= 0.333
+    with pytest.raises(pll.PllError, match="nearest setting"):
+        pll.ice40_pll_settings(12.0, 33.3, tolerance=1e-6)
+
+
+@pytest.mark.parametrize("family, f_in, f_out, span", [
+    ("ecp5", 25.0, 500.0, "3.125-400 MHz"), ("ecp5", 25.0, 2.0, "3.125-400 MHz"),
+    ("ice40", 12.0, 300.0, "16-275 MHz"), ("ice40", 12.0, 10.0, "16-275 MHz"),
+])
+def test_unreachable_frequency_is_refused_naming_the_range(family, f_in, f_out, span):
+    find = pll.ecp5_pll_settings if family == "ecp5" else pll.ice40_pll_settings
+    with pytest.raises(pll.PllError, match=f"cannot make {f_out:g} MHz from {f_in:g} MHz") \
+            as info:
+        find(f_in, f_out)
+    assert span in str(info.value)
+
+
+def test_ecp5_frequency_between_settings_is_refused_with_the_nearest():
+    # 25 MHz * fb / ci with a PFD of at least 3.125 MHz: 123.457 is 1.25% from 125.
+    with pytest.raises(pll.PllError, match=r"within 0.5%.*nearest setting: 125 MHz"):
+        pll.ecp5_pll_settings(25.0, 123.457)
+
+
+@pytest.mark.parametrize("value", [0, -1, "fast", True, None])
+def test_pll_frequency_must_be_a_number(value):
+    with pytest.raises(pll.PllError, match=f"f_out_mhz must be a positive frequency in MHz, "
+                                           f"not {value!r}"):
+        pll.ecp5_pll_settings(25.0, value)
+
+
+# --- UART divisor -------------------------------------------------------------------------
+
+def test_uart_divisor_at_the_board_clocks():
+    divisor, error = uart_divisor(125.0)
+    assert divisor == 42 and error == pytest.approx(abs(125e6 / 42 - 3e6) / 3e6)
+    assert error < 0.008
+    assert uart_divisor(24.0) == (8, 0.0)
+    assert uart_divisor(50.0, 1_000_000) == (50, 0.0)
+
+
+def test_uart_divisor_refuses_an_inexact_or_too_small_one():
+    with pytest.raises(ValueError, match=r"3000000 baud at 10 MHz needs 3.33 clock cycles per "
+                                         r"bit .* nearby: 9 or 12 MHz"):
+        uart_divisor(10.0)
+    with pytest.raises(ValueError, match="divisor of at least 2"):
+        uart_divisor(4.0)
+    with pytest.raises(ValueError, match="baud must be a positive integer, not 0"):
+        uart_divisor(125.0, 0)
+
+
+# --- tops -----------------------------------------------------------------------------------
+
+def test_board_defaults_fit_their_devices():
+    counts = {board: bitstream.multipliers_needed(bitstream.default_config(board))
+              for board in bitstream.KNOWN_BOARDS if board.startswith("ulx3s")}
+    assert counts == {"ulx3s-85f": 80, "ulx3s-45f": 64, "ulx3s-25f": 28}
+    assert bitstream.default_config("ulx3s-85f") == ConvEngineConfig()
+    assert bitstream.default_config("icebreaker").array == ArrayConfig(rows=2, cols=2)
+
+
+def test_unknown_board_is_refused_with_the_list():
+    with pytest.raises(ValueError, match="unknown board 'de10'; known boards: icebreaker, "
+                                         "ulx3s-25f, ulx3s-45f, ulx3s-85f"):
+        bitstream.board_top("de10")
+
+
+def test_accelerator_that_does_not_fit_is_refused_before_any_tool():
+    with pytest.raises(ValueError, match=r"the 8x8 accelerator needs 80 multipliers \(64 in "
+                                         r"the array, the rest in post-processing\); "
+                                         r"ulx3s-25f \(LFE5U-25F\) has 28"):
+        bitstream.board_top("ulx3s-25f", ConvEngineConfig())
+    with pytest.raises(TypeError, match="config must be a ConvEngineConfig"):
+        bitstream.board_top("ulx3s-85f", ArrayConfig())
+
+
+def test_unreachable_clock_is_refused_by_the_board_top():
+    with pytest.raises(pll.PllError, match="ECP5 PLL cannot make 450 MHz from 25 MHz"):
+        bitstream.board_top("ulx3s-85f", clock_mhz=450)
+    with pytest.raises(ValueError, match="3000000 baud at 37.5 MHz needs 12.50 clock cycles"):
+        # 37.5 MHz is a PLL setting (25 * 3 / 2), but 12 cycles per bit is 4% off.
+        AcceleratorBoardTop(ConvEngineConfig(array=ArrayConfig(rows=1, cols=1)),
+                            family="ecp5", board_clock_mhz=25.0, clock_mhz=37.5)
+
+
+def test_ulx3s_85f_top_elaborates_with_pll_uart_and_clock():
+    platform, top, plan = bitstream.prepare_build("ulx3s-85f")
+    assert top.config == ConvEngineConfig() and top.clock_mhz == 125.0 and top.divisor == 42
+    rtlil = _text(plan, "il")
+    assert rtlil.count("cell \\EHXPLLL ") == 1
+    for name, value in (("CLKI_DIV", 1), ("CLKFB_DIV", 5), ("CLKOP_DIV", 6)):
+        assert f"parameter \\{name} {value}\n" in rtlil
+    assert 'parameter \\FEEDBK_PATH "CLKOP"' in rtlil
+    lpf = _text(plan, "lpf")
+    # The oscillator pin keeps its own 25 MHz: nextpnr derives the PLL output's constraint.
+    assert 'FREQUENCY PORT "clk25_0__io" 25000000.0 HZ;' in lpf
+    assert 'LOCATE COMP "uart_0__rx__io" SITE "M1";' in lpf
+    assert 'LOCATE COMP "uart_0__tx__io" SITE "L4";' in lpf
+    commands = json.loads(plan.files[f"build_{bitstream.TOP_NAME}.json"])["commands"]
+    nextpnr = commands[1]
+    assert nextpnr[0] == "nextpnr-ecp5" and "--85k" in nextpnr
+    assert "--timing-allow-fail" in nextpnr
+    assert bitstream.KEEP_PE_REGISTERS in _text(plan, "ys")
+
+
+@pytest.mark.parametrize("board, device", [("ulx3s-45f", "--45k"), ("ulx3s-25f", "--25k")])
+def test_smaller_ulx3s_tops_elaborate(board, device):
+    platform, top, plan = bitstream.prepare_build(board)
+    config = bitstream.default_config(board)
+    assert top.config == config
+    assert bitstream.multipliers_needed(config) <= bitstream._MULTIPLIERS[platform.device]
+    assert _text(plan, "il").count("cell \\EHXPLLL ") == 1
+    commands = json.loads(plan.files[f"build_{bitstream.TOP_NAME}.json"])["commands"]
+    assert device in commands[1]
+
+
+def test_icebreaker_top_uses_the_pad_pll_and_the_ftdi_uart():
+    platform, top, plan = bitstream.prepare_build("icebreaker")
+    assert top.clock_mhz == 24.0 and top.divisor == 8 and top.baud_error == 0.0
+    rtlil = _text(plan, "il")
+    assert rtlil.count("cell \\SB_PLL40_PAD ") == 1
+    for name, value in (("DIVR", 0), ("DIVF", 63), ("DIVQ", 5), ("FILTER_RANGE", 1)):
+        assert f"parameter \\{name} {value}\n" in rtlil
+    pcf = _text(plan, "pcf")
+    for line in ("set_io clk12_0__io 35", "set_io uart_0__rx__io 6",
+                 "set_io uart_0__tx__io 9", "set_frequency clk12_0__io 12.0"):
+        assert line in pcf
+    assert "synth_ice40 -dsp" in _text(plan, "ys")
+
+
+def test_rows_and_cols_change_the_array_of_the_board_configuration():
+    import dataclasses
+
+    config = dataclasses.replace(bitstream.default_config("ulx3s-85f"),
+                                 array=ArrayConfig(rows=4, cols=6))
+    _, top, plan = bitstream.prepare_build("ulx3s-85f", config, clock_mhz=100)
+    assert (top.config.rows, top.config.cols) == (4, 6) and top.divisor == 33
+    rtlil = _text(plan, "il")
+    assert rtlil.count("cell \\EHXPLLL ") == 1
+    assert "parameter \\CLKOP_DIV 8\n" in rtlil  # 100 MHz: VCO 800 MHz, the highest
+
+
+# --- reports --------------------------------------------------------------------------------
+
+def _accelerator_report(constraint_mhz):
+    from pathlib import Path
+
+    raw = json.loads((Path(__file__).parent / "data" / "nextpnr_report_ulx3s85f.json")
+                     .read_text())
+    parsed = bitstream.parse_nextpnr_report(raw)
+    for entry in parsed["fmax"].values():
+        entry["constraint_mhz"] = constraint_mhz
+    return raw, parsed
+
+
+def test_timing_verdict_names_the_path_and_the_log():
+    raw, parsed = _accelerator_report(125.0)
+    paths = bitstream.critical_path(raw)
+    clock, fmax, failure = bitstream.timing_verdict(parsed, paths, 125.0, "b/nextpnr.log")
+    assert fmax == clock["achieved_mhz"] > 125.0 and failure is None
+    _, fmax, failure = bitstream.timing_verdict(parsed, paths, 250.0, "b/nextpnr.log")
+    assert fmax < 250.0
+    assert failure.startswith(f"nextpnr reached {fmax:g} MHz, below the 250 MHz clock; "
+                              f"critical path ")
+    assert failure.endswith("log: b/nextpnr.log")
+    _, _, failure = bitstream.timing_verdict({"fmax": {}}, {}, 125.0, "x.log")
+    assert "no fmax" in failure
+
+
+def test_accelerator_summary_fits_one_screen():
+    from rich.console import Console
+
+    raw, parsed = _accelerator_report(125.0)
+    report = {
+        "board": "ulx3s-85f", "kind": "accelerator", "device": "LFE5U-85F",
+        "config": ConvEngineConfig().as_dict(), "board_clock_mhz": 25.0, "target_mhz": 125.0,
+        "clock_mhz": 125.0, "fmax_mhz": 130.0, "timing_met": True,
+        "pll": {"primitive": "EHXPLLL"}, "uart": {"baud": 3000000, "divisor": 42,
+                                                  "baud_error_percent": 0.794},
+        **parsed, "critical_path": bitstream.critical_path(raw),
+        "wall_time_s": {"synthesis_s": 150.0, "place_and_route_s": 300.0, "pack_s": 9.0},
+        "bitstream": "build/ulx3s-85f/top.bit",
+        "logs": {"yosys": "build/ulx3s-85f/yosys.log",
+                 "nextpnr": "build/ulx3s-85f/nextpnr.log"},
+    }
+    console = Console(record=True, width=100)
+    bitstream.print_summary(report, console=console)
+    text = console.export_text()
+    assert "whole accelerator, 8x8 array" in text
+    assert "PLL makes 125 MHz from 25 MHz" in text and "divisor 42" in text
+    assert "build/ulx3s-85f/nextpnr.log" in text
+    assert len(text.splitlines()) <= 24
+
+
+def test_cli_refuses_an_unreachable_clock_without_running_tools(capsys):
+    from tessera.cli import main
+
+    assert main(["bitstream", "--board", "icebreaker", "--clock-mhz", "300",
+                 "--build", "/nonexistent/never"]) == 2
+    out = capsys.readouterr().out
+    assert "iCE40 PLL cannot make 300 MHz from 12 MHz" in out and "16-275 MHz" in out
+    assert main(["bitstream", "--board", "nope"]) == 2
+    assert "known boards: icebreaker" in capsys.readouterr().out
+
+
+# --- the iCEBreaker configuration runs the digits CNN --------------------------------------
+
+@pytest.mark.slow
+def test_icebreaker_configuration_runs_digits_bit_exact_on_its_twin():
+    """The Verilator twin of exactly the configuration the iCEBreaker build uses (2x2 array,
+    1 KiB activation buffers) runs the digits CNN identically to the cpu provider; conv2's
+    weights exceed the small buffers and are split into several passes, and what the device
+    does not run falls back to the cpu with the reason."""
+    from models.zoo import DIGITS_QDQ, load_digits_split
+    from sw_driver import InferenceSession
+    from sw_driver.providers import SimProvider
+    from tests.assertions import assert_exact
+
+    config = bitstream.default_config("icebreaker")
+    _, _, x, _ = load_digits_split()
+    feed = {"input": x[:8]}
+    (want,) = InferenceSession(DIGITS_QDQ, providers=["cpu"]).run(None, feed)
+    sim = SimProvider(config, log=lambda message: None)
+    try:
+        session = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
+        (got,) = session.run(None, feed)
+        profile = {entry["layer"]: entry for entry in session.profile()}
+    finally:
+        sim.close()
+    assert_exact(got, want, "digits, 8 test images, icebreaker configuration",
+                 names=("session", "cpu"), same_dtype=True)
+    on_device = {name for name, entry in profile.items() if entry["provider"] == "sim"}
+    assert on_device == {"conv1", "pool1", "conv2", "fc"}
+    assert "2x2 engine" in profile["conv2"]["reason"]
+    assert "in 3 pass(es)" in profile["conv2"]["reason"]  # split to fit 1024 weight words
+    for name, entry in profile.items():
+        if name not in on_device:
+            assert entry["provider"] == "cpu"
+            assert entry["reason"].startswith("sim declined: "), entry
