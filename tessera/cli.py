@@ -160,13 +160,44 @@ def cmd_verilog(args):
 
 
 def cmd_bitstream(args):
-    from hw.bitstream import KNOWN_BOARDS, build_bitstream
+    import dataclasses
+
+    from contract.config import ArrayConfig
+    from hw.bitstream import (
+        KNOWN_BOARDS,
+        BitstreamError,
+        build_array_bitstream,
+        build_bitstream,
+        default_config,
+    )
 
     if args.board not in KNOWN_BOARDS:
         console.print(f"[red]unknown board {args.board!r}[/]; known boards: "
                       + ", ".join(sorted(KNOWN_BOARDS)))
         return 2
-    build_bitstream(args.board, _array_config(args), build_root=args.build)
+    def pick(value, default):
+        return default if value is None else value
+
+    try:
+        if args.array:
+            # The bare systolic array under its on-chip pattern load (no host link).
+            config = None if args.rows is None and args.cols is None else ArrayConfig(
+                rows=pick(args.rows, 8), cols=pick(args.cols, 8))
+            build_array_bitstream(args.board, config, build_root=args.build)
+            return 0
+        config = default_config(args.board)
+        if args.rows is not None or args.cols is not None:
+            array = ArrayConfig(rows=pick(args.rows, config.rows),
+                                cols=pick(args.cols, config.cols))
+            config = dataclasses.replace(config, array=array)
+        report = build_bitstream(args.board, config, build_root=args.build,
+                                 clock_mhz=args.clock_mhz)
+    except BitstreamError as error:
+        _print_error(error, prefix="bitstream failed: ")
+        return 1
+    if not report["timing_met"]:
+        _print_error(report["timing_failure"], prefix="timing not met: ")
+        return 1
     return 0
 
 
@@ -991,9 +1022,17 @@ def build_parser():
     _add_config_option(p)
     p.set_defaults(func=cmd_verilog)
 
-    p = sub.add_parser("bitstream", help="synthesise, place and route a board top")
+    p = sub.add_parser("bitstream", help="synthesise, place and route the whole accelerator "
+                                          "for a board (docs/boards.md)")
     p.add_argument("--board", required=True)
-    _add_array_options(p)
+    p.add_argument("--rows", type=int, default=None,
+                   help="array rows R (default: the board's configuration)")
+    p.add_argument("--cols", type=int, default=None,
+                   help="array columns C (default: the board's configuration)")
+    p.add_argument("--clock-mhz", type=float, default=None,
+                   help="design clock made by the board's PLL (default: the board's)")
+    p.add_argument("--array", action="store_true",
+                   help="build the bare systolic array under an on-chip pattern instead")
     p.add_argument("--build", default="build")
     p.set_defaults(func=cmd_bitstream)
 
