@@ -114,7 +114,11 @@ def deploy(ray, config, *, replicas=1, port=None):
     serve.start(proxy_location="HeadOnly",
                 http_options={"host": config.host,
                               "port": config.port if port is None else port})
-    app = _deployment(serve).options(num_replicas=replicas, ray_actor_options=options)
+    # Every request reaches a replica at once, so tessera serve's own admission (priorities,
+    # SLOs, per-device queues) decides, not Serve's queue in the proxy (5 by default).
+    ongoing = sum(d.workers + d.max_queue for d in config.devices.values())
+    app = _deployment(serve).options(num_replicas=replicas, ray_actor_options=options,
+                                     max_ongoing_requests=max(ongoing, 5))
     try:
         serve.run(app.bind(shared), name=APPLICATION, route_prefix="/")
     except RuntimeError as exc:  # a replica's constructor raised (a model that cannot load)
