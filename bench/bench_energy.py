@@ -1,13 +1,15 @@
 """Energy ESTIMATE per inference from the energy twin's switching activity
 (docs/energy.md): the digits CNN and the ResNet-8-like zoo model on the ULX3S-85F's default
-configuration at its default clock, with the shipped (uncalibrated) coefficients; writes
-bench/results/energy.json. Every figure is an ESTIMATE, not a measurement of a board.
+configuration at its default clock, and the digits CNN on the iCEBreaker's, with the
+shipped (uncalibrated) coefficients; writes bench/results/energy.json. Every figure is an
+ESTIMATE, not a measurement of a board.
 """
 
 from bench.common import metric, write_results
 from bench.energy import energy_of_model
 
-BOARD = "ulx3s-85f"
+#: (board, model) pairs measured.
+RUNS = (("ulx3s-85f", "digits"), ("ulx3s-85f", "resnet8"), ("icebreaker", "digits"))
 NOTE = "ESTIMATE: twin toggle counts x uncalibrated coefficients (docs/energy.md)"
 
 
@@ -26,8 +28,10 @@ def _model_paths():
 
 def main():
     metrics, runs = [], {}
-    for name, path in _model_paths().items():
-        result = energy_of_model(path, BOARD)
+    paths = _model_paths()
+    for board, model in RUNS:
+        name = f"{model} on {board}"
+        result = energy_of_model(paths[model], board)
         runs[name] = {key: result[key] for key in (
             "model", "board", "device", "clock_mhz", "calibrated", "cycles", "macs",
             "not_counted", "resources", "energy", "activity")}
@@ -40,7 +44,7 @@ def main():
                    round(result["average_w"] * 1e3, 1), "mW", note=NOTE),
             metric(f"{name} device cycles per inference", result["cycles"], "cycles"),
         ]
-    write_results("energy", metrics, label="ESTIMATE", board=BOARD, runs=runs)
+    write_results("energy", metrics, label="ESTIMATE", runs=runs)
 
 
 if __name__ == "__main__":

@@ -339,3 +339,20 @@ def test_cli_bad_input_is_one_line(capsys, argv, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert re.match(message, err) and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow
+def test_a_whole_model_through_the_driver(energy_run):
+    from bench.energy import measure_model, report
+    from models.zoo import DIGITS_QDQ
+
+    activity, elsewhere = measure_model(energy_run, DIGITS_QDQ, batch=1, seed=3)
+    # The digits CNN: convolutions with fused 2x2 max pools, no residual add.
+    assert touched(activity) == {"systolic_array", "conv_engine", "requant", "pool",
+                                 "csr_dma"}, activity["toggles"]
+    assert "gap (GlobalAveragePool)" in elsewhere
+    result = report(activity, "ulx3s-25f", clock_mhz=100.0)
+    assert result["label"] == "ESTIMATE" and not result["calibrated"]
+    assert result["nj_per_inference"] * 1e-9 == pytest.approx(result["energy"]["total_j"])
+    assert result["gops_per_w"] == pytest.approx(
+        2 * activity["macs"] / result["energy"]["total_j"] / 1e9)
