@@ -36,6 +36,7 @@ help:
 	@echo "make energy [MODEL=x.onnx] [BOARD=ulx3s-85f]  energy ESTIMATE per inference (docs/energy.md)"
 	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
 	@echo "     [RAY=1|host:port]         ... as Ray tasks, local or on a cluster (docs/ray.md)"
+	@echo "     [SEEDS=1-8]               ... every seed, each mismatch with its repro command"
 	@echo "make lint                      ruff"
 	@echo "make clean                     remove build/ and bench results"
 	@echo "make run [MODEL=x.onnx] [BACKEND=cpu] [DATASET=digits|INPUT=x.npy]  run a QDQ model, profiled"
@@ -44,6 +45,7 @@ help:
 	@echo "make zoo / make zoo-digits     random zoo models into build/zoo / retrain the digits CNN"
 	@echo "make zoo-vit / make zoo-rnn    retrain the digits ViT / row GRU (docs/zoo.md)"
 	@echo "make serve [CONFIG=x.toml]     KServe v2 inference server on 127.0.0.1 (docs/serving.md)"
+	@echo "     [RAY=1|host:port] [REPLICAS=n]  ... as Ray Serve replicas (docs/scale-out.md)"
 	@echo "make loadtest [LOAD='a=50 b=c4'] traffic to a running make serve, answers checked"
 
 setup: $(STAMP)
@@ -94,7 +96,8 @@ energy: setup
 .PHONY: soak
 soak: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) soak --seed $(SEED) --count $(or $(COUNT),10000) \
-	  $(if $(ONLY),--only $(ONLY)) $(if $(RAY),--ray $(filter-out 1,$(RAY))) $(HW_FILE)
+	  $(if $(ONLY),--only $(ONLY)) $(if $(SEEDS),--seeds $(SEEDS)) \
+	  $(if $(RAY),--ray $(filter-out 1,$(RAY))) $(HW_FILE)
 
 demo: setup
 	$(TESSERA) demo $(HW_FILE)
@@ -145,7 +148,8 @@ SERVE_EXAMPLE := tessera/serve/example.toml
 
 .PHONY: serve
 serve: setup
-	$(TESSERA) serve --config $(or $(CONFIG),$(SERVE_EXAMPLE)) $(if $(PORT),--port $(PORT))
+	$(TESSERA) serve --config $(or $(CONFIG),$(SERVE_EXAMPLE)) $(if $(PORT),--port $(PORT)) \
+	  $(if $(RAY),--ray $(filter-out 1,$(RAY))) $(if $(REPLICAS),--replicas $(REPLICAS))
 
 # Against a server already running with the same CONFIG: LOAD is NAME=RATE (Poisson req/s)
 # or NAME=cN (N closed-loop clients) per tenant; bounded to 10 s.
