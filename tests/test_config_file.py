@@ -1,0 +1,222 @@
+"""One hardware configuration, read from a file or a preset (contract/config_file.py), and
+taken by every command that builds or simulates hardware (``--config``, make ``CONFIG=``)."""
+
+import json
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contract.config import ArrayConfig, ConvEngineConfig
+from contract.config_file import (
+    DEFAULT_PRESET,
+    PRESETS,
+    ConfigFileError,
+    config_to_dict,
+    dumps_json,
+    dumps_toml,
+    load_config,
+    parse_config,
+    write_config,
+)
+from models.zoo import DIGITS_QDQ
+from tessera.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+TWO_BY_TWO = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=2048,
+                              weight_depth=1024, max_col_tiles=16)
+
+
+def _one_line_error(capsys):
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_presets_and_the_one_default():
+    assert {"default", "tiny", "ulx3s-85f", "icebreaker"} <= PRESETS.keys()
+    assert all(isinstance(config, ConvEngineConfig) for config in PRESETS.values())
+    assert DEFAULT_PRESET == "default"
+    # The "sim" provider builds the default preset when given no configuration.
+    from sw_driver.providers.sim import DEFAULT_CONFIG
+
+    assert PRESETS["default"] == DEFAULT_CONFIG
+    assert PRESETS["tiny"] == TWO_BY_TWO
+    assert PRESETS["icebreaker"].array == ArrayConfig(rows=2, cols=2)
+    assert PRESETS["ulx3s-85f"] == ConvEngineConfig()
+    assert load_config("tiny") is PRESETS["tiny"]
+
+
+@pytest.mark.parametrize("suffix", ["toml", "json"])
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_round_trip(tmp_path, name, suffix):
+    config = PRESETS[name]
+    path = write_config(config, tmp_path / f"{name}.{suffix}")
+    assert load_config(path) == config
+    assert load_config(str(path)) == config
+
+
+def test_round_trip_with_every_field_set(tmp_path):
+    config = ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=777,
+                              weight_depth=99, max_col_tiles=3, clock_mhz=62.5)
+    assert parse_config(json.loads(dumps_json(config))) == config
+    (tmp_path / "c.toml").write_text(dumps_toml(config))
+    assert load_config(tmp_path / "c.toml") == config
+    assert config_to_dict(config) == {"act_depth": 777, "weight_depth": 99, "max_col_tiles": 3,
+                                      "stream_width": 32, "clock_mhz": 62.5,
+                                      "array": {"rows": 3, "cols": 5, "acc_width": 32}}
+    # An unset clock is left out of the file rather than written as a value TOML lacks.
+    assert "clock_mhz" not in config_to_dict(PRESETS["default"])
+
+
+def test_a_file_overrides_its_base_preset(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('base = "tiny"\nact_depth = 512\n[array]\nrows = 3\n')
+    assert load_config(path) == replace(TWO_BY_TWO, act_depth=512,
+                                        array=ArrayConfig(rows=3, cols=2))
+    path.write_text("[array]\ncols = 4\n")  # no base: the default preset
+    assert load_config(path) == replace(PRESETS["default"], array=ArrayConfig(rows=8, cols=4))
+
+
+SIZES = "an integer from 1 to 64"
+BAD_TOML = [
+    ("[array]\nrows = 0", f"array.rows must be {SIZES}, not 0"),
+    ("[array]\ncols = -2", f"array.cols must be {SIZES}, not -2"),
+    ("[array]\nrows = 65", f"array.rows must be {SIZES}, not 65"),
+    ('[array]\nrows = "8"', f"array.rows must be {SIZES}, not '8' (a string)"),
+    ("[array]\nrows = 2.0", f"array.rows must be {SIZES}, not 2.0 (a number)"),
+    ("[array]\nacc_width = 16",
+     "array.acc_width must be 32 (the only value the hardware is built for), not 16"),
+    ("act_depth = 0", "act_depth must be an integer from 1 to 16777216, not 0"),
+    ("weight_depth = -1", "weight_depth must be an integer from 1 to 1048576, not -1"),
+    ("max_col_tiles = 4097", "max_col_tiles must be an integer from 1 to 4096, not 4097"),
+    ("max_col_tiles = true",
+     "max_col_tiles must be an integer from 1 to 4096, not True (a boolean)"),
+    ("stream_width = 64",
+     "stream_width must be 32 (the only value the hardware is built for), not 64"),
+    ("clock_mhz = 0", "clock_mhz must be a number from 1 to 1000, not 0"),
+    ("clock_mhz = nan", "clock_mhz must be a number from 1 to 1000, not nan (a number)"),
+    ('clock_mhz = "fast"', "clock_mhz must be a number from 1 to 1000, not 'fast' (a string)"),
+    ("rows = 2", "unknown field 'rows'; known fields: base, array.rows, array.cols, "
+                 "array.acc_width, act_depth, weight_depth, max_col_tiles, stream_width, "
+                 "clock_mhz"),
+    ("[array]\nrowz = 2", "unknown field 'array.rowz'; known fields: base, array.rows"),
+    ("array = 4", "array must be a table ([array]) of array.rows, array.cols, "
+                  "array.acc_width, not 4"),
+    ('base = "huge"', "base must be a preset name, one of default, tiny, ulx3s-85f"),
+    ("act_depth = ", "not valid TOML ("),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_TOML)
+def test_bad_fields_are_refused_naming_file_field_and_range(tmp_path, text, message):
+    path = tmp_path / "bad.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigFileError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("bad.json", '{"act_depth": 0}', "act_depth must be an integer from 1 to 16777216, not 0"),
+    ("bad.json", '{"array": {"cols": null}}', f"array.cols must be {SIZES}, not None"),
+    ("bad.json", "[8, 8]", "a configuration is a table of fields, not [8, 8] (a list)"),
+    ("bad.json", "{rows: 8}", "not valid JSON ("),
+    ("bad.yaml", "rows: 8", "a configuration file is .toml or .json, not '.yaml'"),
+])
+def test_bad_files_are_refused(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ConfigFileError) as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
+
+
+def test_missing_file_names_the_presets(tmp_path):
+    with pytest.raises(ConfigFileError, match=r"nope\.toml: no such configuration file, and "
+                                              r"not a preset \(presets: default, tiny, "):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_cli_builds_the_configured_array(tmp_path, capsys):
+    path = tmp_path / "two.toml"
+    write_config(replace(TWO_BY_TWO, array=ArrayConfig(rows=2, cols=3)), path)
+    assert main(["verilog", "--config", str(path), "--build", str(tmp_path / "b")]) == 0
+    verilog = (tmp_path / "b" / "r2c3a32" / "systolic_array.v").read_text()
+    # Operands: two rows and three columns of int8 plus last (41 bits); results: a row of
+    # three int32 plus last (97 bits).
+    assert "input [40:0] operands__payload;" in verilog
+    assert "output [96:0] results__payload;" in verilog
+    # --rows overrides the file's array; --cols keeps it.
+    assert main(["verilog", "--config", str(path), "--rows", "1",
+                 "--build", str(tmp_path / "b")]) == 0
+    assert (tmp_path / "b" / "r1c3a32" / "systolic_array.v").is_file()
+
+
+def test_cli_builds_the_configured_accelerator(tmp_path):
+    path = tmp_path / "engine.json"
+    path.write_text(json.dumps({"base": "tiny", "act_depth": 512, "weight_depth": 64}))
+    assert main(["verilog", "--target", "xdma", "--config", str(path),
+                 "--build", str(tmp_path)]) == 0
+    (top,) = tmp_path.glob("conv_engine-r2c2a32-x512-w64-t16-xdma/*.v")
+    assert "module tessera_xdma(" in top.read_text()
+
+
+@pytest.mark.parametrize("command", [
+    ["verilog"], ["verilog", "--target", "xdma"], ["demo-array"], ["demo"], ["sim"],
+    ["bench", "twin"], ["soak", "--count", "1"],
+    ["run", str(DIGITS_QDQ), "--providers", "sim"],
+])
+def test_every_command_refuses_a_bad_config_in_one_line(tmp_path, capsys, command):
+    path = tmp_path / "bad.toml"
+    path.write_text("[array]\nrows = 0\n")
+    assert main([*command, "--config", str(path)]) == 2
+    assert _one_line_error(capsys) == (f"error: {path}: array.rows must be an integer from 1 "
+                                       f"to 64, not 0")
+
+
+def test_run_config_needs_a_twin_provider(capsys):
+    assert main(["run", str(DIGITS_QDQ), "--providers", "cpu", "--config", "tiny"]) == 2
+    assert "--config builds the twin providers (sim, uart-twin); none is in --providers cpu" \
+        in _one_line_error(capsys)
+
+
+def test_run_on_the_twin_of_a_configuration_file(tmp_path, monkeypatch):
+    import sw_driver.providers as providers
+
+    built = []
+    original = providers.SimProvider
+
+    def recording(config=None, **kwargs):
+        built.append(config)
+        return original(config, **kwargs)
+
+    monkeypatch.setattr(providers, "SimProvider", recording)
+    path = tmp_path / "tiny.toml"
+    path.write_text('base = "tiny"\n')
+    x = np.random.default_rng(7).random((6, 1, 8, 8), dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["run", str(DIGITS_QDQ), "--input", str(tmp_path / "x.npy"), "--providers",
+                 "sim", "--config", str(path), "-o", str(tmp_path / "twin.npy")]) == 0
+    assert built == [TWO_BY_TWO]
+    assert main(["run", str(DIGITS_QDQ), "--input", str(tmp_path / "x.npy"), "--providers",
+                 "cpu", "-o", str(tmp_path / "cpu.npy")]) == 0
+    twin, cpu = np.load(tmp_path / "twin.npy"), np.load(tmp_path / "cpu.npy")
+    assert twin.shape == (6, 10)
+    np.testing.assert_array_equal(twin, cpu)
+
+
+def test_make_passes_config_and_the_array_shorthand():
+    def dry(*args):
+        return subprocess.run(["make", "-n", "-o", ".venv/.setup-stamp", *args], cwd=REPO,
+                              capture_output=True, text=True, check=True).stdout
+
+    assert "tessera verilog --config tiny --rows 3" in dry("verilog", "CONFIG=tiny", "R=3")
+    assert "demo-array --config x.toml  --cols 4" in dry("demo-array", "CONFIG=x.toml", "C=4")
+    for target in ("sim", "demo", "bench", "soak", "verilog-xdma"):
+        assert "--config tiny" in dry(target, "CONFIG=tiny"), target
+    assert "--config" not in dry("verilog")
