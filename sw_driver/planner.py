@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.postprocess import add_units
 from contract.streams import add_words, output_words
 from models.conv import conv_output_size
 
@@ -213,21 +214,24 @@ def device_work(layer, input_shape, config):
 
 #: Register writes of a POOL pass and of an ADD pass (sw_driver.accelerator's programs).
 POOL_CSR_WRITES, ADD_CSR_WRITES = 7, 15
-#: Fixed cycles of a POOL and of an ADD pass, and the cycles per input beat beyond its
-#: words: fitted on the 4x4 twin's PERF_CYCLES (2 cycles per 1-word pool beat + 31, 3 per
-#: 2-word add beat + 53, from 2x2 to 16x32 maps); the cycle model has no POOL or ADD pass.
-POOL_FIXED_CYCLES, ADD_FIXED_CYCLES, EXTRA_CYCLES_PER_BEAT = 31, 53, 1
+#: Fixed cycles of a POOL and of an ADD pass: fitted on the twin's PERF_CYCLES (31 for the
+#: pool on the 4x4 twin; 59 for the add on the 8x8 twin, 2x2 to 32x32 maps).
+POOL_FIXED_CYCLES, ADD_FIXED_CYCLES = 31, 59
+#: Cycles per POOL input beat beyond its words (the gatherer hands the beat on).
+EXTRA_CYCLES_PER_BEAT = 1
 
 
 def _pool_work(shape, config):
-    """One POOL pass: every (image, group of C channels) is a frame; one input beat per
-    pixel of its even rows and columns (an odd last row or column is not sent)."""
+    """One POOL pass: every (image, group of C channels) is a frame of H x W input beats
+    (an odd last row or column is sent too and dropped by the pool, ``hw/maxpool.py``);
+    one output beat per 2x2 window."""
     n, c, h, w = shape
     frames = n * -(-c // config.cols)
     words = output_words(config.cols)
-    beats = frames * (h // 2 * 2) * (w // 2 * 2)
+    beats = frames * h * w
+    out_beats = frames * (h // 2) * (w // 2)
     return DeviceWork(1, POOL_FIXED_CYCLES + beats * (words + EXTRA_CYCLES_PER_BEAT),
-                      beats * words * 4, beats // 4 * words * 4,
+                      beats * words * 4, out_beats * words * 4,
                       POOL_CSR_WRITES + CSR_READS_PER_PASS)
 
 
@@ -239,11 +243,17 @@ def _add_size(layer, shape):
     return int(np.prod(shape))
 
 
+def add_cycles_per_beat(cols):
+    """Cycles one ADD beat (C pairs) takes: its words plus one to gather them, or the
+    time-shared residual-add datapaths' ``C // add_units(C)`` if slower (8 on the 8x8)."""
+    return max(add_words(cols) + EXTRA_CYCLES_PER_BEAT, cols // add_units(cols))
+
+
 def _add_work(size, config):
-    """One ADD pass: C pairs per input beat (see :func:`_pool_work`)."""
+    """One ADD pass: C pairs per input beat, one output beat of C each."""
     beats = -(-size // config.cols)
     words = add_words(config.cols)
-    return DeviceWork(1, ADD_FIXED_CYCLES + beats * (words + EXTRA_CYCLES_PER_BEAT),
+    return DeviceWork(1, ADD_FIXED_CYCLES + beats * add_cycles_per_beat(config.cols),
                       beats * words * 4, beats * output_words(config.cols) * 4,
                       ADD_CSR_WRITES + CSR_READS_PER_PASS)
 

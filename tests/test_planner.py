@@ -247,3 +247,33 @@ def test_without_a_time_estimate_the_order_decides(pcie):
     graph.inputs = [g.TensorInfo("x", ["N", 64, "H", "W"], "tensor(int8)")]
     [(_, provider, _)] = Planner().place(graph, [pcie, CPUProvider()])
     assert provider is pcie
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 7, 9), (2, 5, 8, 8), (1, 8, 3, 2)])
+def test_pool_work_moves_the_bytes_the_driver_sends(shape):
+    """The POOL estimate counts every input pixel the driver streams, odd last row and
+    column included, and one output beat per 2x2 window."""
+    from sw_driver.accelerator import pool_program
+
+    layer = g.MaxPool("pool", ("x",), "y", kernel=(2, 2), stride=(2, 2), padding=(0,) * 4)
+    program = pool_program(np.zeros(shape, np.int8), DEFAULT_CONFIG)
+    work = device_work(layer, shape, DEFAULT_CONFIG)
+    assert (work.h2c_bytes, work.c2h_bytes) == (len(program.h2c), program.c2h_bytes), \
+        (shape, work)
+
+
+def test_add_work_counts_the_time_shared_adder():
+    """An ADD beat of 8 pairs takes 8 cycles on the 8x8 engine (one shared datapath), not
+    its 4 words + 1 (measured on the twin: bench/results/utilization.json)."""
+    from sw_driver.accelerator import add_program
+
+    layer = g.Add("add", ("a", "b"), "y", a_scale=0.1, b_scale=0.1, y_scale=0.1)
+    shape = (1, 16, 32, 32)
+    work = device_work(layer, shape, DEFAULT_CONFIG)
+    beats = 16 * 32 * 32 // 8
+    assert work.cycles == 59 + 8 * beats, work
+    a = np.zeros(shape, np.int8)
+    program = add_program(a, a, {name: 0 for name in (
+        "a_zero_point", "b_zero_point", "y_zero_point", "lo", "hi", "a_multiplier",
+        "a_shift", "b_multiplier", "b_shift", "y_multiplier", "y_shift")}, DEFAULT_CONFIG)
+    assert (work.h2c_bytes, work.c2h_bytes) == (len(program.h2c), program.c2h_bytes)
