@@ -26,15 +26,18 @@ from models.sequence import dequantize, float_op, quantize
 
 from . import graph as g
 
-__all__ = ["GELU_MATCH_LSB", "SEQUENCE_MODES", "apply_sequence_mode"]
+__all__ = ["GELU_MATCH_LSB", "SEQUENCE_MODES", "TANH_GELU_GAP", "apply_sequence_mode"]
 
 #: The values of the session option ``sequence_mode``.
 SEQUENCE_MODES = ("ort", "integer")
 #: Largest distance, in output LSB over the 256 input codes, between a float region and
 #: GELU (erf form) for the region to count as a GELU. The QDQ pairs that the quantizer puts
 #: inside the erf form cost up to about 1 LSB, and the tanh form differs from the erf form
-#: by at most 4.7e-4 in real units.
+#: by at most :data:`TANH_GELU_GAP`.
 GELU_MATCH_LSB = 2
+#: ``max |GELU_tanh(v) - GELU_erf(v)|`` in real units (4.73e-4, near ``v = 2.70``), rounded
+#: up: what the integer GELU (erf form) adds to its bound where the model asked for tanh.
+TANH_GELU_GAP = 4.8e-4
 #: Float ops that act element by element (with scalar constants) and may sit in a GELU.
 _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Erf", "Tanh", "Gelu",
                           "Identity", "Sqrt", "Relu"})
@@ -244,10 +247,13 @@ def _make_gelu(graph, seed, x, dq, q, chain):
     producer = graph.producer[q.inputs[0]]
     new = g.IntGelu(producer.name, (x,), q.output, params=params, form=form, nodes=nodes,
                     x_scale=dq.scale, y_scale=q.scale)
-    bound = intonly.gelu_error_bound(q.scale, abs(dq.scale) * 256)
-    why = (f"integer-only mode: models.intonly.gelu replaces the {form} GELU "
-           f"({', '.join(nodes)}) between int8 {x!r} and {q.output!r} (within {bound:.2f} "
-           f"LSB of the float GELU)")
+    # The largest real input is at most 255 steps from the zero point.
+    bound = intonly.gelu_error_bound(q.scale, dq.scale * 255)
+    if "tanh" in form:
+        bound += TANH_GELU_GAP / q.scale  # the model asked for the tanh approximation
+    why = (f"integer-only mode: models.intonly.gelu replaces the GELU ({form} form: "
+           f"{', '.join(nodes)}) between int8 {x!r} and {q.output!r} (within {bound:.2f} "
+           f"LSB of the model's float GELU)")
     return new, q, set(region), why
 
 

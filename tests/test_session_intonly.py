@@ -1,0 +1,249 @@
+"""The session option ``sequence_mode="integer"`` (issue 16): Softmax, LayerNormalization and
+GELU with quantized neighbours become the integer-only layers of ``models.intonly``, the
+rest keeps the ORT-compatible form, and the profile says which semantics each layer used.
+"""
+
+import numpy as np
+import onnx
+import pytest
+import qdq_models
+import sequence_models
+from onnx import numpy_helper
+
+from models import intonly
+from models.zoo.digits import load_digits_split
+from sw_driver import InferenceSession, graph
+from sw_driver.importer import import_model
+from tessera.cli import main
+
+VIT = "models/zoo/vit_qdq.onnx"
+GRU = "models/zoo/rowgru_qdq.onnx"
+#: Float accuracy of the zoo ViT on the digits test split (models/zoo/vit.json).
+VIT_FLOAT_ACCURACY = 0.9667
+SEED = 1616
+
+
+def _digits():
+    _, _, x, y = load_digits_split()
+    return x.astype(np.float32).reshape(len(x), 1, 8, 8), y
+
+
+@pytest.fixture(scope="module")
+def blocks(tmp_path_factory):
+    """The seeded encoder block of tests/test_sequence_ort.py in its four GELU spellings."""
+    tmp = tmp_path_factory.mktemp("intonly")
+    made = {}
+    for name, options in (("erf", {}), ("tanh", {"gelu": "tanh"}),
+                          ("gelu_op", {"gelu_op": True}),
+                          ("gelu_op_tanh", {"gelu_op": True, "gelu": "tanh"})):
+        model, shape = sequence_models.encoder_block(np.random.default_rng(SEED), **options)
+        model.graph.name = f"intonly_{name}"
+        made[name] = (qdq_models.quantize(model, shape, SEED + 1, tmp), shape)
+    return made
+
+
+def _kinds(layers):
+    return sorted(layer.op for layer in layers if layer.op.startswith("Int"))
+
+
+def test_vit_integer_mode_is_within_one_point_of_float():
+    x, y = _digits()
+    ort = InferenceSession(VIT, sequence_mode="ort")
+    integer = InferenceSession(VIT, sequence_mode="integer")
+    assert integer.sequence_mode == "integer" and ort.sequence_mode == "ort"
+    want = ort.run(None, {"input": x})[0]
+    got = integer.run(None, {"input": x})[0]
+    accuracy = float(np.mean(got.argmax(1) == y))
+    agreement = float(np.mean(got.argmax(1) == want.argmax(1)))
+    print(f"vit integer-only: accuracy {100 * accuracy:.2f}% (float 96.67%, ORT mode "
+          f"{100 * np.mean(want.argmax(1) == y):.2f}%), top-1 agreement with the ORT mode "
+          f"{100 * agreement:.2f}%")
+    assert abs(accuracy - VIT_FLOAT_ACCURACY) <= 0.01
+    assert agreement >= 0.98
+    # The modes differ: the integer ops are not the float ones.
+    assert not np.array_equal(got, want)
+    assert _kinds(integer.graph.layers) == ["IntGelu"] * 2 + ["IntLayerNorm"] * 5 \
+        + ["IntSoftmax"] * 2
+    assert _kinds(ort.graph.layers) == []
+
+
+def test_vit_profile_says_which_semantics_each_layer_used():
+    x, _ = _digits()
+    session = InferenceSession(VIT, sequence_mode="integer")
+    session.run(None, {"input": x[:4]})
+    rows = {row["layer"]: row for row in session.profile()}
+    assert set(rows) == {layer.name for layer in session.graph.layers}
+    for row in rows.values():
+        assert row["semantics"] in graph.SEMANTICS and row["semantics_why"]
+    for name in ("b0_ln1", "b1_ln2", "lnf"):
+        assert (rows[name]["op"], rows[name]["semantics"]) == ("IntLayerNorm", "integer-only")
+        assert "models.intonly.layernorm" in rows[name]["semantics_why"]
+    assert rows["b0_attn"]["op"] == "IntSoftmax"
+    assert rows["b1_gelu"]["op"] == "IntGelu"
+    assert "erf form: b1_gelu_div, b1_gelu_erf, b1_gelu_add, b1_gelu_mul, b1_gelu" \
+        in rows["b1_gelu"]["semantics_why"]
+    # The GELU's inner float layers are gone; the GEMMs are integer, the scale Mul and the
+    # residual Adds keep the ORT-compatible form, the shape path is float.
+    assert "b0_gelu_erf" not in rows and "b0_gelu_div" not in rows
+    assert rows["b0_q_matmul"]["semantics"] == "integer-only"
+    assert rows["b0_scores"]["semantics"] == "integer-only"
+    assert rows["b0_scores_scaled"]["semantics"] == "ort-compatible"
+    assert "no integer-only form of Mul" in rows["b0_scores_scaled"]["semantics_why"]
+    assert rows["b0_residual1"]["semantics"] == "ort-compatible"
+    assert rows["input_shape"]["semantics"] == "float"
+    assert "not quantized" in rows["input_shape"]["semantics_why"]
+
+
+def test_ort_mode_profile_labels_the_float_ops():
+    x, _ = _digits()
+    session = InferenceSession(VIT)
+    session.run(None, {"input": x[:2]})
+    rows = {row["layer"]: row for row in session.profile()}
+    assert rows["b0_attn"]["op"] == "Softmax"
+    assert rows["b0_attn"]["semantics"] == "ort-compatible"
+    assert "sequence_mode='ort'" in rows["b0_attn"]["semantics_why"]
+    # Erf's input (x / sqrt 2) is never quantized in onnxruntime's graph.
+    assert rows["b0_gelu_erf"]["semantics"] == "float"
+
+
+def test_integer_layers_hold_the_params_of_the_model_scales():
+    """Each integer layer's constants are the *_params of the scales in the QDQ file."""
+    model = onnx.load(VIT)
+    init = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    qparams = {}
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear":
+            qparams[node.output[0]] = (float(init[node.input[1]]), int(init[node.input[2]]))
+    layers = {layer.name: layer for layer in import_model(VIT, "integer").layers}
+    softmax = layers["b1_attn"]
+    (x,) = softmax.inputs
+    assert softmax.params == intonly.softmax_params(
+        qparams[x][0], *qparams[softmax.output], out_dtype="int8")
+    gelu = layers["b0_gelu"]
+    (x,) = gelu.inputs
+    assert gelu.params == intonly.gelu_params(*qparams[x], *qparams[gelu.output])
+    assert gelu.form == "erf" and gelu.nodes[-1] == "b0_gelu"
+    norm = layers["b0_ln2"]
+    (node,) = [n for n in model.graph.node if n.name == "b0_ln2"]
+    gamma_dq, beta_dq = ([n for n in model.graph.node if n.output[0] == name][0]
+                         for name in node.input[1:3])
+
+    def dequantized(dq):
+        return ((init[dq.input[0]].astype(np.int64) - init[dq.input[2]].astype(np.int64))
+                .astype(np.float32) * np.float32(init[dq.input[1]]))
+
+    # epsilon as the file holds it: float32 (1e-5 rounds to 9.99999974738e-06).
+    (eps,) = [a.f for a in node.attribute if a.name == "epsilon"]
+    want = intonly.layernorm_params(qparams[norm.inputs[0]][0], dequantized(gamma_dq),
+                                    dequantized(beta_dq), *qparams[norm.output], eps=eps)
+    for field in ("eps_term", "y_zero_point"):
+        assert getattr(norm.params, field) == getattr(want, field)
+    for field in ("sign", "bias", "multiplier", "shift"):
+        np.testing.assert_array_equal(getattr(norm.params, field), getattr(want, field))
+
+
+@pytest.mark.parametrize("name, form", [("erf", "erf"), ("tanh", "tanh"),
+                                        ("gelu_op", "Gelu"), ("gelu_op_tanh", "Gelu(tanh)")])
+def test_every_gelu_spelling_becomes_one_integer_gelu(blocks, name, form):
+    path, shape = blocks[name]
+    session = InferenceSession(str(path), sequence_mode="integer")
+    assert _kinds(session.graph.layers) == ["IntGelu", "IntLayerNorm", "IntLayerNorm",
+                                            "IntSoftmax"]
+    (gelu,) = [layer for layer in session.graph.layers if isinstance(layer, graph.IntGelu)]
+    assert gelu.form == form
+    # No float layer of the GELU is left: fc1's output goes straight to the integer GELU.
+    assert not any(isinstance(layer, graph.FloatOp) and layer.op_type in ("Erf", "Tanh",
+                                                                           "Gelu", "Pow")
+                   for layer in session.graph.layers)
+    x = np.random.default_rng(SEED + 2).standard_normal((8, *shape)).astype(np.float32)
+    got = session.run(None, {"x": x})[0]
+    want = InferenceSession(str(path)).run(None, {"x": x})[0]
+    # Same model, other nonlinearities: close to the ORT mode, not equal to it.
+    assert got.shape == want.shape and not np.array_equal(got, want)
+    assert np.abs(got - want).max() < 0.25 * np.abs(want).max()
+
+
+def test_integer_gelu_layer_is_models_intonly_gelu(blocks):
+    """Feeding codes straight to the layer's runner gives models.intonly.gelu's values."""
+    from sw_driver.providers.cpu import CPUProvider
+
+    path, _ = blocks["tanh"]
+    (gelu,) = [layer for layer in import_model(str(path), "integer").layers
+               if isinstance(layer, graph.IntGelu)]
+    codes = np.arange(-128, 128, dtype=np.int8).reshape(2, 8, 16)
+    got = CPUProvider().run(gelu, [codes])
+    np.testing.assert_array_equal(got, intonly.gelu(codes, gelu.params))
+    assert got.dtype == np.int8
+
+
+def _softmax_of_a_float_input(blocks, tmp_path):
+    """The erf block with the Softmax rewired to read the float scores before their
+    QuantizeLinear: an input that is not quantized, so the integer softmax cannot apply."""
+    path, shape = blocks["erf"]
+    model = onnx.load(path)
+    producer = {o: n for n in model.graph.node for o in n.output}
+    (softmax,) = [n for n in model.graph.node if n.op_type == "Softmax"]
+    dq = producer[softmax.input[0]]
+    q = producer[dq.input[0]]
+    assert (dq.op_type, q.op_type) == ("DequantizeLinear", "QuantizeLinear")
+    softmax.input[0] = q.input[0]
+    out = tmp_path / "float_scores.onnx"
+    onnx.save(model, out)
+    return out, shape, q.input[0]
+
+
+def test_a_softmax_of_a_float_input_stays_in_the_ort_form(blocks, tmp_path):
+    path, shape, scores = _softmax_of_a_float_input(blocks, tmp_path)
+    session = InferenceSession(str(path), sequence_mode="integer")
+    assert _kinds(session.graph.layers) == ["IntGelu", "IntLayerNorm", "IntLayerNorm"]
+    x = np.random.default_rng(SEED).standard_normal((4, *shape)).astype(np.float32)
+    session.run(None, {"x": x})
+    rows = {row["layer"]: row for row in session.profile()}
+    softmax = rows["softmax"]
+    assert (softmax["op"], softmax["semantics"]) == ("Softmax", "float")
+    print(softmax["semantics_why"])
+    assert softmax["semantics_why"].startswith(
+        f"not integer-only: its input {scores!r} comes from Where 'mask', not from a "
+        f"DequantizeLinear (an input that is not quantized); float32 Softmax: input")
+    assert "not from a DequantizeLinear" in softmax["semantics_why"]
+
+
+def test_the_gru_stays_float_in_integer_mode():
+    x, y = _digits()
+    integer = InferenceSession(GRU, sequence_mode="integer")
+    ort = InferenceSession(GRU)
+    got = integer.run(None, {"input": x})[0]
+    np.testing.assert_array_equal(got, ort.run(None, {"input": x})[0])
+    accuracy = float(np.mean(got.argmax(1) == y))
+    print(f"row GRU integer mode: accuracy {100 * accuracy:.2f}% (the GRU stays float)")
+    assert abs(accuracy - 0.98) <= 1 / len(y)
+    rows = {row["op"]: row for row in integer.profile()}
+    assert rows["GRU"]["semantics"] == "float"
+    assert "not quantized" in rows["GRU"]["semantics_why"]
+    assert rows["Dense"]["semantics"] == "integer-only"
+
+
+def test_a_cnn_profile_has_no_semantics_keys():
+    session = InferenceSession("models/zoo/digits_qdq.onnx", sequence_mode="integer")
+    x, _ = _digits()
+    session.run(None, {"input": x[:2]})
+    assert all("semantics" not in row for row in session.profile())
+
+
+@pytest.mark.parametrize("mode", ["int", "Integer", None, 1])
+def test_an_unknown_sequence_mode_is_refused(mode):
+    with pytest.raises(ValueError, match=r"sequence_mode must be one of 'ort', 'integer', "
+                                         r"not " + repr(mode).replace("'", ".")):
+        InferenceSession(VIT, sequence_mode=mode)
+    with pytest.raises(ValueError, match="sequence_mode must be one of"):
+        import_model(VIT, sequence_mode=mode)
+
+
+def test_tessera_run_sequence_mode_integer(capsys):
+    assert main(["run", VIT, "--dataset", "digits", "--batch", "225",
+                 "--sequence-mode", "integer"]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the table and lines may wrap
+    assert "IntSoftmax" in out and "IntGelu" in out
+    assert ("semantics (--sequence-mode integer): float 8, ort-compatible 98, integer-only "
+            "35 layers") in out
+    assert "accuracy on digits (test split, 450 samples): 96.67%" in out
