@@ -51,6 +51,54 @@ def test_sequence_models_on_opencl_match_cpu(path, on_opencl, refused):
             assert row["provider"] == "opencl" and "run on the host" in row["reason"]
 
 
+def test_integer_mode_vit_on_opencl_matches_cpu():
+    # sequence_mode="integer": Softmax, LayerNorm and GELU are the integer-only layers, and
+    # they run on the OpenCL kernels too.
+    path = "models/zoo/vit_qdq.onnx"
+    x = _digits()
+    want = InferenceSession(path, providers=["cpu"], sequence_mode="integer").run(
+        None, {"input": x})[0]
+    session = InferenceSession(path, providers=["opencl", "cpu"], sequence_mode="integer")
+    got = session.run(None, {"input": x})[0]
+    np.testing.assert_array_equal(got, want)
+    placed = {}
+    for row in session.profile():
+        placed.setdefault(row["op"], []).append(row["provider"])
+    for op, count in {"Dense": 14, "MatMul": 4, "IntSoftmax": 2, "IntLayerNorm": 5,
+                      "IntGelu": 2}.items():
+        assert placed[op] == ["opencl"] * count, f"{op}: {placed.get(op)}"
+
+
+@pytest.mark.parametrize("shape, axis, coerce_2d", [
+    ((3, 2, 5, 17), -1, False), ((3, 2, 5, 17), 2, False), ((3, 2, 5, 17), 0, False),
+    ((3, 4, 6), 1, True), ((3, 4, 6), -1, True)])
+def test_int_layers_on_opencl_match_cpu(rng, seed, shape, axis, coerce_2d):
+    # The provider's runners, every axis case of IntSoftmax, against the CPU provider's.
+    from models import intonly
+    from sw_driver import graph as g
+    from sw_driver.providers.cpu import CPUProvider
+    from sw_driver.providers.opencl import OpenCLProvider
+
+    opencl, cpu = OpenCLProvider(), CPUProvider()
+    x = rng.integers(-128, 128, shape, dtype=np.int8)
+    last = shape[-1]
+    layers = [
+        g.IntSoftmax("sm", ("x",), "y", axis=axis, coerce_2d=coerce_2d,
+                     params=intonly.softmax_params(0.07, 1 / 256, -128, "int8")),
+        g.IntLayerNorm("ln", ("x",), "y", lo=-100, hi=120, params=intonly.layernorm_params(
+            0.05, rng.uniform(0.5, 2, last), rng.normal(0, 0.3, last), 0.04, 3)),
+        g.IntGelu("gelu", ("x",), "y", lo=-128, hi=90,
+                  params=intonly.gelu_params(0.05, -3, 0.03, -60)),
+    ]
+    for layer in layers:
+        want = cpu.run(layer, [x])
+        got = opencl.run(layer, [x])
+        assert got.dtype == want.dtype == np.int8
+        assert np.array_equal(got, want), (f"seed {seed}: {layer.op} on {shape}, axis {axis}, "
+                                           f"coerce_2d {coerce_2d}: {np.sum(got != want)} "
+                                           f"elements differ")
+
+
 def test_attention_matmul_overflow_on_opencl_is_an_error():
     # Not a model: the provider's MatMul runner fed operands whose product leaves int32.
     from sw_driver import graph as g

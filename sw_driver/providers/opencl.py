@@ -1,7 +1,8 @@
 """The "opencl" provider: Tessera's integer layers as OpenCL kernels, identical to "cpu".
 
-Integer layers (Conv, Dense, pools, Add, Flatten, Reshape, and the activation x activation
-MatMul of sequence models) run on the device through :class:`sw_driver.opencl.OpenCLRuntime`
+Integer layers (Conv, Dense, pools, Add, Flatten, Reshape; of sequence models the
+activation x activation MatMul and, in ``sequence_mode="integer"``, IntSoftmax,
+IntLayerNorm and IntGelu) run on the device through :class:`sw_driver.opencl.OpenCLRuntime`
 and :mod:`sw_driver.opencl.sequence_kernels`, whose kernels are bit-exact with the golden
 models (``tests/test_opencl_kernels.py``, ``tests/test_opencl_sequence_kernels.py``).
 The float layers at a model's edges (Quantize, Dequantize, Softmax) run on the host with
@@ -389,6 +390,34 @@ def _matmul(p, layer, inputs):
     return y, 0
 
 
+def _int_softmax(p, layer, inputs):
+    # models.intonly.softmax normalizes the last axis, as the kernel does; the CPU
+    # provider's runner moves ``axis`` last or views the tensor as 2-D (opset < 13).
+    (x,) = inputs
+    rt, params = p.runtime, layer.params
+    axis = layer.axis + len(x.shape) if layer.axis < 0 else layer.axis
+    if layer.coerce_2d:
+        flat = x.reshape((int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:]))))
+        return sequence_kernels.intonly_softmax(rt, flat, params).reshape(x.shape), 0
+    if axis == len(x.shape) - 1:
+        return sequence_kernels.intonly_softmax(rt, x, params), 0
+    # Another axis (rare): transposed on the host, the kernel on NumPy arrays.
+    moved = np.ascontiguousarray(np.moveaxis(p._read(x), axis, -1))
+    y = sequence_kernels.intonly_softmax(rt, moved, params)
+    return np.ascontiguousarray(np.moveaxis(y, -1, axis)), 3 * x.nbytes
+
+
+def _int_layernorm(p, layer, inputs):
+    y = sequence_kernels.intonly_layernorm(p.runtime, inputs[0], layer.params, layer.lo,
+                                           layer.hi)
+    return y, 0
+
+
+def _int_gelu(p, layer, inputs):
+    return sequence_kernels.intonly_gelu(p.runtime, inputs[0], layer.params, layer.lo,
+                                         layer.hi), 0
+
+
 def _flatten(p, layer, inputs):
     (x,) = inputs
     axis = layer.axis + x.ndim if layer.axis < 0 else layer.axis
@@ -409,6 +438,9 @@ _DEVICE_RUNNERS = {
     g.Conv: _conv,
     g.Dense: _dense,
     g.MatMul: _matmul,
+    g.IntSoftmax: _int_softmax,
+    g.IntLayerNorm: _int_layernorm,
+    g.IntGelu: _int_gelu,
     g.MaxPool: _max_pool,
     g.AveragePool: _avg_pool,
     g.GlobalAveragePool: _global_avg_pool,
