@@ -11,16 +11,15 @@ device's, so when the user lists "sim" every layer it supports runs on it (the p
 reason still shows the modelled cycles). See :mod:`sw_driver.planner`.
 """
 
-from contract.config import ArrayConfig, ConvEngineConfig
+from contract.config_file import DEFAULT_PRESET, PRESETS
 
 from .device import DeviceProvider
 
 __all__ = ["DEFAULT_CONFIG", "SimProvider"]
 
-#: The engine the "sim" provider builds by default: an 8x8 array with buffers large enough
-#: for the zoo's models (16 K activations, 8 K weight words, 16 column tiles).
-DEFAULT_CONFIG = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
-                                  weight_depth=8192, max_col_tiles=16)
+#: The engine the "sim" provider builds by default: the default preset (an 8x8 array with
+#: buffers large enough for the zoo's models; docs/config.md).
+DEFAULT_CONFIG = PRESETS[DEFAULT_PRESET]
 
 
 class SimProvider(DeviceProvider):
