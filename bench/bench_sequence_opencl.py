@@ -8,10 +8,13 @@ token; 8x8 digits) at batch 1 and 64, four runners measured in the same run:
   ORT-compatible mode (LayerNorm, GELU's Erf, elementwise float ops, data movement) on the
   CPU provider;
 - ``tessera_cpu``: ``providers=["cpu"]``;
+- ``tessera_integer_opencl_cpu`` and ``tessera_integer_cpu``: the same two in
+  ``sequence_mode="integer"``, where Softmax, LayerNorm and GELU are the integer-only layers
+  (on OpenCL in the first);
 - ``onnxruntime_1thread`` / ``onnxruntime_2thread``: onnxruntime's default (fused) CPU
   session on the same QDQ file.
 
-The opencl run is checked bit-identical to the cpu run first. Also recorded: the share of
+Each opencl run is checked bit-identical to its mode's cpu run first. Also recorded: the share of
 logits equal to onnxruntime's unfused QDQ graph (the ORT-compatible reference), and the
 per-layer placement (layer counts and summed seconds per op and provider, from the session
 profile of one batch-64 run). Medians over interleaved repeats; ``OPENBLAS_NUM_THREADS=1``.
@@ -79,21 +82,28 @@ def main(batches=BATCHES, repeats=REPEATS, min_seconds=MIN_SECONDS):
     """Measure, print and write ``bench/results/sequence_opencl.json``; returns its path."""
     _, _, digits, _ = load_digits_split()
     digits = digits.astype(np.float32).reshape(len(digits), 1, 8, 8)
-    opencl = InferenceSession(str(MODEL), providers=["opencl", "cpu"])
-    cpu = InferenceSession(str(MODEL), providers=["cpu"])
+    sessions = {f"tessera{infix}_{name}": InferenceSession(
+        str(MODEL), providers=providers, sequence_mode=mode)
+        for infix, mode in (("", "ort"), ("_integer", "integer"))
+        for name, providers in (("opencl_cpu", ["opencl", "cpu"]), ("cpu", ["cpu"]))}
+    opencl, cpu = sessions["tessera_opencl_cpu"], sessions["tessera_cpu"]
     name = cpu.get_inputs()[0].name
     device = OpenCLProvider().device_name
     metrics, layout = [], None
     for batch in batches:
         feed = {name: digits[:batch]}
-        (want,) = cpu.run(None, feed)
+        for infix in ("", "_integer"):
+            (want,) = sessions[f"tessera{infix}_cpu"].run(None, feed)
+            (other,) = sessions[f"tessera{infix}_opencl_cpu"].run(None, feed)
+            if not np.array_equal(other, want):
+                raise AssertionError(f"opencl and cpu logits differ at batch {batch} "
+                                     f"({infix[1:] or 'ort'} mode)")
         (got,) = opencl.run(None, feed)
-        if not np.array_equal(got, want):
-            raise AssertionError(f"opencl and cpu logits differ at batch {batch}")
         if layout is None or batch == max(batches):
             layout = placement(opencl.profile())
+            integer_layout = placement(sessions["tessera_integer_opencl_cpu"].profile())
         (reference,) = onnxruntime_session(MODEL).run(None, feed)
-        runners = {"tessera_opencl_cpu": opencl, "tessera_cpu": cpu}
+        runners = dict(sessions)
         runners.update({f"onnxruntime_{t}thread": onnxruntime_session(MODEL, optimized=True,
                                                                       threads=t)
                         for t in ORT_THREADS})
@@ -105,18 +115,28 @@ def main(batches=BATCHES, repeats=REPEATS, min_seconds=MIN_SECONDS):
                                                "peer_value": round(rates[peer], 1)}
             metrics.append(metric(f"vit_batch{batch}_{runner}", round(value, 1), "images/s",
                                   **entry))
-        metrics.append(metric(f"vit_batch{batch}_opencl_cpu_over_cpu",
-                              round(rates["tessera_opencl_cpu"] / rates["tessera_cpu"], 3),
-                              "x", peer="tessera_cpu", peer_value=round(rates["tessera_cpu"], 1)))
+        for infix in ("", "_integer"):
+            ref = f"tessera{infix}_cpu"
+            metrics.append(metric(
+                f"vit_batch{batch}{infix}_opencl_cpu_over_cpu",
+                round(rates[f"tessera{infix}_opencl_cpu"] / rates[ref], 3), "x", peer=ref,
+                peer_value=round(rates[ref], 1)))
         metrics.append(metric(f"vit_batch{batch}_logits_equal_onnxruntime_unfused",
                               round(float((got == reference).mean()), 5), "fraction",
                               note="the ORT-compatible reference: graph optimizations off"))
+        (integer,) = sessions["tessera_integer_opencl_cpu"].run(None, feed)
+        metrics.append(metric(
+            f"vit_batch{batch}_integer_top1_agreement_onnxruntime_unfused",
+            round(float((integer.argmax(-1) == reference.argmax(-1)).mean()), 5), "fraction",
+            note="integer-only mode: its logits differ from onnxruntime's by design"))
     on_opencl = sorted(op for op, by in layout.items() if "opencl" in by)
+    integer_on_opencl = sorted(op for op, by in integer_layout.items() if "opencl" in by)
     return write_results(
         "sequence_opencl", metrics, model=str(MODEL.relative_to(MODEL.parents[2])),
         opencl_device=device, repeats=repeats, min_seconds_per_repeat=min_seconds,
         openblas_num_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
-        ops_on_opencl=on_opencl, placement_batch=max(batches), placement=layout,
+        ops_on_opencl=on_opencl, integer_ops_on_opencl=integer_on_opencl,
+        placement_batch=max(batches), placement=layout, integer_placement=integer_layout,
         note=("opencl rows of Quantize/Dequantize/Softmax are the provider's host code; "
               "seconds of opencl rows are device-profiled (finish_profile)"),
         load_average_at_end=[round(v, 2) for v in os.getloadavg()])

@@ -123,12 +123,15 @@ def test_bench_records_rates_agreement_and_placement(tmp_path, monkeypatch):
     path = bench_sequence_opencl.main(batches=(2,), repeats=1, min_seconds=0.001)
     document = json.loads(path.read_text())
     values = {m["name"]: m["value"] for m in document["metrics"]}
-    for runner in ("tessera_opencl_cpu", "tessera_cpu", "onnxruntime_1thread",
-                   "onnxruntime_2thread"):
+    for runner in ("tessera_opencl_cpu", "tessera_cpu", "tessera_integer_opencl_cpu",
+                   "tessera_integer_cpu", "onnxruntime_1thread", "onnxruntime_2thread"):
         assert values[f"vit_batch2_{runner}"] > 0
     assert values["vit_batch2_logits_equal_onnxruntime_unfused"] == 1.0
     assert document["ops_on_opencl"] == ["Dense", "Dequantize", "MatMul", "Quantize",
                                          "Reshape", "Softmax"]
+    assert document["integer_ops_on_opencl"] == [
+        "Dense", "Dequantize", "IntGelu", "IntLayerNorm", "IntSoftmax", "MatMul", "Quantize",
+        "Reshape"]
     assert document["placement"]["MatMul"]["opencl"]["layers"] == 4
     assert document["placement"]["LayerNormalization"] == {
         "cpu": {"layers": 5, "seconds": document["placement"]["LayerNormalization"]["cpu"][
