@@ -1,0 +1,283 @@
+"""Resource and fmax model of the whole accelerator on a board, fitted on real builds.
+
+Predicts, for a :class:`~contract.config.ConvEngineConfig` on an FPGA family, the LUTs,
+flip-flops, multipliers (DSP) and block RAMs (EBR) that nextpnr reports for the board
+build (:func:`hw.bitstream.build_bitstream`: the accelerator behind its UART bridge and
+PLL), and the fmax nextpnr achieves. Each figure is a linear formula in features of the
+configuration whose coefficients are fitted by least squares on the sweep's builds
+(``bench/sweep.py``) and kept, with the runs they were fitted on, in
+``bench/resource_model.json``:
+
+- ``lut``, ``ff``: ``a + b·R·C + c·(R + C)``: per-PE logic (accumulator, skew registers),
+  per-row and per-column logic (buffers' address paths, requantizer lanes), and the fixed
+  part (CSRs, sequencer, host bridge, pool, add unit).
+- ``dsp``: ``a·R·C + b·(multipliers outside the array)``, the latter counted from the
+  shared post-processing units (``contract.postprocess``, as ``hw.bitstream`` counts them).
+- ``ebr``: ``a + b·blocks``, where ``blocks`` is the block RAMs the activation buffer (R
+  copies of ``act_depth`` bytes) and the weight buffer (``weight_depth`` words of C bytes)
+  need in the family's best RAM aspect ratio.
+- ``fmax``: the clock *period* is ``a + b·sqrt(R·C)``: the longest routes grow with the
+  array's side.
+
+Which runs fit and which are held out is recorded, with the held-out error, so the
+model's accuracy is a measured figure (``docs/build.md``).
+
+Usage: ``python -m bench.resource_model --fit`` refits from ``build/sweep`` results.
+"""
+
+import json
+import math
+from pathlib import Path
+
+from contract.postprocess import add_units, requant_units
+
+MODEL_PATH = Path(__file__).resolve().parent / "resource_model.json"
+#: Where the sweep's builds are and what each one's record is called (``bench.sweep``).
+SWEEP_BUILD = Path("build") / "sweep"
+RESULT_NAME = "result.json"
+
+#: The model's resource names -> the names in a board build report, per family. iCE40
+#: logic cells hold a LUT and a flip-flop each, so ``ff`` has no separate count there.
+REPORT_NAMES = {
+    "ecp5": {"lut": "LUT4", "ff": "TRELLIS_FF", "dsp": "MULT18X18D", "ebr": "DP16KD"},
+    "iCE40": {"lut": "LC", "dsp": "SB_MAC16", "ebr": "EBR"},
+}
+
+#: What each device offers (Lattice data sheets; the same figures nextpnr reports).
+DEVICE_LIMITS = {
+    "LFE5U-25F": {"lut": 24288, "ff": 24288, "dsp": 28, "ebr": 56},
+    "LFE5U-45F": {"lut": 43848, "ff": 43848, "dsp": 72, "ebr": 108},
+    "LFE5U-85F": {"lut": 83640, "ff": 83640, "dsp": 156, "ebr": 208},
+    "iCE40UP5K": {"lut": 5280, "dsp": 8, "ebr": 30},
+}
+
+#: Fraction of each resource a configuration may be predicted to use: logic is kept below
+#: 85 % so placement and routing still have room (and the model's error has some), hard
+#: blocks may be used up.
+UTILIZATION_CAP = {"lut": 0.85, "ff": 0.85, "dsp": 1.0, "ebr": 1.0}
+
+#: Block RAM aspect ratios (depth, width): ECP5 DP16KD in true dual-port mode, iCE40
+#: SB_RAM40_4K.
+RAM_SHAPES = {
+    "ecp5": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18)),
+    "iCE40": ((2048, 2), (1024, 4), (512, 8), (256, 16)),
+}
+
+#: Features of each modelled figure (names of :func:`features` entries).
+FEATURES = {
+    "lut": ("one", "pes", "edge"),
+    "ff": ("one", "pes", "edge"),
+    "dsp": ("pes", "post_mults"),
+    "ebr": ("one", "ram_blocks"),
+    "period_ns": ("one", "side"),
+}
+#: With fewer runs than features (a family seldom built), only these are fitted.
+SMALL_FEATURES = {
+    "lut": ("one", "pes"), "ff": ("one", "pes"), "dsp": ("pes",), "ebr": ("ram_blocks",),
+    "period_ns": ("one",),
+}
+
+
+class ModelError(ValueError):
+    """The model cannot answer (unknown family, no coefficients); says what to do."""
+
+
+def ram_blocks(depth, width, family):
+    """Block RAMs a ``depth`` x ``width``-bit memory needs in its cheapest aspect ratio."""
+    return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in RAM_SHAPES[family])
+
+
+def features(config, family):
+    """The model's features of ``config`` on ``family`` (a dict of floats)."""
+    if family not in RAM_SHAPES:
+        raise ModelError(f"family must be one of {sorted(RAM_SHAPES)}, not {family!r}")
+    r, c = config.rows, config.cols
+    return {
+        "one": 1.0,
+        "pes": float(r * c),
+        "edge": float(r + c),
+        "side": math.sqrt(r * c),
+        "post_mults": float(4 * requant_units(c) + 8 * add_units(c)),
+        "ram_blocks": float(r * ram_blocks(config.act_depth, 8, family)
+                            + ram_blocks(config.weight_depth, 8 * c, family)),
+    }
+
+
+def measured_figures(record):
+    """``{figure: value}`` of a sweep record (``bench.sweep``), in the model's names."""
+    names = REPORT_NAMES[record["family"]]
+    figures = {key: record["resources"][name]["used"] for key, name in names.items()
+               if name in record["resources"]}
+    figures["period_ns"] = 1e3 / record["fmax_mhz"]
+    return figures
+
+
+def fit_figure(rows, figure, names):
+    """Least-squares coefficients of ``figure`` over ``rows`` (``(features, figures)``)."""
+    import numpy as np
+
+    a = np.array([[f[n] for n in names] for f, _ in rows])
+    y = np.array([m[figure] for _, m in rows], dtype=float)
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    return {name: round(float(v), 6) for name, v in zip(names, coef, strict=True)}
+
+
+def fit(records):
+    """Coefficients per family and figure, fitted on sweep ``records`` (failed builds are
+    left out)."""
+    by_family = {}
+    for record in records:
+        if "error" in record or record.get("fmax_mhz") is None:
+            continue
+        config = _config_of(record)
+        family = record["family"]
+        by_family.setdefault(family, []).append(
+            (features(config, family), measured_figures(record)))
+    coefficients = {}
+    for family, rows in by_family.items():
+        coefficients[family] = {}
+        for figure in FEATURES:
+            names = FEATURES[figure] if len(rows) >= len(FEATURES[figure]) + 1 \
+                else SMALL_FEATURES[figure]
+            usable = [row for row in rows if figure in row[1]]
+            if usable:
+                coefficients[family][figure] = fit_figure(usable, figure, names[:len(usable)])
+    return coefficients
+
+
+def _config_of(record):
+    from contract.config import ArrayConfig, ConvEngineConfig
+
+    config = dict(record["config"])
+    return ConvEngineConfig(array=ArrayConfig(**config.pop("array")), **config)
+
+
+def predict_with(coefficients, config, family):
+    """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` from ``coefficients``."""
+    if family not in coefficients:
+        raise ModelError(f"the resource model has no coefficients for {family!r} (fitted: "
+                         f"{', '.join(sorted(coefficients)) or 'none'}); run `make sweep` "
+                         f"with a board of that family, then `python -m bench.resource_model "
+                         f"--fit`")
+    f = features(config, family)
+    out = {}
+    for figure, coef in coefficients[family].items():
+        out[figure] = sum(value * f[name] for name, value in coef.items())
+    prediction = {k: max(0, round(out[k])) for k in ("lut", "ff", "dsp", "ebr") if k in out}
+    prediction["fmax_mhz"] = round(1e3 / out["period_ns"], 1)
+    return prediction
+
+
+def relative_errors(coefficients, records):
+    """Per held-out record: ``{figure: (predicted - measured) / measured}``."""
+    errors = []
+    for record in records:
+        config, measured = _config_of(record), measured_figures(record)
+        predicted = predict_with(coefficients, config, record["family"])
+        predicted["period_ns"] = 1e3 / predicted.pop("fmax_mhz")
+        errors.append({
+            "label": record["label"],
+            **{k: round((predicted[k] - v) / v, 4) for k, v in measured.items()
+               if k in predicted and v},
+        })
+    return errors
+
+
+class ResourceModel:
+    """The fitted model (coefficients from ``bench/resource_model.json`` by default).
+
+    Parameters
+    ----------
+    document : dict, optional
+        A fitted document (what :func:`fit_document` returns); default the committed one.
+    """
+
+    def __init__(self, document=None):
+        if document is None:
+            if not MODEL_PATH.exists():
+                raise ModelError(f"{MODEL_PATH} is missing; run `make sweep` and "
+                                 f"`python -m bench.resource_model --fit`")
+            document = json.loads(MODEL_PATH.read_text())
+        self.document = document
+        self.coefficients = document["coefficients"]
+
+    def predict(self, config, family):
+        """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` on ``family``."""
+        return predict_with(self.coefficients, config, family)
+
+
+def board_limits(board):
+    """``{"family", "device", "limits": {lut, ff, dsp, ebr}}`` of a known board."""
+    from hw.bitstream import KNOWN_BOARDS
+
+    if board not in KNOWN_BOARDS:
+        raise ValueError(f"unknown board {board!r}; known boards: "
+                         f"{', '.join(sorted(KNOWN_BOARDS))}")
+    platform = KNOWN_BOARDS[board]()
+    return {"board": board, "family": platform.family, "device": platform.device,
+            "limits": DEVICE_LIMITS[platform.device]}
+
+
+def fits(prediction, board_info, cap=UTILIZATION_CAP):
+    """The resources ``prediction`` exceeds on the board: ``[]`` when it fits, else
+    ``["dsp 180 > 156", ...]``."""
+    over = []
+    for name, available in board_info["limits"].items():
+        if name in prediction and prediction[name] > cap[name] * available:
+            over.append(f"{name} {prediction[name]} > {cap[name] * available:g}"
+                        + ("" if cap[name] == 1 else f" ({cap[name]:.0%} of {available})"))
+    return over
+
+
+def fits_structurally(config, board_info):
+    """Whether the array's own multipliers fit the device (the sweep's cheap pre-check,
+    which needs no fitted model)."""
+    return config.rows * config.cols <= board_info["limits"]["dsp"]
+
+
+def fit_document(records, held_out=()):
+    """Fit on every good record; also fit without the ``held_out`` labels and report the
+    relative error on them (the model's measured accuracy)."""
+    good = [r for r in records if "error" not in r and r.get("fmax_mhz") is not None]
+    document = {
+        "about": "bench/resource_model.py: linear resource and clock-period model of the "
+                 "whole accelerator's board build, fitted by least squares on the runs below",
+        "features": {k: list(v) for k, v in FEATURES.items()},
+        "coefficients": fit(good),
+        "runs": [{"label": r["label"], "board": r["board"], "family": r["family"],
+                  "config": r["config"], "fmax_mhz": r["fmax_mhz"],
+                  "clock_mhz": r.get("clock_mhz"),
+                  "measured": {k: round(v, 3) for k, v in measured_figures(r).items()}}
+                 for r in good],
+    }
+    held = [r for r in good if r["label"] in held_out]
+    train = [r for r in good if r["label"] not in held_out]
+    if held:
+        coefficients = fit(train)
+        document["held_out"] = {
+            "fitted_on": [r["label"] for r in train],
+            "errors": relative_errors(coefficients,
+                                      [r for r in held if r["family"] in coefficients]),
+        }
+    return document
+
+
+def main(argv=None):
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fit", action="store_true", help="refit from build/sweep results")
+    parser.add_argument("--hold-out", default="",
+                        help="comma-separated run labels to hold out when measuring error")
+    args = parser.parse_args(argv)
+    if args.fit:
+        records = [json.loads(p.read_text()) for p in sorted(SWEEP_BUILD.glob(f"*/{RESULT_NAME}"))]
+        held = [s.strip() for s in args.hold_out.split(",") if s.strip()]
+        document = fit_document(records, held)
+        MODEL_PATH.write_text(json.dumps(document, indent=1) + "\n")
+        print(json.dumps(document.get("held_out", {}), indent=1))
+        print(f"wrote {MODEL_PATH} from {len(document['runs'])} runs")
+
+
+if __name__ == "__main__":
+    main()

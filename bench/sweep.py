@@ -1,0 +1,348 @@
+"""``make sweep``: whole-accelerator builds over array sizes x boards, in parallel, cached.
+
+Each job is one configuration on one board, built by the real board flow
+(:func:`hw.bitstream.build_bitstream`: the accelerator behind its UART bridge and PLL,
+YoWASP Yosys, nextpnr, pack) into ``build/sweep/<key>/``, where ``key`` hashes the job's
+inputs (board, configuration, clock, seed) and the sources that go into the netlist
+(``hw/`` and ``contract/``). A job whose folder already holds ``result.json`` is not run
+again, so a sweep that is interrupted or extended only builds what is new.
+
+Jobs are pure functions of their inputs, so the same :func:`run_job` runs in a local
+process pool (:class:`LocalRunner`, up to the core count) or as Ray tasks
+(:class:`RayRunner`, ``--ray [ADDRESS]``; Ray is imported only then).
+
+The results go to ``bench/results/sweep.json`` (one entry per job: fmax, LUT/FF/DSP/EBR
+used and available, peak GOP/s = 2·R·C·fmax, wall times, the log folder) and a plot,
+``bench/results/sweep.png``. The same results calibrate the resource model
+(``bench/resource_model.py``, ``--fit``).
+
+Usage: ``python -m bench.sweep [--sizes 2x2,4x4,8x8] [--boards ulx3s-85f,icebreaker]
+[--jobs N] [--ray [ADDRESS]] [--fit]``
+"""
+
+import argparse
+import concurrent.futures
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.common import metric, write_results
+from contract.config import ArrayConfig, ConvEngineConfig
+
+from .resource_model import RESULT_NAME, SWEEP_BUILD
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = SWEEP_BUILD
+#: Bumped when what a job records changes, so old cached results are not mixed in.
+FLOW_VERSION = 1
+DEFAULT_SIZES = ((2, 2), (4, 4), (8, 8))
+DEFAULT_BOARDS = ("ulx3s-85f", "icebreaker")
+#: What a Ray task asks for: one core (Yosys and nextpnr run single-threaded here) and
+#: the memory an 8x8 85F place and route was seen to need, so Ray packs no more builds on
+#: a node than it can hold.
+TASK_CPUS = 1
+TASK_MEMORY = 3 * 1024 ** 3
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """One build of the sweep: ``config`` on ``board`` with the design clock
+    ``clock_mhz`` (``None``: the board's default) and nextpnr seed ``seed``."""
+
+    board: str
+    config: ConvEngineConfig
+    clock_mhz: float | None = None
+    seed: int = 1
+
+    def spec(self):
+        """The job as plain data (what a result records and the key hashes)."""
+        return {"board": self.board, "config": self.config.as_dict(),
+                "clock_mhz": self.clock_mhz, "seed": self.seed, "flow": FLOW_VERSION}
+
+    @classmethod
+    def from_spec(cls, spec):
+        config = dict(spec["config"])
+        array = ArrayConfig(**config.pop("array"))
+        return cls(board=spec["board"], config=ConvEngineConfig(array=array, **config),
+                   clock_mhz=spec.get("clock_mhz"), seed=spec.get("seed", 1))
+
+    @property
+    def label(self):
+        c = self.config
+        return (f"{self.board} {c.rows}x{c.cols} act {c.act_depth} w {c.weight_depth}"
+                + ("" if self.clock_mhz is None else f" @ {self.clock_mhz:g} MHz"))
+
+
+def source_digest(root=ROOT):
+    """Hash of the Python sources a netlist is generated from (``hw/``, ``contract/``)."""
+    digest = hashlib.sha256()
+    for folder in ("hw", "contract"):
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(str(path.relative_to(root)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def job_key(job, sources=None):
+    """Content hash of a job: its spec (key order does not matter) and the sources."""
+    sources = source_digest() if sources is None else sources
+    text = json.dumps(job.spec(), sort_keys=True) + sources
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def cached_result(job, build=BUILD, sources=None):
+    """The stored result of ``job`` for these sources, or ``None``."""
+    path = Path(build) / job_key(job, sources) / RESULT_NAME
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def summarize_report(job, report):
+    """The sweep's record of one board build report (``hw.bitstream`` ``report.json``)."""
+    c = job.config
+    fmax = report.get("fmax_mhz")
+    resources = {name: {"used": entry["used"], "available": entry["available"]}
+                 for name, entry in report.get("resources", {}).items()}
+    return {
+        **job.spec(),
+        "label": job.label,
+        "family": report.get("family"),
+        "device": report.get("device"),
+        "rows": c.rows, "cols": c.cols,
+        "clock_mhz": report.get("clock_mhz"),
+        "fmax_mhz": fmax,
+        "timing_met": report.get("timing_met"),
+        "resources": resources,
+        "peak_gops": None if fmax is None else round(2 * c.rows * c.cols * fmax / 1e3, 3),
+        "wall_time_s": report.get("wall_time_s"),
+        "logs": report.get("logs"),
+        "critical_path": report.get("critical_path"),
+    }
+
+
+def run_job(spec, build=str(BUILD), sources=None):
+    """Build one job (given as :meth:`SweepJob.spec` data, so it crosses process and Ray
+    boundaries as plain data) and return its record; a failed build returns a record with
+    ``error`` (the tool's reason and its log) instead of raising, so one failure does not
+    stop a sweep. The record is stored as ``result.json`` in the job's folder."""
+    from rich.console import Console
+
+    from hw.bitstream import BitstreamError, build_bitstream
+
+    job = SweepJob.from_spec(spec)
+    folder = Path(build) / job_key(job, sources)
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(folder / "progress.log", "w") as log:
+        console = Console(file=log, highlight=False, width=120)
+        try:
+            report = build_bitstream(job.board, job.config, build_root=folder,
+                                     clock_mhz=job.clock_mhz, seed=job.seed,
+                                     console=console, summary=False)
+            record = summarize_report(job, report)
+        except (BitstreamError, ValueError, OSError) as error:
+            record = {**job.spec(), "label": job.label, "error": str(error)}
+    record["key"] = folder.name
+    record["job_wall_s"] = round(time.monotonic() - started, 1)
+    (folder / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n")
+    return record
+
+
+class LocalRunner:
+    """Runs jobs in a pool of local processes (``workers`` at a time)."""
+
+    def __init__(self, workers=None):
+        self.workers = max(1, workers or os.cpu_count() or 1)
+
+    def run(self, function, specs, **kwargs):
+        """Yield ``function(spec, **kwargs)`` for each spec, in the order they finish."""
+        with concurrent.futures.ProcessPoolExecutor(self.workers) as pool:
+            futures = [pool.submit(function, spec, **kwargs) for spec in specs]
+            for future in concurrent.futures.as_completed(futures):
+                yield future.result()
+
+
+class RayRunner:
+    """Runs the same jobs as Ray tasks, each declaring :data:`TASK_CPUS` and
+    :data:`TASK_MEMORY`; ``address`` as in ``bench.ray_cluster.connect``."""
+
+    def __init__(self, address=None):
+        self.address = address
+
+    def run(self, function, specs, **kwargs):
+        from bench import ray_cluster
+
+        ray = ray_cluster.connect(**({} if self.address is None
+                                     else {"address": self.address}))
+        task = ray.remote(num_cpus=TASK_CPUS, memory=TASK_MEMORY)(function)
+        pending = [task.remote(spec, **kwargs) for spec in specs]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+
+
+def run_sweep(jobs, runner=None, build=BUILD, say=print):
+    """Build every job not already cached; return the records in the jobs' order."""
+    sources = source_digest()
+    records, todo = {}, []
+    for job in jobs:
+        cached = cached_result(job, build, sources)
+        if cached is not None:
+            say(f"  cached   {job.label}  ({cached.get('key')})")
+            records[job_key(job, sources)] = cached
+        else:
+            todo.append(job)
+    if todo:
+        runner = LocalRunner() if runner is None else runner
+        say(f"sweep: {len(todo)} build(s) to run, {len(records)} cached")
+        started = time.monotonic()
+        for index, record in enumerate(runner.run(run_job, [j.spec() for j in todo],
+                                                  build=str(build), sources=sources), 1):
+            what = (f"error: {record['error'][:80]}" if "error" in record
+                    else f"fmax {record['fmax_mhz']} MHz")
+            say(f"  [{index}/{len(todo)}] {time.monotonic() - started:7.1f} s  "
+                f"{record['label']}: {what}")
+            records[record["key"]] = record
+    return [records[job_key(job, sources)] for job in jobs]
+
+
+def parse_sizes(text):
+    """``"2x2,4x8"`` -> ``[(2, 2), (4, 8)]``; a clear error names the bad item."""
+    sizes = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise ValueError(f"array size must look like RxC (e.g. 4x8), not {item!r}")
+        sizes.append((int(parts[0]), int(parts[1])))
+    return sizes
+
+
+def default_jobs(sizes=DEFAULT_SIZES, boards=DEFAULT_BOARDS):
+    """Jobs for ``sizes`` x ``boards``, leaving out sizes whose multipliers the board
+    lacks (the board's default configuration's buffers are kept)."""
+    from hw.bitstream import default_config
+
+    from .resource_model import board_limits, fits_structurally
+
+    jobs = []
+    for board in boards:
+        base = default_config(board)
+        for rows, cols in sizes:
+            config = ConvEngineConfig(array=ArrayConfig(rows=rows, cols=cols),
+                                      act_depth=base.act_depth,
+                                      weight_depth=base.weight_depth,
+                                      max_col_tiles=base.max_col_tiles)
+            if fits_structurally(config, board_limits(board)):
+                jobs.append(SweepJob(board, config))
+    return jobs
+
+
+def sweep_metrics(records):
+    """The benchmark's metrics: per build, fmax, peak GOP/s and each resource's use."""
+    entries = []
+    for record in records:
+        label = record["label"]
+        if "error" in record:
+            entries.append(metric(f"{label} build", "failed", "", note=record["error"][:200]))
+            continue
+        entries.append(metric(f"{label} fmax", record["fmax_mhz"], "MHz",
+                              note=f"clock {record['clock_mhz']} MHz, timing "
+                                   f"{'met' if record['timing_met'] else 'missed'}"))
+        entries.append(metric(f"{label} peak", record["peak_gops"], "GOP/s",
+                              note="2*R*C*fmax"))
+        for name, entry in record["resources"].items():
+            entries.append(metric(f"{label} {name}", entry["used"], "cells",
+                                  note=f"of {entry['available']}"))
+    return entries
+
+
+def plot(records, path):
+    """fmax, resource use (% of the device) and peak GOP/s per build, one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on build machines
+    import matplotlib.pyplot as plt
+
+    good = [r for r in records if "error" not in r]
+    labels = [f"{r['board']}\n{r['rows']}x{r['cols']}" for r in good]
+    x = range(len(good))
+    figure, axes = plt.subplots(1, 3, figsize=(14, 4.5))
+    axes[0].bar(x, [r["fmax_mhz"] for r in good], color="tab:blue")
+    axes[0].set_ylabel("fmax (MHz, nextpnr)")
+    names = sorted({n for r in good for n in r["resources"]})
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        use = [100 * r["resources"][name]["used"] / r["resources"][name]["available"]
+               if name in r["resources"] and r["resources"][name]["available"] else 0
+               for r in good]
+        axes[1].bar([k + i * width for k in x], use, width, label=name)
+    axes[1].set_ylabel("% of the device used")
+    axes[1].legend(fontsize=7)
+    axes[2].bar(x, [r["peak_gops"] for r in good], color="tab:green")
+    axes[2].set_ylabel("peak GOP/s = 2*R*C*fmax")
+    for axis in axes:
+        axis.set_xticks(list(x), labels, fontsize=8)
+    figure.suptitle("Tessera sweep: whole accelerator per board (YoWASP Yosys + nextpnr)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def make_runner(args):
+    """The job runner the options ask for (Ray only imported with ``--ray``)."""
+    if args.ray is not None:
+        return RayRunner(None if args.ray == "local" else args.ray)
+    return LocalRunner(args.jobs)
+
+
+def add_arguments(parser):
+    """The sweep's options (shared by ``python -m bench.sweep`` and ``tessera sweep``)."""
+    parser.add_argument("--sizes", default=",".join(f"{r}x{c}" for r, c in DEFAULT_SIZES),
+                        help="array sizes RxC, comma-separated (default: %(default)s)")
+    parser.add_argument("--boards", default=",".join(DEFAULT_BOARDS),
+                        help="boards, comma-separated (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="builds at a time (default: the core count)")
+    parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                        help="run the builds as Ray tasks (a local Ray, or the cluster at "
+                             "ADDRESS)")
+    parser.add_argument("--fit", action="store_true",
+                        help="refit bench/resource_model.json from the sweep's builds")
+
+
+def main(argv=None, say=print):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run_from_args(parser.parse_args(argv), say)
+
+
+def run_from_args(args, say=print):
+    """Run the sweep the parsed options describe; returns the results path."""
+    from hw.bitstream import KNOWN_BOARDS
+
+    boards = [b.strip() for b in args.boards.split(",") if b.strip()]
+    unknown = [b for b in boards if b not in KNOWN_BOARDS]
+    if unknown:
+        raise ValueError(f"unknown board {unknown[0]!r}; known boards: "
+                         f"{', '.join(sorted(KNOWN_BOARDS))}")
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs must be a positive integer, not {args.jobs!r}")
+    jobs = default_jobs(parse_sizes(args.sizes), boards)
+    records = run_sweep(jobs, make_runner(args), say=say)
+    path = write_results("sweep", sweep_metrics(records), records=records,
+                         tool="hw.bitstream.build_bitstream (YoWASP Yosys, nextpnr), "
+                              "one seed, whole accelerator behind the UART bridge")
+    if any("error" not in r for r in records):
+        say(f"plot: {plot(records, path.with_suffix('.png'))}")
+    if args.fit:
+        from .resource_model import main as fit_main
+        fit_main(["--fit"])
+    return path
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

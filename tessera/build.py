@@ -1,0 +1,432 @@
+"""``tessera build MODEL --board B``: pick the accelerator configuration for one model on
+one board, then build it.
+
+The search (``docs/build.md``):
+
+1. **Candidates.** Array sizes R x C from :data:`SIDES`, activation and weight buffer
+   depths from :data:`ACT_DEPTHS` and :data:`WEIGHT_DEPTHS` (``max_col_tiles`` and the
+   stream width stay at their defaults: the only stream width the contract has is 32 bits).
+2. **Fit.** The resource model (``bench.resource_model``, fitted on real builds) predicts
+   LUT/FF/DSP/EBR and fmax; a candidate fits when every prediction is within the board's
+   limits (logic below 85 %, see ``UTILIZATION_CAP``).
+3. **Clock.** The predicted fmax less :data:`CLOCK_MARGIN`, rounded down to a clock the
+   board's PLL makes and the UART bridge divides into 3 Mbaud.
+4. **Score.** Predicted images/s of *this* model at batch 1: per layer, the driver's own
+   pass list counted by the cycle model (``sw_driver.planner.device_work``) at that
+   clock; layers the device cannot run fall back to the CPU at the planner's CPU cost.
+   A Conv/Dense layer that runs on a large enough engine but not on a candidate (its
+   buffers too small) rules the candidate out rather than fall back, so the chosen engine
+   runs every layer an engine can. Images/s is non-decreasing in the buffer depths, so
+   for each array size only the largest buffers that fit are scored.
+5. **Pick** the best score; ties go to fewer LUTs.
+
+Then (not with ``--dry-run``) the chosen configuration is built with the board flow
+(:func:`hw.bitstream.build_bitstream`) and ``report.json`` (chosen configuration, predicted
+vs achieved fmax and resources, predicted images/s, fallbacks) and ``run-config.json``
+(``contract.config_file`` format, with the clock) are written to ``--out``.
+"""
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+from bench.resource_model import REPORT_NAMES, ResourceModel, board_limits, fits
+from contract.config import ArrayConfig, ConvEngineConfig
+
+#: Array sides tried for R and for C.
+SIDES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
+ACT_DEPTHS = (512, 1024, 2048, 4096, 8192, 16384)
+WEIGHT_DEPTHS = (256, 512, 1024, 2048, 4096, 8192)
+#: The design clock is chosen this far below the predicted fmax: the fmax model's error
+#: on held-out builds was within about 10 % (docs/build.md).
+CLOCK_MARGIN = 0.10
+#: A layer that no engine of the search space can run (the largest buffers, an 8x8
+#: array) falls back to the CPU; others must run on the chosen engine.
+PROBE = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=max(ACT_DEPTHS),
+                         weight_depth=max(WEIGHT_DEPTHS))
+BAUD = 3_000_000
+
+
+class BuildSearchError(ValueError):
+    """The model fits no configuration of the board; the message says which layer needs
+    what."""
+
+
+@dataclasses.dataclass
+class LayerCost:
+    """One layer of the model on one engine: where it runs and its modelled time."""
+
+    name: str
+    op: str
+    where: str  # "device" or "cpu"
+    seconds: float
+    cycles: int = 0
+    reason: str = ""
+
+
+def load_graph(path):
+    """The integer graph of an ONNX model and its tensor shapes at batch 1."""
+    from sw_driver.importer import import_model
+    from sw_driver.planner import infer_shapes
+
+    graph = import_model(str(path))
+    return graph, infer_shapes(graph, 1)
+
+
+def _device_refusal(layer, shape, config):
+    """Why the engine ``config`` cannot run ``layer`` at ``shape``, or None; plus the
+    modelled device work when it can."""
+    from contract.streams import POOL_MAX_WIDTH
+    from sw_driver import graph as g
+    from sw_driver import planner
+    from sw_driver.providers.device import add_refusal, engine_refusal, pool_refusal
+
+    if isinstance(layer, g.MaxPool):
+        problem = pool_refusal(layer, POOL_MAX_WIDTH, shape)
+    elif isinstance(layer, g.Add):
+        problem = add_refusal(layer)
+    elif isinstance(layer, (g.Conv, g.Dense)):
+        problem = engine_refusal(layer, config)
+    else:
+        problem = f"the device runs Conv, Dense, 2x2 MaxPool and Add, not {layer.op}"
+    if problem is not None:
+        return problem, None
+    if shape is None:
+        return "its input shape does not follow from the model's inputs", None
+    try:
+        return None, planner.device_work(layer, shape, config)
+    except ValueError as error:
+        return f"at input shape {list(shape)}: {error}", None
+
+
+def _cpu_seconds(layer, shape):
+    from sw_driver.planner import CostModel, cpu_estimate
+
+    cost = cpu_estimate(layer, shape, CostModel())
+    return 0.0 if cost is None or cost.seconds is None else cost.seconds
+
+
+class ModelProfile:
+    """A model's layers, split into those that must run on the engine and those that
+    fall back to the CPU whatever the engine (with the reason)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.graph, self.shapes = load_graph(path)
+        self.required, self.fallbacks = [], []
+        for layer in self.graph.layers:
+            shape = self.shape_of(layer)
+            problem, _ = _device_refusal(layer, shape, PROBE)
+            if problem is None:
+                self.required.append(layer)
+            else:
+                self.fallbacks.append(LayerCost(layer.name, layer.op, "cpu",
+                                                _cpu_seconds(layer, shape), reason=problem))
+        self.fallback_seconds = sum(f.seconds for f in self.fallbacks)
+
+    def shape_of(self, layer):
+        return self.shapes.get(layer.inputs[0]) if layer.inputs else None
+
+    def evaluate(self, config, clock_mhz):
+        """``(seconds per image, [LayerCost])`` on ``config`` at ``clock_mhz``, or
+        ``(None, (layer, reason))`` when a required layer does not run on it."""
+        costs, cycles = [], 0
+        for layer in self.required:
+            problem, work = _device_refusal(layer, self.shape_of(layer), config)
+            if problem is not None:
+                return None, (layer, problem)
+            cycles += work.cycles
+            costs.append(LayerCost(layer.name, layer.op, "device",
+                                   work.cycles / (clock_mhz * 1e6), work.cycles))
+        return cycles / (clock_mhz * 1e6) + self.fallback_seconds, costs
+
+
+def pll_clock(board_info, fmax_mhz, margin=CLOCK_MARGIN):
+    """The highest whole-MHz clock at most ``fmax_mhz * (1 - margin)`` that the board's
+    PLL makes and that divides 3 Mbaud for the UART bridge; ``None`` if there is none."""
+    from hw.bitstream import KNOWN_BOARDS
+    from hw.boards.accelerator import uart_divisor
+    from hw.boards.pll import PllError, ecp5_pll_settings, ice40_pll_settings
+
+    oscillator = KNOWN_BOARDS[board_info["board"]]().default_clk_frequency / 1e6
+    settings = ecp5_pll_settings if board_info["family"] == "ecp5" else ice40_pll_settings
+    for mhz in range(int(math.floor(fmax_mhz * (1 - margin))), 0, -1):
+        try:
+            settings(oscillator, float(mhz))
+            uart_divisor(float(mhz), BAUD)
+        except (PllError, ValueError):
+            continue
+        return float(mhz)
+    return None
+
+
+def candidates(board_info, model):
+    """``[(config, prediction)]`` of every configuration predicted to fit the board, for
+    each array size only the Pareto-largest buffers (see the module docstring)."""
+    family = board_info["family"]
+    fitting = []
+    for rows in SIDES:
+        for cols in SIDES:
+            array = ArrayConfig(rows=rows, cols=cols)
+            if rows * cols > board_info["limits"]["dsp"]:
+                continue
+            best_weight = {}
+            for act in ACT_DEPTHS:
+                for weight in WEIGHT_DEPTHS:
+                    config = ConvEngineConfig(array=array, act_depth=act, weight_depth=weight)
+                    prediction = model.predict(config, family)
+                    if not fits(prediction, board_info):
+                        best_weight[act] = (config, prediction)
+            # Keep (act, weight) pairs not dominated by a larger act with as large weights.
+            kept_weight = -1
+            for act in sorted(best_weight, reverse=True):
+                config, prediction = best_weight[act]
+                if config.weight_depth > kept_weight:
+                    fitting.append((config, prediction))
+                    kept_weight = config.weight_depth
+    return fitting
+
+
+def search(model_path, board, *, resource_model=None, say=None):
+    """Search the configurations of ``board`` for ``model_path``; return the plan (a dict:
+    chosen configuration, prediction, clock, score, per-layer costs, fallbacks, the
+    candidates considered, the runners-up).
+
+    Raises
+    ------
+    ValueError
+        Unknown board (the message lists the known ones).
+    BuildSearchError
+        No configuration that fits the board runs the model's layers; the message names
+        each layer that rules them out and what it needs.
+    """
+    started = time.monotonic()
+    board_info = board_limits(board)
+    resource_model = ResourceModel() if resource_model is None else resource_model
+    profile = ModelProfile(model_path)
+    fitting = candidates(board_info, resource_model)
+    scored, blocked = [], {}
+    for config, prediction in fitting:
+        clock = pll_clock(board_info, prediction["fmax_mhz"])
+        if clock is None:
+            continue
+        seconds, costs = profile.evaluate(config, clock)
+        if seconds is None:
+            layer, reason = costs
+            blocked.setdefault(layer.name, (layer, reason, config))
+            continue
+        scored.append({"config": config, "prediction": prediction, "clock_mhz": clock,
+                       "seconds": seconds, "images_per_s": 1.0 / seconds, "layers": costs})
+    if not scored:
+        raise BuildSearchError(_no_fit_message(profile, board_info, fitting, blocked))
+    scored.sort(key=lambda c: (-c["images_per_s"], c["prediction"]["lut"]))
+    best = scored[0]
+    if say is not None:
+        say(f"searched {len(fitting)} fitting configurations ({len(scored)} run the model) "
+            f"in {time.monotonic() - started:.1f} s")
+    return {
+        "model": str(model_path), "board": board, "board_info": board_info,
+        "config": best["config"], "prediction": best["prediction"],
+        "clock_mhz": best["clock_mhz"], "images_per_s": best["images_per_s"],
+        "layers": best["layers"], "fallbacks": profile.fallbacks,
+        "candidates": len(fitting), "runnable": len(scored),
+        "runners_up": scored[1:4],
+    }
+
+
+def _no_fit_message(profile, board_info, fitting, blocked):
+    where = f"{board_info['board']} ({board_info['device']})"
+    if not fitting:
+        return (f"no configuration of the search space is predicted to fit {where}, not even "
+                f"a 1x1 array with {min(ACT_DEPTHS)}-byte buffers")
+    biggest_act = max(c.act_depth for c, _ in fitting)
+    biggest_weight = max(c.weight_depth for c, _ in fitting)
+    lines = [f"{profile.path}: no configuration that fits {where} runs every layer an "
+             f"engine can run (the largest buffers that fit: act_depth {biggest_act}, "
+             f"weight_depth {biggest_weight}):"]
+    for layer, reason, config in blocked.values():
+        lines.append(f"  layer {layer.name!r} ({layer.op}) needs more than the "
+                     f"{config.rows}x{config.cols} engine with act_depth {config.act_depth}, "
+                     f"weight_depth {config.weight_depth}: {reason}")
+    return "\n".join(lines)
+
+
+def plan_document(plan):
+    """The JSON-able form of a :func:`search` plan (what ``report.json`` starts from)."""
+    from contract.config_file import config_to_dict
+
+    config = dataclasses.replace(plan["config"], clock_mhz=plan["clock_mhz"])
+    return {
+        "model": plan["model"], "board": plan["board"],
+        "device": plan["board_info"]["device"], "family": plan["board_info"]["family"],
+        "config": config_to_dict(config),
+        "clock_mhz": plan["clock_mhz"],
+        "predicted": {**plan["prediction"],
+                      "available": plan["board_info"]["limits"],
+                      "images_per_s": round(plan["images_per_s"], 2),
+                      "peak_gops": round(2 * config.rows * config.cols * plan["clock_mhz"]
+                                         / 1e3, 3)},
+        "layers": [dataclasses.asdict(c) for c in plan["layers"]],
+        "fallbacks": [{"layer": f.name, "op": f.op, "reason": f.reason,
+                       "cpu_seconds": f.seconds} for f in plan["fallbacks"]],
+        "search": {"fitting_candidates": plan["candidates"], "runnable": plan["runnable"],
+                   "runners_up": [{"array": f"{c['config'].rows}x{c['config'].cols}",
+                                   "act_depth": c["config"].act_depth,
+                                   "weight_depth": c["config"].weight_depth,
+                                   "clock_mhz": c["clock_mhz"],
+                                   "images_per_s": round(c["images_per_s"], 2)}
+                                  for c in plan["runners_up"]]},
+    }
+
+
+def achieved(document, report):
+    """Add the board build's achieved figures to ``document`` (predicted vs achieved)."""
+    names = REPORT_NAMES[document["family"]]
+    document["achieved"] = {
+        "fmax_mhz": report.get("fmax_mhz"), "timing_met": report.get("timing_met"),
+        **{key: report.get(f"{name}_used") for key, name in names.items()},
+    }
+    document["bitstream"] = report.get("bitstream")
+    document["build_logs"] = report.get("logs")
+    if "timing_failure" in report:
+        document["timing_failure"] = report["timing_failure"]
+    return document
+
+
+def write_outputs(document, out):
+    """Write ``report.json`` and ``run-config.json`` into ``out``; return their paths."""
+    from contract.config_file import parse_config, write_config
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    report = out / "report.json"
+    report.write_text(json.dumps(document, indent=2) + "\n")
+    run_config = write_config(parse_config(document["config"], str(report)),
+                              out / "run-config.json")
+    return report, run_config
+
+
+def build(model_path, board, out=None, *, dry_run=False, console=None, resource_model=None):
+    """Search, then (unless ``dry_run``) build; write the outputs; return the document."""
+    from rich.console import Console
+
+    console = Console(highlight=False) if console is None else console
+    out = Path(out) if out is not None else \
+        Path("build") / f"{board}-{Path(model_path).stem.removesuffix('_qdq')}"
+    plan = search(model_path, board, resource_model=resource_model, say=console.print)
+    document = plan_document(plan)
+    document["dry_run"] = dry_run
+    if not dry_run:
+        from hw.bitstream import BitstreamError, board_top, build_bitstream
+
+        config = dataclasses.replace(plan["config"], clock_mhz=None)
+        out.mkdir(parents=True, exist_ok=True)
+        _write_verilog(board_top(board, config, clock_mhz=plan["clock_mhz"]),
+                       out / "top.v")
+        document["verilog"] = str(out / "top.v")
+        try:
+            report = build_bitstream(board, config, build_root=out / "pnr",
+                                     clock_mhz=plan["clock_mhz"], console=console,
+                                     summary=False)
+        except BitstreamError as error:
+            document["error"] = str(error)
+            write_outputs(document, out)
+            raise
+        achieved(document, report)
+    paths = write_outputs(document, out)
+    print_summary(document, paths, console)
+    return document
+
+
+def _write_verilog(top, path):
+    from amaranth.back import verilog
+
+    path.write_text(verilog.convert(top, name="top", emit_src=False))
+
+
+def print_summary(document, paths, console):
+    """The one-screen summary: chosen configuration, predicted vs achieved, fallbacks."""
+    from rich.table import Table
+
+    config = document["config"]
+    array = config["array"]
+    predicted, got = document["predicted"], document.get("achieved", {})
+    console.print(f"[bold]{Path(document['model']).name}[/] on [bold]{document['board']}[/]"
+                  f" ({document['device']}): {array['rows']}x{array['cols']} array, act "
+                  f"{config['act_depth']} B/row, weights {config['weight_depth']} words, "
+                  f"clock {document['clock_mhz']:g} MHz")
+    table = Table(title_justify="left")
+    for column in ("", "predicted", "achieved", "available"):
+        table.add_column(column, justify="left" if not column else "right")
+    names = REPORT_NAMES[document["family"]]
+    table.add_row("fmax MHz", f"{predicted['fmax_mhz']:g}", _shown(got.get("fmax_mhz")), "")
+    for key, name in names.items():
+        table.add_row(name, f"{predicted.get(key, 0):,}", _shown(got.get(key)),
+                      f"{predicted['available'].get(key, 0):,}")
+    console.print(table)
+    console.print(f"predicted {predicted['images_per_s']:,.1f} images/s at batch 1 "
+                  f"(device compute at {document['clock_mhz']:g} MHz plus CPU fallbacks; "
+                  f"host link not counted); peak {predicted['peak_gops']:g} GOP/s")
+    if document["fallbacks"]:
+        console.print("on the CPU:")
+        for entry in document["fallbacks"]:
+            console.print(f"  {entry['layer']} ({entry['op']}): {entry['reason']}",
+                          markup=False)
+    if document.get("dry_run"):
+        console.print("dry run: nothing built")
+    elif "timing_failure" in document:
+        console.print(f"[red]timing missed[/]: {document['timing_failure']}")
+    console.print(f"wrote {paths[0]} and {paths[1]}")
+
+
+def _shown(value):
+    if value is None:
+        return "-"
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
+
+
+# ------------------------------------------------------------------ command line
+
+def add_commands(sub):
+    """``tessera build`` and ``tessera sweep`` (added to the CLI's subparsers)."""
+    from bench.sweep import add_arguments
+
+    p = sub.add_parser("build", help="design-space search for a model on a board, then "
+                                      "its bitstream (docs/build.md)")
+    p.add_argument("model", help="quantized (QDQ) ONNX model")
+    p.add_argument("--board", required=True, help="ulx3s-85f, ulx3s-45f, ulx3s-25f or "
+                                                  "icebreaker")
+    p.add_argument("--out", default=None, help="output folder (default build/<board>-<model>)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="search and predict only (seconds); build nothing")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("sweep", help="array sizes x boards, built in parallel and cached: "
+                                      "bench/results/sweep.json and a plot (docs/build.md)")
+    add_arguments(p)
+    p.set_defaults(func=cmd_sweep)
+
+
+def cmd_build(args):
+    """``tessera build``: exit 0 when built (or searched), 1 when timing was missed, 2 on
+    bad input (unknown board, a model that fits nothing, a missing model file)."""
+    from hw.bitstream import BitstreamError
+
+    model = Path(args.model)
+    if not model.is_file():
+        raise ValueError(f"{model}: no such model file (a quantized ONNX model; "
+                         f"`tessera zoo` writes the zoo's)")
+    try:
+        document = build(model, args.board, args.out, dry_run=args.dry_run)
+    except BitstreamError as error:
+        raise ValueError(f"the build failed: {error}") from None
+    return 1 if document.get("achieved", {}).get("timing_met") is False else 0
+
+
+def cmd_sweep(args):
+    from bench.sweep import run_from_args
+
+    run_from_args(args)
+    return 0
