@@ -375,18 +375,21 @@ def cmd_demo(args):
     from models.zoo import DIGITS_FLOAT, DIGITS_QDQ, load_digits_split
     from sw_driver import InferenceSession
     from sw_driver.errors import TesseraError
+    from sw_driver.providers import sim as sim_module
     from sw_driver.providers.sim import SimProvider
     from tessera import demo
 
     if args.batch < 1:
         return _fail(f"--batch must be a positive integer, not {args.batch}")
-    config = _engine_config(args)
+    # None: the "sim" provider's own default (the default preset).
+    config = _engine_config(args) if args.config else None
     started = time.perf_counter()
     _, _, x, labels = load_digits_split()
     if args.samples is not None:
         x, labels = x[:args.samples], labels[:args.samples]
     result = demo.DemoResult(labels=labels)
-    engine = f"{config.rows}x{config.cols}"
+    shown = config or sim_module.DEFAULT_CONFIG
+    engine = f"{shown.rows}x{shown.cols}"
     console.print(f"Tessera demo: the digits CNN ({DIGITS_QDQ.name}) on {len(x)} test images, "
                   f"on the Verilator twin of the {engine} accelerator, Tessera's CPU provider "
                   f"and onnxruntime")
