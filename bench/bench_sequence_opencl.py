@@ -17,13 +17,16 @@ token; 8x8 digits) at batch 1 and 64, four runners measured in the same run:
 Each opencl run is checked bit-identical to its mode's cpu run first. Also recorded: the share of
 logits equal to onnxruntime's unfused QDQ graph (the ORT-compatible reference), and the
 per-layer placement (layer counts and summed seconds per op and provider, from the session
-profile of one batch-64 run). Medians over interleaved repeats; ``OPENBLAS_NUM_THREADS=1``.
+profile of one batch-64 run), and the batched MatMul kernel alone on a larger attention
+product (:func:`attention_matmul_metrics`). Medians over interleaved repeats;
+``OPENBLAS_NUM_THREADS=1``.
 """
 
 import os
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+import math
 import statistics
 import time
 from collections import defaultdict
@@ -32,11 +35,18 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import metric, write_results
+from models.requant import requantize
+from models.sequence import matmul_int
 from models.zoo.digits import load_digits_split
 from models.zoo.reference import onnxruntime_session
 from sw_driver import InferenceSession
+from sw_driver.opencl import OpenCLRuntime
+from sw_driver.opencl.sequence_kernels import batched_matmul_requant
 from sw_driver.providers.opencl import OpenCLProvider
 
+SEED = 16
+#: The attention product timed on its own: Q (sequences, heads, tokens, head size) @ K^T.
+ATTENTION_Q, ATTENTION_KT = (8, 4, 128, 64), (8, 4, 64, 128)
 MODEL = Path(__file__).resolve().parent.parent / "models" / "zoo" / "vit_qdq.onnx"
 BATCHES = (1, 64)
 REPEATS = 5
@@ -76,6 +86,43 @@ def placement(profile):
         cell["seconds"] += row["seconds"]
     return {op: {p: {"layers": c["layers"], "seconds": round(c["seconds"], 6)}
                  for p, c in by.items()} for op, by in sorted(table.items())}
+
+
+def attention_matmul_metrics(repeats):
+    """GOP/s of the batched MatMul kernel on one attention product, ``Q @ K^T`` of 8
+    sequences x 4 heads x 128 tokens x 64 per head, against the golden NumPy code
+    (``matmul_int`` + ``requantize``, what the "cpu" provider runs), outputs checked equal."""
+    rt = OpenCLRuntime()
+    rng = np.random.default_rng(SEED)
+    a = rng.integers(-128, 128, ATTENTION_Q, dtype=np.int8)
+    b = rng.integers(-128, 128, ATTENTION_KT, dtype=np.int8)
+    kw = dict(a_zero_point=3, b_zero_point=-5, multiplier=(1 << 30) + 12345, shift=21,
+              y_zero_point=-2)
+
+    def golden():
+        return requantize(matmul_int(a, 3, b, -5), kw["multiplier"], kw["shift"], -2)
+
+    want = golden()
+    da, db = rt.to_device(a), rt.to_device(b)
+    if not np.array_equal(batched_matmul_requant(rt, da, db, **kw).get(), want):
+        raise AssertionError("the batched MatMul kernel differs from the golden model")
+    device, host = [], []
+    for _ in range(repeats):
+        rt.finish()
+        start = time.perf_counter()
+        for _ in range(10):
+            batched_matmul_requant(rt, da, db, **kw)
+        rt.finish()
+        device.append((time.perf_counter() - start) / 10)
+        start = time.perf_counter()
+        golden()
+        host.append(time.perf_counter() - start)
+    ops = 2 * math.prod(ATTENTION_Q) * ATTENTION_KT[-1]
+    kernel, numpy_rate = ops / statistics.median(device) / 1e9, ops / statistics.median(host) / 1e9
+    shape = "x".join(map(str, ATTENTION_Q))
+    return [metric(f"attention_matmul_{shape}_kernel", round(kernel, 2), "GOP/s",
+                   peer="golden_numpy", peer_value=round(numpy_rate, 3),
+                   note="Q @ K^T on the device (inputs resident), requantization included")]
 
 
 def main(batches=BATCHES, repeats=REPEATS, min_seconds=MIN_SECONDS):
@@ -129,6 +176,7 @@ def main(batches=BATCHES, repeats=REPEATS, min_seconds=MIN_SECONDS):
             f"vit_batch{batch}_integer_top1_agreement_onnxruntime_unfused",
             round(float((integer.argmax(-1) == reference.argmax(-1)).mean()), 5), "fraction",
             note="integer-only mode: its logits differ from onnxruntime's by design"))
+    metrics += attention_matmul_metrics(min(repeats, 3))
     on_opencl = sorted(op for op, by in layout.items() if "opencl" in by)
     integer_on_opencl = sorted(op for op, by in integer_layout.items() if "opencl" in by)
     return write_results(

@@ -127,6 +127,7 @@ def test_bench_records_rates_agreement_and_placement(tmp_path, monkeypatch):
                    "tessera_integer_cpu", "onnxruntime_1thread", "onnxruntime_2thread"):
         assert values[f"vit_batch2_{runner}"] > 0
     assert values["vit_batch2_logits_equal_onnxruntime_unfused"] == 1.0
+    assert values["attention_matmul_8x4x128x64_kernel"] > 0
     assert document["ops_on_opencl"] == ["Dense", "Dequantize", "MatMul", "Quantize",
                                          "Reshape", "Softmax"]
     assert document["integer_ops_on_opencl"] == [
