@@ -247,3 +247,26 @@ def test_tessera_run_sequence_mode_integer(capsys):
     assert ("semantics (--sequence-mode integer): float 8, ort-compatible 98, integer-only "
             "35 layers") in out
     assert "accuracy on digits (test split, 450 samples): 96.67%" in out
+
+
+def test_bench_intonly_accuracy_records_the_three_accuracies(tmp_path, monkeypatch):
+    import json
+
+    from bench import bench_intonly_accuracy, common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(common, "WRITTEN", [])
+    path = bench_intonly_accuracy.main(models=("vit", "rowgru"))
+    document = json.loads(path.read_text())
+    assert path.name == "intonly_accuracy.json" and document["samples"] == 450
+    metrics = {entry["name"]: entry for entry in document["metrics"]}
+    assert metrics["vit_float_accuracy"]["value"] == pytest.approx(0.96667, abs=1e-4)
+    assert metrics["vit_ort_mode_accuracy"]["value"] == pytest.approx(0.96889, abs=1e-4)
+    vit = metrics["vit_integer_mode_accuracy"]
+    assert vit["value"] >= vit["target"] == pytest.approx(vit["peer_value"] - 0.01)
+    assert metrics["vit_integer_vs_ort_top1_agreement"]["value"] >= 0.98
+    assert metrics["vit_integer_mode_layers"]["value"] == 35
+    assert metrics["vit_integer_mode_images_per_s"]["peer"] == "ort_mode"
+    # The GRU stays float: both modes agree on every image, and no speed is claimed.
+    assert metrics["rowgru_integer_vs_ort_top1_agreement"]["value"] == 1.0
+    assert "rowgru_integer_mode_images_per_s" not in metrics
