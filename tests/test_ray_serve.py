@@ -165,6 +165,7 @@ def test_replicas_no_node_can_hold_are_refused_before_serve_starts(tmp_path):
     config = load_config(write_config(tmp_path, text=text))
     started = time.monotonic()
     with connect(LOCAL, resources=parse_resources("CPU=2")) as ray:
+        assert [node["NodeManagerAddress"] for node in ray.nodes()] == ["127.0.0.1"]
         with pytest.raises(ResourceUnavailable,
                            match=r"1 replicas of tessera serve need fpga_pcie 1 in all"):
             deploy(ray, config, replicas=1, port=_free_port())
