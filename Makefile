@@ -21,7 +21,8 @@ HW_CONFIG = $(HW_FILE) $(if $(call HW_GIVEN,R),--rows $(R)) $(if $(call HW_GIVEN
 
 help:
 	@echo "make setup                     .venv, pinned packages, PoCL (idempotent)"
-	@echo "   CONFIG=file.toml|preset     the hardware for sim, verilog*, bench, soak, demo*, run"
+	@echo "   CONFIG=file.toml|preset     the hardware for sim, verilog*, bitstream*, bench, soak,"
+	@echo "                               demo*, run"
 	@echo "                               (docs/config.md); R=.. C=.. override its array size"
 	@echo "make demo                      the digits CNN on the Verilator twin vs CPU and onnxruntime"
 	@echo "make demo-array [R=8 C=8]      a random GEMM on the Verilator-simulated array, checked"
@@ -75,11 +76,11 @@ verilog-xdma: setup
 GIVEN = $(filter command line environment,$(origin $(1)))
 bitstream: setup
 	$(TESSERA) bitstream --board $(BOARD) $(if $(call GIVEN,R),--rows $(R)) \
-		$(if $(call GIVEN,C),--cols $(C)) $(if $(CLOCK),--clock-mhz $(CLOCK))
+		$(if $(call GIVEN,C),--cols $(C)) $(if $(CLOCK),--clock-mhz $(CLOCK)) $(HW_FILE)
 
 bitstream-array: setup
 	$(TESSERA) bitstream --array --board $(BOARD) $(if $(call GIVEN,R),--rows $(R)) \
-		$(if $(call GIVEN,C),--cols $(C))
+		$(if $(call GIVEN,C),--cols $(C)) $(HW_FILE)
 
 bench: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES) $(HW_FILE)

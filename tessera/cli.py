@@ -14,11 +14,11 @@ from rich.text import Text
 console = Console()
 
 
-def _add_config_option(parser, what="the hardware to build or simulate"):
+def _add_config_option(parser, what="the hardware to build or simulate",
+                       default="the 'default' preset"):
     parser.add_argument("--config", metavar="FILE|PRESET",
                         help=f"{what}: a .toml/.json configuration file or a preset (default, "
-                             f"tiny, ulx3s-85f, ...; docs/config.md); default: the "
-                             f"'default' preset")
+                             f"tiny, ulx3s-85f, ...; docs/config.md); default: {default}")
 
 
 def _engine_config(args):
@@ -183,15 +183,21 @@ def cmd_bitstream(args):
             # The bare systolic array under its on-chip pattern load (no host link).
             config = None if args.rows is None and args.cols is None else ArrayConfig(
                 rows=pick(args.rows, 8), cols=pick(args.cols, 8))
+            if args.config is not None:
+                config = _engine_config(args).array
             build_array_bitstream(args.board, config, build_root=args.build)
             return 0
-        config = default_config(args.board)
-        if args.rows is not None or args.cols is not None:
+        if args.config is not None:  # the file or preset instead of the board's own
+            config = _engine_config(args)
+        else:
+            config = default_config(args.board)
+        if args.config is None and (args.rows is not None or args.cols is not None):
             array = ArrayConfig(rows=pick(args.rows, config.rows),
                                 cols=pick(args.cols, config.cols))
             config = dataclasses.replace(config, array=array)
+        # --clock-mhz, else the configuration's clock, else the board's (None).
         report = build_bitstream(args.board, config, build_root=args.build,
-                                 clock_mhz=args.clock_mhz)
+                                 clock_mhz=pick(args.clock_mhz, config.clock_mhz))
     except BitstreamError as error:
         _print_error(error, prefix="bitstream failed: ")
         return 1
@@ -1037,6 +1043,7 @@ def build_parser():
     p.add_argument("--array", action="store_true",
                    help="build the bare systolic array under an on-chip pattern instead")
     p.add_argument("--build", default="build")
+    _add_config_option(p, "the accelerator to build", "the board's own configuration")
     p.set_defaults(func=cmd_bitstream)
 
     p = sub.add_parser("bench", help="run benchmarks into bench/results/*.json")
@@ -1089,9 +1096,6 @@ def build_parser():
 
     _add_runtime_commands(sub)
     _add_energy_command(sub)
-    from tessera.build import add_commands  # build, sweep (docs/build.md)
-
-    add_commands(sub)
     return parser
 
 

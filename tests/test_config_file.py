@@ -168,7 +168,7 @@ def test_cli_builds_the_configured_accelerator(tmp_path):
 
 @pytest.mark.parametrize("command", [
     ["verilog"], ["verilog", "--target", "xdma"], ["demo-array"], ["demo"], ["sim"],
-    ["bench", "twin"], ["soak", "--count", "1"],
+    ["bench", "twin"], ["soak", "--count", "1"], ["bitstream", "--board", "icebreaker"],
     ["run", str(DIGITS_QDQ), "--providers", "sim"],
 ])
 def test_every_command_refuses_a_bad_config_in_one_line(tmp_path, capsys, command):
@@ -217,6 +217,29 @@ def test_make_passes_config_and_the_array_shorthand():
 
     assert "tessera verilog --config tiny --rows 3" in dry("verilog", "CONFIG=tiny", "R=3")
     assert "demo-array --config x.toml  --cols 4" in dry("demo-array", "CONFIG=x.toml", "C=4")
-    for target in ("sim", "demo", "bench", "soak", "verilog-xdma"):
+    for target in ("sim", "demo", "bench", "soak", "verilog-xdma", "bitstream",
+                   "bitstream-array"):
         assert "--config tiny" in dry(target, "CONFIG=tiny"), target
     assert "--config" not in dry("verilog")
+
+
+def test_bitstream_builds_the_configuration_instead_of_the_boards(tmp_path, monkeypatch):
+    import hw.bitstream
+
+    calls = []
+
+    def fake_build(board, config, build_root="build", *, clock_mhz=None, **kwargs):
+        calls.append((board, config, clock_mhz))  # nextpnr is not what is tested here
+        return {"timing_met": True}
+
+    monkeypatch.setattr(hw.bitstream, "build_bitstream", fake_build)
+    path = tmp_path / "board.toml"
+    path.write_text('base = "icebreaker"\nclock_mhz = 24\n[array]\ncols = 1\n')
+    assert main(["bitstream", "--board", "icebreaker", "--config", str(path)]) == 0
+    assert main(["bitstream", "--board", "icebreaker", "--config", str(path), "--rows", "1",
+                 "--clock-mhz", "12"]) == 0
+    assert main(["bitstream", "--board", "icebreaker"]) == 0
+    board = replace(PRESETS["icebreaker"], array=ArrayConfig(rows=2, cols=1), clock_mhz=24.0)
+    assert calls == [("icebreaker", board, 24.0),
+                     ("icebreaker", replace(board, array=ArrayConfig(rows=1, cols=1)), 12.0),
+                     ("icebreaker", hw.bitstream.default_config("icebreaker"), None)]
