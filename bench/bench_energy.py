@@ -6,7 +6,7 @@ ESTIMATE, not a measurement of a board.
 """
 
 from bench.common import metric, write_results
-from bench.energy import energy_of_model
+from bench.energy import EnergyRun, board_setup, energy_of_model
 
 #: (board, model) pairs measured.
 RUNS = (("ulx3s-85f", "digits"), ("ulx3s-85f", "resnet8"), ("icebreaker", "digits"))
@@ -29,9 +29,12 @@ def _model_paths():
 def main():
     metrics, runs = [], {}
     paths = _model_paths()
+    runs_open = {}  # one energy twin per board, shared by its models
     for board, model in RUNS:
         name = f"{model} on {board}"
-        result = energy_of_model(paths[model], board)
+        if board not in runs_open:
+            runs_open[board] = EnergyRun(board_setup(board)[0])
+        result = energy_of_model(paths[model], board, run=runs_open[board])
         runs[name] = {key: result[key] for key in (
             "model", "board", "device", "clock_mhz", "calibrated", "cycles", "macs",
             "not_counted", "resources", "energy", "activity")}
@@ -44,6 +47,8 @@ def main():
                    round(result["average_w"] * 1e3, 1), "mW", note=NOTE),
             metric(f"{name} device cycles per inference", result["cycles"], "cycles"),
         ]
+    for run in runs_open.values():
+        run.close()
     write_results("energy", metrics, label="ESTIMATE", runs=runs)
 
 

