@@ -1,0 +1,177 @@
+"""make sweep: job keys (content hashes), the cache, the pluggable runner, the results
+and the plot. No build runs here: the runner is a stand-in that records what it is
+asked."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bench import sweep
+from contract.config import ArrayConfig, ConvEngineConfig
+
+
+def engine(rows, cols, act=4096, weight=1024):
+    return ConvEngineConfig(array=ArrayConfig(rows=rows, cols=cols), act_depth=act,
+                            weight_depth=weight)
+
+
+def fake_record(spec, fmax=120.0):
+    job = sweep.SweepJob.from_spec(spec)
+    c = job.config
+    return {**spec, "label": job.label, "family": "ecp5", "rows": c.rows, "cols": c.cols,
+            "clock_mhz": 100.0, "fmax_mhz": fmax, "timing_met": True,
+            "resources": {"LUT4": {"used": 9000 + 100 * c.rows * c.cols, "available": 83640},
+                          "MULT18X18D": {"used": c.rows * c.cols + 16, "available": 156},
+                          "DP16KD": {"used": 20, "available": 208}},
+            "peak_gops": round(2 * c.rows * c.cols * fmax / 1e3, 3)}
+
+
+class RecordingRunner:
+    """Runs nothing: answers each spec with a made-up record and remembers the specs."""
+
+    def __init__(self):
+        self.specs = []
+
+    def run(self, function, specs, build, sources):
+        for spec in specs:
+            self.specs.append(spec)
+            record = fake_record(spec)
+            record["key"] = sweep.job_key(sweep.SweepJob.from_spec(spec), sources)
+            folder = sweep.Path(build) / record["key"]
+            folder.mkdir(parents=True)
+            (folder / sweep.RESULT_NAME).write_text(json.dumps(record))
+            yield record
+
+
+# ------------------------------------------------------------------ keys and cache
+
+def test_job_key_is_a_stable_content_hash():
+    job = sweep.SweepJob("ulx3s-85f", engine(4, 4))
+    key = sweep.job_key(job, sources="fixed")
+    # The same inputs give the same key in another process (no hash randomisation).
+    script = ("from bench import sweep; from contract.config import *; "
+              "print(sweep.job_key(sweep.SweepJob('ulx3s-85f', ConvEngineConfig("
+              "array=ArrayConfig(rows=4, cols=4), act_depth=4096, weight_depth=1024)), "
+              "sources='fixed'))")
+    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True).stdout.strip()
+    assert key == other and len(key) == 16
+    assert sweep.job_key(sweep.SweepJob.from_spec(job.spec()), "fixed") == key
+    # Anything that changes the netlist or the build changes the key.
+    assert sweep.job_key(sweep.SweepJob("ulx3s-85f", engine(4, 8)), "fixed") != key
+    assert sweep.job_key(sweep.SweepJob("ulx3s-45f", engine(4, 4)), "fixed") != key
+    assert sweep.job_key(sweep.SweepJob("ulx3s-85f", engine(4, 4, act=2048)), "fixed") != key
+    assert sweep.job_key(sweep.SweepJob("ulx3s-85f", engine(4, 4), seed=2), "fixed") != key
+    assert sweep.job_key(sweep.SweepJob("ulx3s-85f", engine(4, 4), clock_mhz=100.0),
+                         "fixed") != key
+    assert sweep.job_key(job, sources="edited") != key
+
+
+def test_source_digest_covers_hw_and_contract(tmp_path):
+    for folder in ("hw", "contract"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "a.py").write_text("x = 1\n")
+    before = sweep.source_digest(tmp_path)
+    (tmp_path / "contract" / "a.py").write_text("x = 2\n")
+    assert sweep.source_digest(tmp_path) != before
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "b.py").write_text("")
+    assert sweep.source_digest(tmp_path) == sweep.source_digest(tmp_path)
+
+
+def test_cached_jobs_are_not_run_again(tmp_path):
+    jobs = [sweep.SweepJob("ulx3s-85f", engine(2, 2)), sweep.SweepJob("ulx3s-85f", engine(4, 4))]
+    runner, lines = RecordingRunner(), []
+    first = sweep.run_sweep(jobs, runner, build=tmp_path, say=lines.append)
+    assert [s["config"]["array"]["rows"] for s in runner.specs] == [2, 4]
+    assert [r["rows"] for r in first] == [2, 4]
+    assert any(line.startswith("  [2/2]") and "fmax 120.0 MHz" in line for line in lines)
+
+    runner2, lines2 = RecordingRunner(), []
+    more = jobs + [sweep.SweepJob("ulx3s-85f", engine(8, 8))]
+    second = sweep.run_sweep(more, runner2, build=tmp_path, say=lines2.append)
+    assert [s["config"]["array"]["rows"] for s in runner2.specs] == [8]  # only the new one
+    assert [r["rows"] for r in second] == [2, 4, 8]
+    assert sum(line.startswith("  cached") for line in lines2) == 2
+    assert "1 build(s) to run, 2 cached" in lines2[2]
+
+
+def test_default_jobs_leave_out_what_the_board_cannot_hold():
+    jobs = sweep.default_jobs([(2, 2), (4, 4), (8, 8)], ["ulx3s-85f", "icebreaker"])
+    assert [(j.board, j.config.rows) for j in jobs] == [
+        ("ulx3s-85f", 2), ("ulx3s-85f", 4), ("ulx3s-85f", 8), ("icebreaker", 2)]
+    # Each board keeps its default configuration's buffers.
+    assert jobs[-1].config.act_depth == 1024
+
+
+def test_parse_sizes():
+    assert sweep.parse_sizes("2x2, 4X8") == [(2, 2), (4, 8)]
+    for bad in ("4", "0x2", "ax2", "2x2x2"):
+        with pytest.raises(ValueError, match="must look like RxC"):
+            sweep.parse_sizes(bad)
+
+
+# ------------------------------------------------------------------ runners
+
+def test_ray_runner_is_chosen_by_the_flag_and_imports_no_ray():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    sweep.add_arguments(parser)
+    assert isinstance(sweep.make_runner(parser.parse_args([])), sweep.LocalRunner)
+    runner = sweep.make_runner(parser.parse_args(["--ray", "10.0.0.1:6379"]))
+    assert isinstance(runner, sweep.RayRunner) and runner.address == "10.0.0.1:6379"
+    assert sweep.make_runner(parser.parse_args(["--ray"])).address is None
+    assert sweep.make_runner(parser.parse_args(["--jobs", "3"])).workers == 3
+    script = ("import sys, argparse; from bench import sweep; p = argparse.ArgumentParser(); "
+              "sweep.add_arguments(p); sweep.make_runner(p.parse_args(['--ray'])); "
+              "print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "False"
+
+
+def _square(spec, **kwargs):
+    return {"n": spec * spec, **kwargs}
+
+
+def test_local_runner_runs_every_job_in_processes():
+    results = list(sweep.LocalRunner(2).run(_square, [1, 2, 3], tag="x"))
+    assert sorted(r["n"] for r in results) == [1, 4, 9]
+    assert all(r["tag"] == "x" for r in results)
+
+
+# ------------------------------------------------------------------ results and plot
+
+def test_summarize_report_and_metrics():
+    job = sweep.SweepJob("ulx3s-85f", engine(8, 8))
+    report = {"family": "ecp5", "device": "LFE5U-85F", "clock_mhz": 125.0,
+              "fmax_mhz": 131.5, "timing_met": True,
+              "resources": {"MULT18X18D": {"used": 80, "available": 156, "percent": 51.3}},
+              "wall_time_s": {"synthesis_s": 1.0}, "logs": {}, "critical_path": {}}
+    record = sweep.summarize_report(job, report)
+    assert record["peak_gops"] == pytest.approx(2 * 64 * 131.5 / 1e3)
+    assert record["resources"] == {"MULT18X18D": {"used": 80, "available": 156}}
+    metrics = {m["name"]: m for m in sweep.sweep_metrics([record])}
+    assert metrics[f"{job.label} fmax"]["value"] == 131.5
+    assert metrics[f"{job.label} MULT18X18D"]["note"] == "of 156"
+    failed = {**job.spec(), "label": job.label, "error": "nextpnr failed; see x.log"}
+    assert sweep.sweep_metrics([failed])[0]["value"] == "failed"
+
+
+def test_plot_writes_a_png(tmp_path):
+    records = [fake_record(sweep.SweepJob("ulx3s-85f", engine(n, n)).spec(), 100 + n)
+               for n in (2, 4, 8)]
+    path = sweep.plot(records, tmp_path / "sweep.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert path.stat().st_size > 10_000
+
+
+def test_unknown_board_in_a_sweep(capsys):
+    from tessera.cli import main
+
+    assert main(["sweep", "--boards", "ulx3s-85f,de10"]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "unknown board 'de10'; known boards: icebreaker, ulx3s-25f" in out
