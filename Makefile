@@ -158,3 +158,16 @@ serve: setup
 loadtest: setup
 	$(TESSERA) loadtest --config $(or $(CONFIG),$(SERVE_EXAMPLE)) --duration 10 \
 		$(foreach t,$(or $(LOAD),alice=50 bob=10),--tenant $(t))
+
+# -- design-space search and sweep (docs/build.md) -----------------------------------------
+# make build-model MODEL=x.onnx BOARD=ulx3s-85f [DRY=1]: search, then the bitstream.
+# make sweep [SIZES=2x2,4x4,8x8] [BOARDS=ulx3s-85f,icebreaker] [JOBS=2] [RAY=1|host:port]:
+# whole-accelerator builds, cached per configuration, into bench/results/sweep.json + .png.
+.PHONY: build-model sweep
+build-model: setup
+	$(TESSERA) build $(or $(MODEL),models/zoo/digits_qdq.onnx) --board $(BOARD) \
+	  $(if $(OUT),--out $(OUT)) $(if $(DRY),--dry-run)
+
+sweep: setup
+	$(TESSERA) sweep $(if $(SIZES),--sizes $(SIZES)) $(if $(BOARDS),--boards $(BOARDS)) \
+	  --jobs $(JOBS) $(if $(RAY),--ray $(filter-out 1,$(RAY))) $(if $(FIT),--fit)
