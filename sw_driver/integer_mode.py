@@ -204,8 +204,15 @@ def _gelu(graph, seed):
                and layer.inputs[0] == x), None)
     codes = np.arange(-128, 128, dtype=np.int8)
     env = {x: codes}
-    for layer in chain:
-        env[layer.output] = _run_region(layer, env)
+    try:
+        # A region that is not a GELU may overflow or divide by zero on some code: that
+        # only makes it fail the comparison below.
+        with np.errstate(all="ignore"):
+            for layer in chain:
+                env[layer.output] = _run_region(layer, env)
+    except ValueError as exc:
+        raise _Refused(f"the region from {x!r} through {seed.op} cannot be evaluated on the "
+                       f"256 codes: {exc}") from None
     real = dequantize(codes, dq.scale, dq.zero_point).astype(np.float64)
     exact = real / 2 * (1 + _erf(real / math.sqrt(2)))
     worst = []
@@ -220,13 +227,13 @@ def _gelu(graph, seed):
         if distance > GELU_MATCH_LSB:
             worst.append(f"{q.output!r} {distance:.0f}")
             continue
-        return _make_gelu(graph, seed, x, dq, q, chain)
+        return _make_gelu(graph, seed, x, dq, q, chain, distance)
     raise _Refused(f"no int8 tensor computed from {x!r} through {seed.op} is a GELU of it: "
                    f"largest distances from GELU over the 256 codes, in LSB: "
                    f"{', '.join(worst) or 'none'} (at most {GELU_MATCH_LSB} needed)")
 
 
-def _make_gelu(graph, seed, x, dq, q, chain):
+def _make_gelu(graph, seed, x, dq, q, chain, distance):
     try:
         params = intonly.gelu_params(dq.scale, dq.zero_point, q.scale, q.zero_point)
     except ValueError as exc:
@@ -253,7 +260,8 @@ def _make_gelu(graph, seed, x, dq, q, chain):
         bound += TANH_GELU_GAP / q.scale  # the model asked for the tanh approximation
     why = (f"integer-only mode: models.intonly.gelu replaces the GELU ({form} form: "
            f"{', '.join(nodes)}) between int8 {x!r} and {q.output!r} (within {bound:.2f} "
-           f"LSB of the model's float GELU)")
+           f"LSB of the model's float GELU; the ORT-compatible region was {distance:.0f} "
+           f"LSB from it at worst over the 256 codes)")
     return new, q, set(region), why
 
 

@@ -270,3 +270,25 @@ def test_bench_intonly_accuracy_records_the_three_accuracies(tmp_path, monkeypat
     # The GRU stays float: both modes agree on every image, and no speed is claimed.
     assert metrics["rowgru_integer_vs_ort_top1_agreement"]["value"] == 1.0
     assert "rowgru_integer_mode_images_per_s" not in metrics
+
+
+def test_a_region_that_is_not_a_gelu_keeps_the_ort_form(tmp_path):
+    """The erf block with 0.7 for GELU's 0.5: an Erf region, but not a GELU; it stays in
+    the ORT form and its Erf says how far from GELU each candidate output was."""
+    model, shape = sequence_models.encoder_block(np.random.default_rng(SEED))
+    (half,) = [t for t in model.graph.initializer if t.name == "gelu_half"]
+    half.CopyFrom(numpy_helper.from_array(np.array(0.7, np.float32), "gelu_half"))
+    model.graph.name = "not_gelu"
+    path = qdq_models.quantize(model, shape, SEED + 1, tmp_path)
+    session = InferenceSession(str(path), sequence_mode="integer")
+    assert _kinds(session.graph.layers) == ["IntLayerNorm", "IntLayerNorm", "IntSoftmax"]
+    x = np.random.default_rng(SEED).standard_normal((4, *shape)).astype(np.float32)
+    got = session.run(None, {"x": x})[0]
+    assert np.isfinite(got).all()
+    rows = {row["layer"]: row for row in session.profile()}
+    why = rows["gelu_erf"]["semantics_why"]
+    print(why)
+    assert why.startswith("not integer-only: no int8 tensor computed from "
+                          "'f1_QuantizeLinear_Output' through Erf is a GELU of it")
+    assert "(at most 2 needed)" in why
+    assert rows["gelu_half"]["semantics"] == "ort-compatible"
