@@ -114,6 +114,7 @@ clean:
 
 # -- host runtime: run a model, quantize one, (re)build the zoo -----------------------------
 # `make run` alone runs the shipped digits model on the digits test split (with accuracy).
+# SEQUENCE_MODE=integer runs a sequence model's Softmax/LayerNorm/GELU integer-only.
 DIGITS_QDQ := models/zoo/digits_qdq.onnx
 CALIB      ?= digits
 METHOD     ?= minmax
@@ -125,7 +126,8 @@ run: setup
 	$(TESSERA) run $(or $(MODEL),$(DIGITS_QDQ)) $(if $(BACKEND),--providers $(BACKEND)) \
 	  $(if $(DATASET),--dataset $(DATASET),$(if $(or $(MODEL),$(INPUT)),,--dataset digits)) \
 	  $(if $(INPUT),--input $(INPUT)) $(if $(BATCH),--batch $(BATCH)) \
-	  $(if $(PORT),--port $(PORT)) $(if $(filter 1,$(PROFILE)),--profile) $(HW_FILE)
+	  $(if $(PORT),--port $(PORT)) $(if $(filter 1,$(PROFILE)),--profile) $(HW_FILE) \
+	  $(if $(SEQUENCE_MODE),--sequence-mode $(SEQUENCE_MODE))
 
 quantize: setup
 	$(TESSERA) quantize $(or $(MODEL),models/zoo/digits_float.onnx) --calibration $(CALIB) \
