@@ -40,7 +40,7 @@ def _run(session, x, repeats=3):
     return out, best
 
 
-def _model_metrics(key, x, y):
+def _model_metrics(key, x, y, repeats):
     from models.zoo.reference import onnxruntime_session
     from sw_driver import InferenceSession
     from sw_driver import graph as g
@@ -50,8 +50,8 @@ def _model_metrics(key, x, y):
     float_top1 = reference.run(None, {reference.get_inputs()[0].name: x})[0].argmax(1)
     ort = InferenceSession(str(ZOO / qdq_file), sequence_mode="ort")
     integer = InferenceSession(str(ZOO / qdq_file), sequence_mode="integer")
-    ort_out, ort_s = _run(ort, x)
-    int_out, int_s = _run(integer, x)
+    ort_out, ort_s = _run(ort, x, repeats)
+    int_out, int_s = _run(integer, x, repeats)
     acc = {name: round(float(np.mean(top1 == y)), 5) for name, top1 in (
         ("float", float_top1), ("ort", ort_out.argmax(1)), ("integer", int_out.argmax(1)))}
     semantics = [entry["semantics"] for entry in integer.profile() if "semantics" in entry]
@@ -83,17 +83,18 @@ def _model_metrics(key, x, y):
         figures.append(metric(
             f"{key}_integer_mode_images_per_s", round(len(x) / int_s, 1), "images/s",
             peer="ort_mode", peer_value=round(len(x) / ort_s, 1),
-            note=f"cpu provider, batch {BATCH}, best of 3 passes, one process"))
+            note=f"cpu provider, batch {BATCH}, best of {repeats} passes, one process"))
     return figures
 
 
-def main(models=("vit", "rowgru")):
-    """Measure and write ``bench/results/intonly_accuracy.json``."""
+def main(models=("vit", "rowgru"), repeats=3):
+    """Measure and write ``bench/results/intonly_accuracy.json``; ``repeats`` passes over
+    the test split are timed (the best is kept)."""
     from models.zoo.digits import load_digits_split
 
     _, _, x, y = load_digits_split()
     x = x.astype(np.float32).reshape(len(x), 1, 8, 8)
-    metrics = [m for key in models for m in _model_metrics(key, x, y)]
+    metrics = [m for key in models for m in _model_metrics(key, x, y, repeats)]
     return write_results("intonly_accuracy", metrics, models=list(models), samples=len(y))
 
 

@@ -256,7 +256,7 @@ def test_bench_intonly_accuracy_records_the_three_accuracies(tmp_path, monkeypat
 
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     monkeypatch.setattr(common, "WRITTEN", [])
-    path = bench_intonly_accuracy.main(models=("vit", "rowgru"))
+    path = bench_intonly_accuracy.main(models=("vit", "rowgru"), repeats=1)
     document = json.loads(path.read_text())
     assert path.name == "intonly_accuracy.json" and document["samples"] == 450
     metrics = {entry["name"]: entry for entry in document["metrics"]}
