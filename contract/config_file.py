@@ -41,7 +41,8 @@ class ConfigFileError(ValueError):
 
 #: Named configurations. ``default`` is what every command builds when given none: the
 #: "sim" provider's 8x8 engine, whose buffers hold every layer of the zoo's models. The
-#: board presets are the configurations chosen to fit those boards (``docs/boards.md``).
+#: board presets are what ``make bitstream BOARD=...`` builds by default (``hw/boards/``
+#: reads them; ``docs/boards.md`` gives what each uses of its device).
 PRESETS = {
     "default": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
                                 weight_depth=8192, max_col_tiles=16),
