@@ -95,6 +95,11 @@ _PHASE_PATTERNS = {
         r"ICESTORM_RAM|ICESTORM_SPRAM):\s+\d+/"),
 }
 
+# nextpnr's placer and router print a progress line every few iterations; on a big design
+# that is minutes apart from the phase lines, so one of them is echoed every TICK_SECONDS.
+_TICK_PATTERN = re.compile(r"^Info:\s+(at iteration #\d+|\s*\d+ \|)")
+TICK_SECONDS = 20.0
+
 
 def _board_sources(root):
     """The files under ``hw/`` (at ``root``) that a board build reads: all of them, since
@@ -183,6 +188,16 @@ def _board_clock_mhz(board):
     return KNOWN_BOARDS[board]().default_clk_frequency / 1e6
 
 
+def design_clock_mhz(board, config, clock_mhz=None):
+    """The clock a build asks the PLL for: ``clock_mhz`` if given, else the configuration's
+    own ``clock_mhz``, else the board's :data:`DEFAULT_CLOCK_MHZ`."""
+    _check_board(board)
+    for choice in (clock_mhz, config.clock_mhz):
+        if choice is not None:
+            return choice
+    return DEFAULT_CLOCK_MHZ[board]
+
+
 def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD):
     """The whole accelerator's top for ``board``
     (:class:`~hw.boards.accelerator.AcceleratorBoardTop`).
@@ -192,8 +207,9 @@ def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD):
     config : ConvEngineConfig, optional
         Default: :func:`default_config`.
     clock_mhz : float, optional
-        Design clock; default :data:`DEFAULT_CLOCK_MHZ`. Refused when the board's PLL
-        cannot make it (:class:`~hw.boards.pll.PllError` names the range).
+        Design clock; default ``config.clock_mhz``, else :data:`DEFAULT_CLOCK_MHZ`.
+        Refused when the board's PLL cannot make it (:class:`~hw.boards.pll.PllError`
+        names the range).
     baud : int
         UART rate; refused when the clock does not divide it closely enough.
     """
@@ -201,7 +217,7 @@ def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD):
     if not isinstance(config, ConvEngineConfig):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
     _check_fits(board, config)
-    clock_mhz = DEFAULT_CLOCK_MHZ[board] if clock_mhz is None else clock_mhz
+    clock_mhz = design_clock_mhz(board, config, clock_mhz)
     return AcceleratorBoardTop(config, family=_family(board),
                                board_clock_mhz=_board_clock_mhz(board),
                                clock_mhz=clock_mhz, baud=baud)
@@ -293,12 +309,16 @@ def _run_tool(step, argv, cwd, env, log_path, say):
         except FileNotFoundError as error:
             raise BitstreamError(
                 f"{step}: cannot start {argv[0]!r} ({error}); run `make setup`") from error
+        last_tick = start
         for line in process.stdout:
             log.write(line)
             stripped = line.rstrip()
+            now = time.monotonic()
             if pattern is not None and pattern.search(stripped) or \
-                    stripped.startswith("ERROR"):
-                say(f"  {step} {time.monotonic() - start:6.1f} s  {stripped[:80]}")
+                    stripped.startswith("ERROR") or \
+                    _TICK_PATTERN.search(stripped) and now - last_tick >= TICK_SECONDS:
+                last_tick = now
+                say(f"  {step} {now - start:6.1f} s  {stripped[:80]}")
         returncode = process.wait()
     elapsed = time.monotonic() - start
     if returncode != 0:
@@ -306,10 +326,21 @@ def _run_tool(step, argv, cwd, env, log_path, say):
         # The tool's own reason: its ERROR lines (nextpnr: "Unable to place cell ...",
         # "Design uses N SB_MAC16 ..."), else the end of its log.
         reasons = [line for line in lines if line.startswith("ERROR")][:5] or lines[-5:]
+        reasons = [line.strip() for line in lines if _over_capacity(line)] + reasons
         raise BitstreamError(
             f"{step} failed with exit status {returncode} after {elapsed:.1f} s; "
             f"see {log_path}\n" + "\n".join(reasons))
     return elapsed
+
+
+_UTILISATION = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%")
+
+
+def _over_capacity(line):
+    """Whether ``line`` is a nextpnr utilisation line of a resource used beyond the device's
+    count (``ICESTORM_LC: 11618/ 5280 220%``): the real reason behind a placement error."""
+    match = _UTILISATION.match(line)
+    return bool(match) and int(match.group(2)) > int(match.group(3))
 
 
 def tool_versions(family="ecp5", env=None):
@@ -523,7 +554,8 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
     build_root : str or Path
         The board's folder is created under it.
     clock_mhz : float, optional
-        Design clock; default :data:`DEFAULT_CLOCK_MHZ` of the board.
+        Design clock; default ``config.clock_mhz``, else :data:`DEFAULT_CLOCK_MHZ` of the
+        board.
     baud : int
         UART rate of the host link (3 Mbaud).
     seed : int
@@ -560,7 +592,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
 
     console = Console(highlight=False) if console is None else console
     config = default_config(board) if config is None else config
-    clock_mhz = DEFAULT_CLOCK_MHZ[board] if clock_mhz is None else clock_mhz
+    clock_mhz = design_clock_mhz(board, config, clock_mhz)
     platform, top, plan = prepare_build(board, config, clock_mhz=clock_mhz, baud=baud,
                                         seed=seed)
     apply_tool_env()

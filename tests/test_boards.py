@@ -291,3 +291,30 @@ def test_icebreaker_configuration_runs_digits_bit_exact_on_its_twin():
         if name not in on_device:
             assert entry["provider"] == "cpu"
             assert entry["reason"].startswith("sim declined: "), entry
+
+
+def test_failed_place_and_route_says_what_is_over_capacity(tmp_path):
+    import sys
+
+    script = ("print('Info:                ICESTORM_LC:   11618/   5280   220%');"
+              "print('Info:               ICESTORM_RAM:      23/     30    76%');"
+              "print(\"ERROR: Unable to place cell 'x', no BELs remaining\"); exit(125)")
+    with pytest.raises(bitstream.BitstreamError) as info:
+        bitstream._run_tool("nextpnr", [sys.executable, "-c", script], tmp_path, None,
+                            tmp_path / "nextpnr.log", lambda line: None)
+    message = str(info.value)
+    assert "exit status 125" in message and str(tmp_path / "nextpnr.log") in message
+    assert "ICESTORM_LC:   11618/   5280   220%" in message
+    assert "ICESTORM_RAM" not in message  # within capacity: not a reason
+    assert "no BELs remaining" in message
+
+
+def test_design_clock_precedence():
+    import dataclasses
+
+    config = bitstream.default_config("ulx3s-85f")
+    assert bitstream.design_clock_mhz("ulx3s-85f", config) == 125.0
+    clocked = dataclasses.replace(config, clock_mhz=100.0)
+    assert bitstream.design_clock_mhz("ulx3s-85f", clocked) == 100.0
+    assert bitstream.design_clock_mhz("ulx3s-85f", clocked, 75.0) == 75.0
+    assert bitstream.board_top("ulx3s-85f", clocked).clock_mhz == 100.0

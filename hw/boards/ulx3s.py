@@ -11,7 +11,7 @@ from amaranth_boards.ulx3s import (
     ULX3S_85F_Platform,
 )
 
-from contract.config import ArrayConfig, ConvEngineConfig
+from contract.config_file import PRESETS
 
 PLATFORMS = {
     "ulx3s-25f": ULX3S_25F_Platform,
@@ -26,14 +26,11 @@ MULTIPLIERS = {
     "LFE5U-85F": 156,
 }
 
-# The whole accelerator per board, chosen to fit (docs/boards.md has the measured figures).
-# Multipliers: one per PE plus 4 per requantizer rescaler and 8 per residual-add datapath
-# (hw.bitstream.multipliers_needed): 8x8 -> 80 of 156, 6x8 -> 64 of 72, 4x4 -> 28 of 28.
-DEFAULT_CONFIGS = {
-    "ulx3s-85f": ConvEngineConfig(),
-    "ulx3s-45f": ConvEngineConfig(array=ArrayConfig(rows=6, cols=8)),
-    "ulx3s-25f": ConvEngineConfig(array=ArrayConfig(rows=4, cols=4)),
-}
+# The whole accelerator per board, chosen to fit: the presets of the same names in
+# contract/config_file.py (one fact). Multipliers: one per PE plus 4 per requantizer
+# rescaler and 8 per residual-add datapath (hw.bitstream.multipliers_needed): 8x8 -> 80 of
+# 156, 6x8 -> 64 of 72, 4x4 -> 28 of 28.
+DEFAULT_CONFIGS = {name: PRESETS[name] for name in PLATFORMS}
 
 # Design clock per board (MHz): 125 MHz is 25 MHz x 5 from the EHXPLLL; 3 Mbaud takes a
 # divisor of 42 there (0.8% fast, well inside an 8N1 receiver's tolerance).
