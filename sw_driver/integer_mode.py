@@ -289,6 +289,9 @@ def _integer_rewrite(graph):
             continue
         layers[layers.index(replaced)] = new
         layers = _drop_dead(layers, region, outputs)
+        if any(layer.name == new.name for layer in layers if layer is not new):
+            # The float layer it is named after is still read elsewhere: names stay unique.
+            new.name = f"{new.name}:integer"
         made[new.name] = why
     graph.layers[:] = layers
     return made, refused

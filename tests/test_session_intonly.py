@@ -292,3 +292,27 @@ def test_a_region_that_is_not_a_gelu_keeps_the_ort_form(tmp_path):
                           "'f1_QuantizeLinear_Output' through Erf is a GELU of it")
     assert "(at most 2 needed)" in why
     assert rows["gelu_half"]["semantics"] == "ort-compatible"
+
+
+def test_a_gelu_whose_float_value_is_also_read_keeps_it_and_a_unique_name():
+    """Hand-made layer graph: the Gelu's float output is a model output and also quantized.
+    The integer GELU makes the int8 tensor; the float Gelu stays for the model output."""
+    from sw_driver.integer_mode import apply_sequence_mode
+
+    layers = [
+        graph.Quantize("q_in", ("x",), "xq", scale=0.05, zero_point=3),
+        graph.Dequantize("dq_in", ("xq",), "xf", scale=0.05, zero_point=3),
+        graph.FloatOp("gelu", ("xf",), "g", op_type="Gelu", args=(0,), opset=20),
+        graph.Quantize("q_g", ("g",), "gq", scale=0.04, zero_point=-90),
+        graph.Dequantize("dq_g", ("gq",), "y", scale=0.04, zero_point=-90),
+    ]
+    info = [graph.TensorInfo("y", ["N", 4]), graph.TensorInfo("g", ["N", 4])]
+    made = apply_sequence_mode(graph.Graph(layers, [graph.TensorInfo("x", ["N", 4])], info),
+                               "integer")
+    names = [layer.name for layer in made.layers]
+    assert names == ["q_in", "dq_in", "gelu", "gelu:integer", "dq_g"]
+    gelu = made.layers[3]
+    assert isinstance(gelu, graph.IntGelu) and gelu.inputs == ("xq",) and gelu.output == "gq"
+    assert gelu.params == intonly.gelu_params(0.05, 3, 0.04, -90)
+    assert made.semantics["gelu:integer"][0] == "integer-only"
+    assert made.semantics["gelu"][0] == "float"  # its output is read unquantized
