@@ -17,8 +17,9 @@ been marked up so that coverage is recorded only where it means something for en
 The twin's own input registers (``sim/twin_top.py``, named outside ``core``) are not part of
 a board's accelerator and are not counted.
 
-The ordinary twin is untouched and as fast as before; this one is built only when asked
-(about 2x the build time, and it simulates more slowly: coverage counters on every register).
+The ordinary twin is untouched and as fast as before; this one is built only when asked. It
+takes about 1.5x the ordinary twin's build time and simulates at about half its speed (the
+coverage counters on every register; docs/energy.md).
 """
 
 import ctypes
