@@ -246,7 +246,7 @@ def fit_document(records, held_out=()):
         "coefficients": fit(good),
         "runs": [{"label": r["label"], "board": r["board"], "family": r["family"],
                   "config": r["config"], "fmax_mhz": r["fmax_mhz"],
-                  "clock_mhz": r.get("clock_mhz"),
+                  "clock_mhz": r.get("pll_clock_mhz", r.get("clock_mhz")),
                   "measured": {k: round(v, 3) for k, v in measured_figures(r).items()}}
                  for r in good],
     }

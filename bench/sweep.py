@@ -112,7 +112,7 @@ def summarize_report(job, report):
         "family": report.get("family"),
         "device": report.get("device"),
         "rows": c.rows, "cols": c.cols,
-        "clock_mhz": report.get("clock_mhz"),
+        "pll_clock_mhz": report.get("clock_mhz"),
         "fmax_mhz": fmax,
         "timing_met": report.get("timing_met"),
         "resources": resources,
@@ -184,14 +184,23 @@ class RayRunner:
             yield ray.get(done[0])
 
 
-def run_sweep(jobs, runner=None, build=BUILD, say=print):
-    """Build every job not already cached; return the records in the jobs' order."""
+def run_sweep(jobs, runner=None, build=BUILD, say=print, *, stale_ok=False):
+    """Build every job not already cached; return the records in the jobs' order.
+
+    With ``stale_ok``, a job built before from other sources (``hw/``, ``contract/``
+    changed since) is taken as it is, marked ``stale_sources``, rather than rebuilt.
+    """
     sources = source_digest()
     records, todo = {}, []
     for job in jobs:
         cached = cached_result(job, build, sources)
+        if cached is None and stale_ok:
+            cached = stale_result(job, build)
+            if cached is not None:
+                cached = {**cached, "stale_sources": True}
         if cached is not None:
-            say(f"  cached   {job.label}  ({cached.get('key')})")
+            stale = " built from older sources" if cached.get("stale_sources") else ""
+            say(f"  cached   {job.label}  ({cached.get('key')}{stale})")
             records[job_key(job, sources)] = cached
         else:
             todo.append(job)
@@ -240,6 +249,25 @@ def default_jobs(sizes=DEFAULT_SIZES, boards=DEFAULT_BOARDS):
     return jobs
 
 
+def _clock(record):
+    """The clock a build ran at (records of the first sweeps kept it as ``clock_mhz``)."""
+    return record.get("pll_clock_mhz", record.get("clock_mhz"))
+
+
+def stale_result(job, build=BUILD):
+    """The newest stored result of ``job``'s spec built from *other* sources, or None:
+    what ``--stale-ok`` takes instead of rebuilding when only unrelated files changed."""
+    found = []
+    for path in Path(build).glob(f"*/{RESULT_NAME}"):
+        record = json.loads(path.read_text())
+        if "error" in record:
+            continue
+        same = all(record.get(k) == v for k, v in job.spec().items() if k != "clock_mhz")
+        if same and (job.clock_mhz is None or _clock(record) == job.clock_mhz):
+            found.append((path.stat().st_mtime, record))
+    return max(found, key=lambda item: item[0])[1] if found else None
+
+
 def sweep_metrics(records):
     """The benchmark's metrics: per build, fmax, peak GOP/s and each resource's use."""
     entries = []
@@ -249,7 +277,7 @@ def sweep_metrics(records):
             entries.append(metric(f"{label} build", "failed", "", note=record["error"][:200]))
             continue
         entries.append(metric(f"{label} fmax", record["fmax_mhz"], "MHz",
-                              note=f"clock {record['clock_mhz']} MHz, timing "
+                              note=f"clock {_clock(record)} MHz, timing "
                                    f"{'met' if record['timing_met'] else 'missed'}"))
         entries.append(metric(f"{label} peak", record["peak_gops"], "GOP/s",
                               note="2*R*C*fmax"))
@@ -310,6 +338,9 @@ def add_arguments(parser):
     parser.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                         help="run the builds as Ray tasks (a local Ray, or the cluster at "
                              "ADDRESS)")
+    parser.add_argument("--stale-ok", action="store_true",
+                        help="take a configuration's earlier build even when hw/ or "
+                             "contract/ changed since (marked stale_sources)")
     parser.add_argument("--fit", action="store_true",
                         help="refit bench/resource_model.json from the sweep's builds")
 
@@ -332,7 +363,7 @@ def run_from_args(args, say=print):
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be a positive integer, not {args.jobs!r}")
     jobs = default_jobs(parse_sizes(args.sizes), boards)
-    records = run_sweep(jobs, make_runner(args), say=say)
+    records = run_sweep(jobs, make_runner(args), say=say, stale_ok=args.stale_ok)
     path = write_results("sweep", sweep_metrics(records), records=records,
                          tool="hw.bitstream.build_bitstream (YoWASP Yosys, nextpnr), "
                               "one seed, whole accelerator behind the UART bridge")

@@ -3,6 +3,7 @@ and the plot. No build runs here: the runner is a stand-in that records what it 
 asked."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -175,3 +176,25 @@ def test_unknown_board_in_a_sweep(capsys):
     assert main(["sweep", "--boards", "ulx3s-85f,de10"]) == 2
     out = " ".join(capsys.readouterr().out.split())
     assert "unknown board 'de10'; known boards: icebreaker, ulx3s-25f" in out
+
+
+def test_stale_results_are_taken_only_when_asked(tmp_path, monkeypatch):
+    """After hw/ or contract/ change, a job is rebuilt; with stale_ok its earlier build is
+    taken, marked as built from older sources."""
+    job = sweep.SweepJob("ulx3s-85f", engine(2, 2))
+    monkeypatch.setattr(sweep, "source_digest", lambda root=None: "A")
+    sweep.run_sweep([job], RecordingRunner(), build=tmp_path, say=lambda line: None)
+    first = tmp_path / sweep.job_key(job, "A") / sweep.RESULT_NAME
+    os.utime(first, (first.stat().st_mtime - 1000,) * 2)  # unambiguously the older one
+    monkeypatch.setattr(sweep, "source_digest", lambda root=None: "B")
+    runner = RecordingRunner()
+    (fresh,) = sweep.run_sweep([job], runner, build=tmp_path, say=lambda line: None)
+    assert len(runner.specs) == 1 and "stale_sources" not in fresh
+    monkeypatch.setattr(sweep, "source_digest", lambda root=None: "C")
+    runner, lines = RecordingRunner(), []
+    (stale,) = sweep.run_sweep([job], runner, build=tmp_path, say=lines.append, stale_ok=True)
+    assert runner.specs == [] and stale["stale_sources"] is True
+    assert stale["key"] == sweep.job_key(job, "B")  # the newest of the earlier builds
+    assert "built from older sources" in lines[0]
+    other = sweep.SweepJob("ulx3s-85f", engine(2, 4))
+    assert sweep.stale_result(other, tmp_path) is None
