@@ -243,3 +243,40 @@ def test_bitstream_builds_the_configuration_instead_of_the_boards(tmp_path, monk
     assert calls == [("icebreaker", board, 24.0),
                      ("icebreaker", replace(board, array=ArrayConfig(rows=1, cols=1)), 12.0),
                      ("icebreaker", hw.bitstream.default_config("icebreaker"), None)]
+
+
+def test_bench_and_soak_build_their_twin_for_the_configuration(tmp_path, monkeypatch, capsys):
+    import bench.bench_uart as bench_uart
+    import bench.soak.console as soak_console
+
+    path = tmp_path / "c.toml"
+    path.write_text('base = "tiny"\nact_depth = 1000\n')
+    wanted = replace(TWO_BY_TWO, act_depth=1000)
+    seen = []
+    monkeypatch.setattr(bench_uart, "CONFIG", bench_uart.CONFIG)  # restored afterwards
+    monkeypatch.setattr(bench_uart, "main", lambda: seen.append(bench_uart.CONFIG))
+    assert main(["bench", "uart", "--config", str(path)]) == 0
+    assert seen == [wanted]
+
+    def open_backends(names, log=print, sim_config=None):
+        seen.append(sim_config)
+        raise ValueError("stopped before any twin is built")
+
+    monkeypatch.setattr(soak_console, "open_backends", open_backends)
+    assert main(["soak", "--only", "0", "--backends", "sim", "--config", str(path)]) == 2
+    assert seen == [wanted, wanted]
+    assert "stopped before any twin is built" in _one_line_error(capsys)
+
+
+def test_sim_runs_each_testbench_on_the_configuration():
+    from sim.system import TopBuild
+    from sim.testbenches import TESTBENCHES
+    from tessera.cli import _testbench_configs
+
+    tiny = PRESETS["tiny"]
+    assert _testbench_configs(TESTBENCHES["systolic"], tiny) == (tiny.array,)
+    assert _testbench_configs(TESTBENCHES["conv"], tiny) == (tiny,)
+    assert _testbench_configs(TESTBENCHES["system"], tiny) == (TopBuild(tiny),)
+    # The block testbenches take lane counts, not an engine: they keep their own builds.
+    assert _testbench_configs(TESTBENCHES["blocks"], tiny) == TESTBENCHES["blocks"].configs
+    assert _testbench_configs(TESTBENCHES["conv"], None) == TESTBENCHES["conv"].configs
