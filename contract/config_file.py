@@ -165,7 +165,7 @@ def _unknown(source, name):
 
 def load_config(spec):
     """The configuration ``--config SPEC`` names: a preset name or a ``.toml``/``.json``
-    file (a file of that name wins over a preset).
+    file (a preset name has no suffix, so the two never clash).
 
     Raises
     ------
@@ -175,7 +175,7 @@ def load_config(spec):
     """
     spec = str(spec)
     path = Path(spec)
-    if spec in PRESETS and not path.is_file():
+    if spec in PRESETS:
         return PRESETS[spec]
     if not path.is_file():
         raise ConfigFileError(f"{spec}: no such configuration file, and not a preset "
