@@ -135,6 +135,7 @@ def instrument_verilog(text):
         raise ValueError("instrument_verilog: the module header never ends")
     lines[body] += " /*verilator coverage_off*/"
     memories = {}
+    registers = 0  # core.* registers marked for toggle coverage
     for i, line in enumerate(lines):
         found = _MEMORY.match(line)
         if found:
@@ -144,6 +145,7 @@ def instrument_verilog(text):
         found = _REG.match(line)
         if found and _plain(found.group(1)).startswith("core."):
             lines[i] = f"/*verilator coverage_on*/{line} /*verilator coverage_off*/"
+            registers += 1
     result = Instrumented("", memories)
     patterns = {name: re.escape(f"\\{name} [") if not name.isidentifier()
                 else re.escape(f"{name}[") for name in memories}
@@ -171,6 +173,16 @@ def instrument_verilog(text):
                 (result.if_lines if guard is not None else result.block_lines)[
                     (guard if guard is not None else i) + 1] = (name, kind)
         i = end + 1
+    # A change in Yosys's output format must not turn into silently missing counts.
+    if not registers:
+        raise ValueError("instrument_verilog: no register named core.* found")
+    found = {(name, kind) for name, kind in [*result.if_lines.values(),
+                                             *result.block_lines.values()]}
+    for name in memories:
+        missing = [kind for kind in ("write", "read") if (name, kind) not in found]
+        if missing:
+            raise ValueError(f"instrument_verilog: found no {' or '.join(missing)} port of "
+                             f"memory {name} in an 'always @(posedge clock) begin' block")
     result.text = "\n".join(lines)
     return result
 

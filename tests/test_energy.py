@@ -211,6 +211,20 @@ def test_instrument_verilog_counts_registers_and_memory_ports_only():
         instrument_verilog("wire x;")
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda text: text.replace("      \\core.engine.act_buffer0 [d] <= 8'h00;\n", ""),
+     r"found no write port of memory core\.engine\.act_buffer0"),
+    (lambda text: text.replace("_0_ <= \\core.engine.act_buffer0 [d];", "_0_ <= d;"),
+     r"found no read port of memory core\.engine\.act_buffer0"),
+    (lambda text: text.replace("\\core.pool.x ", "\\flush$2 "),
+     r"no register named core\.\* found"),
+])
+def test_instrument_verilog_refuses_what_it_cannot_count(edit, message):
+    assert edit(FLAT) != FLAT
+    with pytest.raises(ValueError, match=message):
+        instrument_verilog(edit(FLAT))
+
+
 def test_parse_coverage_sums_per_block():
     marked = Instrumented("", {"core.engine.act_buffer0": Memory("core.engine.act_buffer0",
                                                                  8, 16)},
