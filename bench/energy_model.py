@@ -220,6 +220,60 @@ def calibrate(device, activity, clock_hz, *, idle_w, busy_w):
     return fitted
 
 
+def dynamic_events(activity, device):
+    """``(register toggles, MACs, block-RAM primitive accesses)`` of ``activity``: what the
+    three dynamic coefficients multiply."""
+    _check_activity(activity)
+    ebr = sum((m["reads"] + m["writes"]) * ebr_primitives(m["width"], m["depth"],
+                                                          device["ebr_modes"])
+              for m in activity["memories"])
+    return sum(activity["toggles"].values()), activity["macs"], ebr
+
+
+def calibrate_many(device, clock_hz, *, idle_w, workloads):
+    """Coefficients fitted to an idle reading and the busy readings of several workloads of
+    different mixes (``workloads``: ``(activity, busy_w)`` pairs, at least three), which,
+    unlike :func:`calibrate`, separates :data:`DYNAMIC_FIELDS`: a least-squares fit of
+    ``busy_w - idle_w = (toggles x register_toggle_pj + MACs x dsp_mac_pj + EBR accesses x
+    ebr_access_pj) / duration``. A fit that needs a negative coefficient is refused (the
+    readings or the workloads do not fit the model); static power is set as in
+    :func:`calibrate`.
+    """
+    import numpy as np
+
+    if len(workloads) < len(DYNAMIC_FIELDS):
+        raise EnergyModelError(f"calibrate_many needs at least {len(DYNAMIC_FIELDS)} "
+                               f"workloads, got {len(workloads)}; with one use calibrate")
+    rows, rhs, clock_w = [], [], None
+    for activity, busy_w in workloads:
+        # calibrate() checks the readings and gives the clock-tree power they leave over.
+        clock_w = idle_w - calibrate(device, activity, clock_hz, idle_w=idle_w,
+                                     busy_w=busy_w)["static_w"]
+        seconds = activity["cycles"] / clock_hz
+        rows.append([count * 1e-12 / seconds for count in dynamic_events(activity, device)])
+        rhs.append(busy_w - idle_w)
+    matrix = np.array(rows)
+    if np.linalg.matrix_rank(matrix) < len(DYNAMIC_FIELDS):
+        raise EnergyModelError("the workloads do not separate the coefficients (their mixes "
+                               "of toggles, MACs and block-RAM accesses are proportional); "
+                               "add a MAC-heavy and a data-moving workload")
+    solution, *_ = np.linalg.lstsq(matrix, np.array(rhs), rcond=None)
+    for field, value in zip(DYNAMIC_FIELDS, solution, strict=True):
+        if value < 0:
+            raise EnergyModelError(f"the fit gives a negative {field} ({value:.3g} pJ): the "
+                                   "readings do not fit the model; check that every busy "
+                                   "reading ran its workload back to back at the same clock")
+    fitted = dict(device)
+    fitted.update({field: float(value) for field, value in
+                   zip(DYNAMIC_FIELDS, solution, strict=True)})
+    fitted["static_w"] = idle_w - clock_w
+    residual = matrix @ solution - np.array(rhs)
+    fitted["calibration"] = {"idle_w": idle_w, "busy_w": [w for _, w in workloads],
+                             "clock_hz": clock_hz, "workloads": len(workloads),
+                             "rms_residual_w": float(np.sqrt(np.mean(residual ** 2)))}
+    return fitted
+
+
 def predicted_power(device, activity, clock_hz):
     """``(idle_w, busy_w)`` the model predicts for ``activity`` run back to back: what a
     power meter would read if the coefficients were right (the inverse of

@@ -85,6 +85,36 @@ def test_calibrate_round_trip():
     assert DEVICE["static_w"] == 0.1  # the input is left alone
 
 
+def _mix(toggles, macs, reads):
+    activity = copy.deepcopy(ACTIVITY)
+    activity.update(macs=macs, toggles={"systolic_array": toggles})
+    activity["memories"] = [dict(ACTIVITY["memories"][0], reads=reads, writes=0)]
+    return activity
+
+
+def test_calibrate_many_separates_the_dynamic_coefficients():
+    truth = dict(DEVICE, register_toggle_pj=0.8, dsp_mac_pj=1.5, ebr_access_pj=9.0)
+    mixes = [_mix(100_000, 64_000, 1000), _mix(20_000, 64_000, 100),
+             _mix(150_000, 0, 200), _mix(10_000, 1000, 3000)]
+    idle = energy_model.predicted_power(truth, mixes[0], 100e6)[0]
+    workloads = [(a, energy_model.predicted_power(truth, a, 100e6)[1]) for a in mixes]
+    fitted = energy_model.calibrate_many(DEVICE, 100e6, idle_w=idle, workloads=workloads)
+    for field in energy_model.NUMERIC_FIELDS:
+        assert fitted[field] == pytest.approx(truth[field]), field
+    assert fitted["calibration"]["rms_residual_w"] < 1e-9
+    with pytest.raises(EnergyModelError, match="at least 3 workloads, got 2"):
+        energy_model.calibrate_many(DEVICE, 100e6, idle_w=idle, workloads=workloads[:2])
+    same = [(_mix(k * 1000, k * 640, k * 10), w)
+            for k, (_, w) in zip((1, 2, 3), workloads[:3], strict=True)]
+    with pytest.raises(EnergyModelError, match="do not separate the coefficients"):
+        energy_model.calibrate_many(DEVICE, 100e6, idle_w=idle, workloads=same)
+    # Readings that only a negative MAC energy explains are refused, not fitted.
+    impossible = dict(truth, dsp_mac_pj=-0.1)
+    readings = [(a, energy_model.predicted_power(impossible, a, 100e6)[1]) for a in mixes]
+    with pytest.raises(EnergyModelError, match="the fit gives a negative dsp_mac_pj"):
+        energy_model.calibrate_many(DEVICE, 100e6, idle_w=idle, workloads=readings)
+
+
 def test_calibrated_coefficients_are_written_and_read_back(tmp_path):
     source = tmp_path / "coefficients.json"
     source.write_text(energy_model.COEFFICIENTS.read_text())
