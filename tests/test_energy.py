@@ -400,3 +400,15 @@ def test_a_whole_model_through_the_driver(energy_run):
     assert result["nj_per_inference"] * 1e-9 == pytest.approx(result["energy"]["total_j"])
     assert result["gops_per_w"] == pytest.approx(
         2 * activity["macs"] / result["energy"]["total_j"] / 1e9)
+
+
+def test_resources_come_from_the_build_report(tmp_path):
+    from bench.energy import resources
+
+    assert resources("ulx3s-85f", tmp_path) is None  # not built: the CLI says how to build
+    (tmp_path / "ulx3s-85f").mkdir()
+    (tmp_path / "ulx3s-85f" / "report.json").write_text(json.dumps({
+        "fmax_mhz": 131.2, "MULT18X18D_used": 128, "MULT18X18D_available": 156,
+        "LUT4_used": 30000, "LUT4_available": 83640}))
+    assert resources("ulx3s-85f", tmp_path) == {"MULT18X18D": [128, 156],
+                                                "LUT4": [30000, 83640]}
