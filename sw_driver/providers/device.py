@@ -1,7 +1,10 @@
 """What the "sim" and "pcie" providers share: Tessera's layers on a Tessera accelerator.
 
 Both run, with :class:`sw_driver.Accelerator` over a :class:`~sw_driver.transport.Transport`,
-Conv (regular and depthwise) and Dense layers on the engine, 2x2 / stride 2 MaxPool layers
+Conv (regular and depthwise) and Dense layers on the engine, MatMul layers of two
+activations (attention ``Q @ K^T``, ``attention @ V``) as Dense passes whose weights are
+the second operand, both streamed per pass (:mod:`sw_driver.matmul_lowering`), 2x2 / stride
+2 MaxPool layers
 on the device's pool (when its ``POOL_MAX_WIDTH`` register says it has one, for feature
 maps up to that wide) and Add layers on its residual-add unit; they differ only in the
 transport (the Verilator twin or the XDMA devices) and in whether the planner gets a time
@@ -26,6 +29,7 @@ from .. import planner
 from ..accelerator import Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError
+from ..matmul_lowering import lower_matmul, matmul_refusal, matmul_work
 from ..transport.base import Transport, TransportError
 from .base import Concurrency, Cost, Provider, Refusal
 from .fusion import POOL_WINDOW, PooledConvOutput, fusable_pairs
@@ -116,7 +120,8 @@ def add_refusal(layer):
 
 
 def engine_refusal(layer, config):
-    """Why the engine of ``config`` cannot run ``layer`` at any input size, or None.
+    """Why the engine of ``config`` cannot run ``layer`` at any input size, or None
+    (a MatMul: :func:`~sw_driver.matmul_lowering.matmul_refusal`).
 
     The driver's own lowering decides (kernel above 7x7, unequal strides or strides above
     2, dilation, padding above half the kernel, groups other than 1 or depthwise, a weight
@@ -124,8 +129,11 @@ def engine_refusal(layer, config):
     smallest input the layer accepts; what depends on the input size (the activation
     buffer) is checked by the planner with the real shape (:func:`planner.device_work`).
     """
+    if isinstance(layer, g.MatMul):
+        return matmul_refusal(layer, config)
     if not isinstance(layer, (g.Conv, g.Dense)):
-        return (f"the device runs Conv, Dense, 2x2 MaxPool and Add, not {layer.op}")
+        return (f"the device runs Conv, Dense, MatMul, 2x2 MaxPool and Add, not "
+                f"{layer.op}")
     weight = layer.weight if isinstance(layer, g.Conv) \
         else layer.weight.reshape(*layer.weight.shape, 1, 1)
     options = {} if isinstance(layer, g.Dense) else {
@@ -148,7 +156,7 @@ class _Run:
 
 
 class DeviceProvider(Provider):
-    """Runs Conv, Dense, 2x2 MaxPool and Add layers on the accelerator behind
+    """Runs Conv, Dense, MatMul, 2x2 MaxPool and Add layers on the accelerator behind
     ``transport`` (see the module docstring for what it refuses).
 
     Parameters
@@ -204,6 +212,9 @@ class DeviceProvider(Provider):
         if isinstance(layer, g.Add):
             problem = add_refusal(layer)
             return None if problem is None else Refusal(problem)
+        if isinstance(layer, g.MatMul):
+            problem = matmul_refusal(layer, self.config, shape)
+            return None if problem is None else Refusal(problem)
         problem = engine_refusal(layer, self.config)
         if problem is None and shape is not None:
             try:
@@ -213,7 +224,8 @@ class DeviceProvider(Provider):
         return None if problem is None else Refusal(problem)
 
     def describe(self, layer):
-        kind = {g.MaxPool: "2x2 MaxPool on the pool of", g.Add: "Add on the adder of"}.get(
+        kind = {g.MaxPool: "2x2 MaxPool on the pool of", g.Add: "Add on the adder of",
+                g.MatMul: "MatMul (both operands streamed, as Dense passes) on"}.get(
             type(layer), "depthwise Conv on" if isinstance(layer, g.Conv)
             and layer.groups > 1 else f"{layer.op} on")
         return f"{kind} the {self.label}"
@@ -221,9 +233,18 @@ class DeviceProvider(Provider):
     def estimate(self, layer, shape):
         """Modelled cycles and bytes of ``layer`` on ``shape``, without seconds: the twin's
         wall time is a simulator's (the "pcie" provider adds its clock and link)."""
-        work = planner.device_work(layer, shape, self.config)
+        work = self.device_work(layer, shape)
         return Cost(seconds=None, cycles=work.cycles, bytes=work.bytes,
                     note=f"~{work.cycles:,} cycles in {work.passes} pass(es)")
+
+    def device_work(self, layer, shape):
+        """:func:`planner.device_work` of ``layer`` on its first input's ``shape``; for a
+        MatMul, whose second operand's shape the planner does not know, that operand is
+        taken as (..., K, M), the square score matrix of self-attention."""
+        if isinstance(layer, g.MatMul):
+            return matmul_work(layer, shape, (*shape[:-2], shape[-1], shape[-2]),
+                               self.config)
+        return planner.device_work(layer, shape, self.config)
 
     def run(self, layer, inputs):
         before = self.transport.moved
@@ -238,6 +259,8 @@ class DeviceProvider(Provider):
             y, cycles = self._conv(layer, inputs[0])
         elif isinstance(layer, g.Dense):
             y, cycles = self._dense(layer, inputs[0])
+        elif isinstance(layer, g.MatMul):
+            y, cycles = self._matmul(layer, inputs[0], inputs[1])
         elif isinstance(layer, g.MaxPool):
             y = self.accelerator.max_pool2d(inputs[0], name=layer.name)
             cycles = self.accelerator.last_counters.cycles
@@ -329,15 +352,35 @@ class DeviceProvider(Provider):
 
     def _dense(self, layer, x):
         lead = x.shape[:-1]
-        x = x.reshape(-1, x.shape[-1])
+        y, cycles = self._dense_rows(layer, x.reshape(-1, x.shape[-1]), layer.weight,
+                                     layer.bias, layer.x_zero_point)
+        return y.reshape(*lead, y.shape[-1]), cycles
+
+    def _dense_rows(self, layer, x, weight, bias, x_zero_point):
+        """``x`` (P, K) through Dense passes of ``weight`` (O, K) with ``layer``'s
+        requantization; ``((P, O) int8, cycles)``."""
         chunk = planner.dense_chunk(x.shape[1], self.config)
         outputs, cycles = [], 0
         # One pass per chunk: the chunk is the pass's image width and must fit the buffer.
         for start in range(0, len(x), chunk):
             outputs.append(self.accelerator.dense(
-                x[start:start + chunk], layer.weight, layer.bias, layer.multiplier,
-                layer.shift, x_zero_point=layer.x_zero_point,
-                y_zero_point=layer.y_zero_point, lo=layer.lo, hi=layer.hi, name=layer.name))
+                x[start:start + chunk], weight, bias, layer.multiplier, layer.shift,
+                x_zero_point=x_zero_point, y_zero_point=layer.y_zero_point, lo=layer.lo,
+                hi=layer.hi, name=layer.name))
             cycles += self.accelerator.last_counters.cycles
-        y = np.concatenate(outputs)
-        return y.reshape(*lead, y.shape[-1]), cycles
+        return np.concatenate(outputs), cycles
+
+    def _matmul(self, layer, a, b):
+        """Both operands streamed: one Dense call per weights slice
+        (:func:`~sw_driver.matmul_lowering.lower_matmul`)."""
+        problem = matmul_refusal(layer, self.config, np.shape(a))
+        if problem is not None:
+            raise ValueError(f"layer {layer.name!r}: {problem}")
+        lowering = lower_matmul(a, b, a_zero_point=layer.a_zero_point,
+                                b_zero_point=layer.b_zero_point, name=layer.name)
+        outputs, cycles = [], 0
+        for job in lowering.jobs:
+            y, job_cycles = self._dense_rows(layer, job.x, job.w, None, job.x_zero_point)
+            outputs.append(y)
+            cycles += job_cycles
+        return lowering.assemble(outputs), cycles

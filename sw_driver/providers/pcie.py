@@ -70,7 +70,7 @@ class PCIeProvider(DeviceProvider):
 
     def estimate(self, layer, shape):
         """Seconds on the card: modelled cycles at :attr:`clock_hz` plus the link's cost."""
-        work = planner.device_work(layer, shape, self.config)
+        work = self.device_work(layer, shape)
         compute = work.cycles / self.clock_hz
         link = self.link.seconds(work)
         return Cost(
