@@ -19,9 +19,13 @@ positions are fed ``z_x``. Loop order: column tiles outer, pixel groups, then
 the current column tile), the rows of the last group past the last pixel dropped.
 
 Loading: each of ``act_in``, ``weight_in``, ``param_in`` writes its buffer from address 0
-upwards; a beat with ``last`` rewinds its pointer (so does ``start``). They are ready only
-while the engine is not ``busy`` (no double buffering yet). ``done`` rises with the last
-output beat and stays high until the next ``start``. The descriptor is latched at ``start``.
+upwards; a beat with ``last`` rewinds its pointer (so does ``start``). ``weight_in`` and
+``param_in`` are ready only while the engine is not ``busy``. ``act_in`` carries
+``ACTIVATIONS_PER_WORD`` bytes a beat (one host word a cycle into all R copies) and, with
+``act_follows`` high at ``start``, is taken *during* the run: the array reads a beat only
+once every word it needs is written, so loading the activations overlaps computing the
+first column tile (docs/conv-engine.md, "Dataflow"). ``done`` rises with the last output
+beat and stays high until the next ``start``. The descriptor is latched at ``start``.
 """
 
 from amaranth import Module, Mux, Signal, signed, unsigned
@@ -30,7 +34,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
-from contract.streams import PARAM_ENTRY_FIELDS
+from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 
 from .addrgen import AddressGenerator, address_width, descriptor_layout
 from .requant import Requantizer, output_layout
@@ -38,7 +42,15 @@ from .systolic import SystolicArray
 
 
 def activation_load_layout():
-    return data.StructLayout({"x": signed(8), "last": 1})
+    """A beat of ``ACTIVATIONS_PER_WORD`` int8 activations (one host word, HWC order, the
+    lowest byte first); the bytes past a layer's last activation are don't-cares."""
+    return data.StructLayout({"x": data.ArrayLayout(signed(8), ACTIVATIONS_PER_WORD),
+                              "last": 1})
+
+
+def act_words(act_depth):
+    """Words of ``ACTIVATIONS_PER_WORD`` bytes in each copy of the activation buffer."""
+    return -(-act_depth // ACTIVATIONS_PER_WORD)
 
 
 def weight_load_layout(cols):
@@ -76,6 +88,10 @@ class ConvEngine(wiring.Component):
         super().__init__({
             "descriptor": In(descriptor_layout()),
             "start": In(1),
+            # High at ``start``: this layer's activations stream in while it runs (the
+            # array only waits for the words it is about to read). Low: they were loaded
+            # before ``start``.
+            "act_follows": In(1),
             "busy": Out(1),
             "done": Out(1),
             "act_in": In(stream.Signature(activation_load_layout())),
@@ -106,10 +122,15 @@ class ConvEngine(wiring.Component):
         # R identical copies of the activation buffer, written together, so that each
         # array row has its own read port (R different pixels per cycle, any stride and
         # padding, no bank conflicts). Costs R times the block RAM of one copy.
-        act_ptr = Signal(address_width(cfg.act_depth))
+        # Each copy is ACTIVATIONS_PER_WORD bytes wide, so a host word is written in one
+        # cycle; a row lane reads the word holding its byte and picks the byte.
+        act_depth_words = act_words(cfg.act_depth)
+        act_ptr = Signal(range(act_depth_words + 1))
+        act_complete = Signal()  # every activation of the layer is in the buffer
         act_mems = []
         for r in range(rows):
-            mem = Memory(shape=signed(8), depth=cfg.act_depth, init=[])
+            mem = Memory(shape=data.ArrayLayout(signed(8), ACTIVATIONS_PER_WORD),
+                         depth=act_depth_words, init=[])
             m.submodules[f"act_buffer{r}"] = mem
             wr = mem.write_port()
             m.d.comb += [wr.addr.eq(act_ptr), wr.data.eq(self.act_in.payload.x),
@@ -129,13 +150,29 @@ class ConvEngine(wiring.Component):
             param_wr.addr.eq(param_ptr), param_wr.data.eq(self.param_in.payload.word),
             param_wr.en.eq(self.param_in.valid & self.param_in.ready),
         ]
-        for port, ptr in ((self.act_in, act_ptr), (self.weight_in, weight_ptr),
-                          (self.param_in, param_ptr)):
+        for port, ptr in ((self.weight_in, weight_ptr), (self.param_in, param_ptr)):
             m.d.comb += port.ready.eq(~busy)
             with m.If(port.valid & port.ready):
                 m.d.sync += ptr.eq(Mux(port.payload.last, 0, ptr + 1))
             with m.If(self.start & ~busy):
                 m.d.sync += ptr.eq(0)
+        # Activations: before ``start`` (the pointer rewinds after ``last``), or, with
+        # ``act_follows``, during the run, where the pointer doubles as the count of words
+        # the array may read.
+        streaming_act = Signal()
+        m.d.comb += self.act_in.ready.eq(~busy | (streaming_act & ~act_complete))
+        with m.If(self.act_in.valid & self.act_in.ready):
+            m.d.sync += act_ptr.eq(act_ptr + 1)
+            with m.If(self.act_in.payload.last):
+                m.d.sync += act_complete.eq(1)
+                with m.If(~busy):
+                    m.d.sync += act_ptr.eq(0)
+        with m.If(self.start & ~busy):
+            m.d.sync += streaming_act.eq(self.act_follows)
+            with m.If(self.act_follows):
+                m.d.sync += [act_ptr.eq(0), act_complete.eq(0)]
+            with m.Else():
+                m.d.sync += act_complete.eq(1)
 
         # --- Address generator -> buffer reads -> array operands ------------------------
         m.submodules.addrgen = addrgen = AddressGenerator(cfg)
@@ -145,17 +182,30 @@ class ConvEngine(wiring.Component):
         # Read stage: the memories' own output registers hold the beat while the array
         # stalls (read enable low), so this stage adds no extra data registers.
         read_valid, read_inside, read_last = Signal(), Signal(rows), Signal()
+        byte_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
+        read_byte = [Signal(byte_shift, name=f"read_byte{r}") for r in range(rows)]
+        # A beat waits while activations still stream in and one of the words it reads
+        # (inside the image) is not written yet; addresses rise through the first column
+        # tile, so this holds the array only where loading is ahead of computing.
+        beat = addrgen.beats.payload
+        loaded = Signal()
+        written = Signal(rows)
+        m.d.comb += [written[r].eq(~beat.inside[r] | ((beat.addr[r] >> byte_shift) < act_ptr))
+                     for r in range(rows)]
+        m.d.comb += loaded.eq(act_complete | written.all())
         advance = ~read_valid | array.operands.ready
-        m.d.comb += addrgen.beats.ready.eq(advance)
+        m.d.comb += addrgen.beats.ready.eq(advance & loaded)
         with m.If(advance):
-            m.d.sync += [read_valid.eq(addrgen.beats.valid),
-                         read_inside.eq(addrgen.beats.payload.inside),
-                         read_last.eq(addrgen.beats.payload.last)]
+            m.d.sync += [read_valid.eq(addrgen.beats.valid & loaded),
+                         read_inside.eq(beat.inside),
+                         read_last.eq(beat.last)]
+            m.d.sync += [read_byte[r].eq(beat.addr[r][:byte_shift]) for r in range(rows)]
         for r, mem in enumerate(act_mems):
             rd = mem.read_port()
-            m.d.comb += [rd.addr.eq(addrgen.beats.payload.addr[r]), rd.en.eq(advance),
+            m.d.comb += [rd.addr.eq(beat.addr[r] >> byte_shift), rd.en.eq(advance),
                          array.operands.payload.a[r].eq(
-                             Mux(read_inside[r], rd.data, desc.x_zero_point))]
+                             Mux(read_inside[r], rd.data.as_value().word_select(
+                                 read_byte[r], 8).as_signed(), desc.x_zero_point))]
         weight_rd = weight_mem.read_port()
         m.d.comb += [
             weight_rd.addr.eq(addrgen.beats.payload.w_addr), weight_rd.en.eq(advance),

@@ -8,12 +8,13 @@ carries, in this order and each padded to whole 32-bit words:
 1. ``LOAD_PARAMS`` column-tile entries of bias / multiplier / shift (the engine's
    ``param_word_layout``, little-endian bit order),
 2. ``LOAD_WEIGHTS`` weight words of C int8,
-3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word;
+3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word, one word a cycle;
 
-then the engine runs and the device-to-host stream returns one beat of C int8 per output
-pixel and column tile (``ceil(C / 4)`` words each), ``last`` on the final word. With
-``POOL_ENABLE`` the engine's output goes through the 2x2 max pool first (``POOL_WIDTH`` x
-``POOL_HEIGHT`` = OW x OH, one frame per column tile).
+the engine starts as soon as the weights are in and computes while the activations arrive
+(it reads a word only once it is written); the device-to-host stream returns one beat of
+C int8 per output pixel and column tile (``ceil(C / 4)`` words each), ``last`` on the
+final word. With ``POOL_ENABLE`` the engine's output goes through the 2x2 max pool first
+(``POOL_WIDTH`` x ``POOL_HEIGHT`` = OW x OH, one frame per column tile).
 
 ``POOL`` streams ``STREAM_BEATS`` pixels of C int8 (row-major, ``POOL_FRAMES`` frames)
 through the max pool alone; ``ADD`` streams ``STREAM_BEATS`` beats of C bytes of ``a`` then
@@ -114,7 +115,8 @@ class AcceleratorTop(wiring.Component):
 
         # --- Sequencer: check, load the three buffers, run, send results ---------------
         busy = Signal()
-        # CONV: 0 params, 1 weights, 2 activations, 3 running. POOL, ADD: 4 streaming.
+        # CONV: 0 params, 1 weights, 2 activations (the engine runs), 3 running after the
+        # activations are in. POOL, ADD: 4 streaming.
         phase = Signal(range(5))
         opcode = Signal(OPCODE_WIDTH)  # latched at start
         pooling = Signal()  # CONV with the fused max pool
@@ -178,6 +180,9 @@ class AcceleratorTop(wiring.Component):
             with m.Default():
                 m.d.comb += needed.eq(Mux(opcode == OPCODES["ADD"], per_pair, per_pixel))
         loading_wide = busy & ((phase < 2) | (phase == 4))
+        act_load_words = Signal(32)
+        m.d.comb += act_load_words.eq((csr.load_act + ACTIVATIONS_PER_WORD - 1)
+                                      // ACTIVATIONS_PER_WORD)
         wide_full = count == needed
         final = left == 1
         m.d.comb += [
@@ -196,27 +201,23 @@ class AcceleratorTop(wiring.Component):
             add.operands.payload.last.eq(final),
             add.operands.valid.eq(streaming & (opcode == OPCODES["ADD"])),
         ]
-        # Activations: four bytes per word.
-        act_word = Signal(WORD_BITS)
-        act_held = Signal()
-        act_byte = Signal(range(ACTIVATIONS_PER_WORD))
+        # Activations: a whole word (four bytes) per cycle, straight into the engine, which
+        # is already running (started when the weights were in) and reads each word as
+        # soon as it is written.
         m.d.comb += [
-            engine.act_in.payload.x.eq(act_word.word_select(act_byte, 8)),
+            engine.act_in.payload.x.eq(self.h2c.payload.data),
             engine.act_in.payload.last.eq(final),
-            engine.act_in.valid.eq(busy & (phase == 2) & act_held),
+            engine.act_in.valid.eq(busy & (phase == 2) & self.h2c.valid),
+            engine.act_follows.eq(1),
         ]
         with m.Switch(phase):
             with m.Case(0, 1, 4):
                 m.d.comb += self.h2c.ready.eq(busy & ~wide_full)
             with m.Case(2):
-                m.d.comb += self.h2c.ready.eq(busy & ~act_held)
-        with m.If(self.h2c.valid & self.h2c.ready):
-            with m.If((phase < 2) | (phase == 4)):
-                m.d.sync += [gathered.word_select(count, 32).eq(self.h2c.payload.data),
-                             count.eq(count + 1)]
-            with m.Else():
-                m.d.sync += [act_word.eq(self.h2c.payload.data), act_held.eq(1),
-                             act_byte.eq(0)]
+                m.d.comb += self.h2c.ready.eq(busy & engine.act_in.ready)
+        with m.If(self.h2c.valid & self.h2c.ready & ((phase < 2) | (phase == 4))):
+            m.d.sync += [gathered.word_select(count, 32).eq(self.h2c.payload.data),
+                         count.eq(count + 1)]
 
         loaded = ((engine.param_in.valid & engine.param_in.ready)
                   | (engine.weight_in.valid & engine.weight_in.ready)
@@ -228,18 +229,16 @@ class AcceleratorTop(wiring.Component):
                 with m.If(phase == 0):
                     m.d.sync += [phase.eq(1), left.eq(csr.load_weights)]
                 with m.Elif(phase == 1):
-                    m.d.sync += [phase.eq(2), left.eq(csr.load_act)]
-        launch = Signal()
-        m.d.sync += launch.eq(0)
+                    m.d.sync += [phase.eq(2), left.eq(act_load_words)]
+                    # The engine starts with its weights and parameters in; activation
+                    # words are offered from the next cycle, once it is busy.
+                    m.d.comb += engine.start.eq(1)
         with m.If(engine.act_in.valid & engine.act_in.ready):
-            m.d.sync += [left.eq(left - 1), act_byte.eq(act_byte + 1)]
-            with m.If((act_byte == ACTIVATIONS_PER_WORD - 1) | final):
-                m.d.sync += act_held.eq(0)
+            m.d.sync += left.eq(left - 1)
             with m.If(final):
-                m.d.sync += [phase.eq(3), launch.eq(1)]
-        m.d.comb += engine.start.eq(launch)
+                m.d.sync += phase.eq(3)
         with m.If(soft_reset | start):
-            m.d.sync += [count.eq(0), act_held.eq(0)]
+            m.d.sync += count.eq(0)
 
         # The max pool takes the engine's output (CONV with pooling) or the gathered
         # pixels (POOL).
@@ -284,7 +283,10 @@ class AcceleratorTop(wiring.Component):
         final_beat = Signal()
         m.d.comb += [
             take_result.eq(words_left == 0),
-            self.c2h.valid.eq(words_left != 0),
+            # A layer whose last activation words are not read (a stride that skips the
+            # last rows) ends only once they are taken, so none is left on the stream.
+            self.c2h.valid.eq((words_left != 0)
+                              & ~(final_beat & (words_left == 1) & (phase == 2))),
             self.c2h.payload.data.eq(beat[:32]),
             self.c2h.payload.last.eq(final_beat & (words_left == 1)),
         ]

@@ -19,6 +19,7 @@ import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
 from contract.config import ConvEngineConfig
+from contract.streams import ACTIVATIONS_PER_WORD
 from hw.addrgen import descriptor_layout
 from hw.conv_engine import (
     activation_load_layout,
@@ -67,7 +68,11 @@ async def send(dut, port, layout, payloads):
 async def run_pass(dut, config, p, rng, counter, *, stall):
     """Load, start and drain one engine pass; returns (beats, cycles start->done)."""
     cols = config.cols
-    await send(dut, "act_in", activation_load_layout(), [{"x": v} for v in p.activations])
+    per_beat = ACTIVATIONS_PER_WORD
+    acts = np.zeros(-(-p.activations.size // per_beat) * per_beat, np.int8)
+    acts[:p.activations.size] = p.activations.reshape(-1)
+    await send(dut, "act_in", activation_load_layout(),
+               [{"x": list(acts[i:i + per_beat])} for i in range(0, acts.size, per_beat)])
     await send(dut, "weight_in", weight_load_layout(cols), [{"w": row} for row in p.weights])
     await send(dut, "param_in", param_load_layout(cols), [
         {"word": {"bias": p.bias[t], "multiplier": p.multiplier[t], "shift": p.shift[t]}}
