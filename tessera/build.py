@@ -241,6 +241,11 @@ def _no_fit_message(profile, board_info, fitting, blocked):
     if not fitting:
         return (f"no configuration of the search space is predicted to fit {where}, not even "
                 f"a 1x1 array with {min(ACT_DEPTHS)}-byte buffers")
+    if not blocked:
+        fastest = max(p["fmax_mhz"] for _, p in fitting)
+        return (f"no configuration that fits {where} has a clock its PLL makes below the "
+                f"predicted fmax ({fastest:g} MHz at best, less {CLOCK_MARGIN:.0%}) that also "
+                f"divides {BAUD} baud")
     biggest_act = max(c.act_depth for c, _ in fitting)
     biggest_weight = max(c.weight_depth for c, _ in fitting)
     lines = [f"{profile.path}: no configuration that fits {where} runs every layer an "
