@@ -143,7 +143,8 @@ def energy_of_model(path, board, *, batch=1, seed=0, coefficients=energy_model.C
                     clock_mhz=None, calibrate=None, write=None, run=None, log=print):
     """``tessera energy``: run ``batch`` seeded inputs of the model at ``path`` on the
     energy twin of ``board``'s configuration and return :func:`report` (plus the layers
-    that ran elsewhere and the board's resources when built).
+    that ran elsewhere and the board's resources when built). The clock is ``clock_mhz``,
+    else the one the board's last build made (``report.json``), else the board's default.
 
     ``calibrate=(idle_w, busy_w)``: readings of the board running this model back to back
     (docs/energy.md); the coefficients are fitted to them and written to ``write`` (default:
@@ -159,7 +160,11 @@ def energy_of_model(path, board, *, batch=1, seed=0, coefficients=energy_model.C
     document = energy_model.load_coefficients(coefficients)
     energy_model.device_for(document, board)  # an unknown board fails before any build
     config, default_mhz = board_setup(board)
-    clock_mhz = default_mhz if clock_mhz is None else clock_mhz
+    if clock_mhz is None:  # the clock the board's last build made, else its default
+        from hw.bitstream import load_report
+
+        built = load_report(board) or {}
+        clock_mhz = built.get("clock_mhz") or default_mhz
     if run is not None and run.config != config:
         raise energy_model.EnergyModelError(
             f"the energy run simulates {run.config.name}, not {board}'s {config.name}")

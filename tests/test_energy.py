@@ -19,8 +19,11 @@ from models.eltwise import add
 from models.requant import requantize
 from sim.energy_twin import BLOCKS, Instrumented, Memory, instrument_verilog, parse_coverage
 
-CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
-                          weight_depth=512, max_col_tiles=8)
+#: The ULX3S-25F's default build (a 4x4 array), so the shared twin also serves
+#: ``energy_of_model`` for that board.
+BOARD = "ulx3s-25f"
+CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
+                          weight_depth=1024, max_col_tiles=16)
 
 # --- the model's arithmetic on fixed counts (no simulator) ---------------------------------
 
@@ -395,7 +398,7 @@ def test_a_whole_model_through_the_driver(energy_run):
     assert touched(activity) == {"systolic_array", "conv_engine", "requant", "pool",
                                  "csr_dma"}, activity["toggles"]
     assert "gap (GlobalAveragePool)" in elsewhere
-    result = report(activity, "ulx3s-25f", clock_mhz=100.0)
+    result = report(activity, BOARD, clock_mhz=100.0)
     assert result["label"] == "ESTIMATE" and not result["calibrated"]
     assert result["nj_per_inference"] * 1e-9 == pytest.approx(result["energy"]["total_j"])
     assert result["gops_per_w"] == pytest.approx(
@@ -412,3 +415,35 @@ def test_resources_come_from_the_build_report(tmp_path):
         "LUT4_used": 30000, "LUT4_available": 83640}))
     assert resources("ulx3s-85f", tmp_path) == {"MULT18X18D": [128, 156],
                                                 "LUT4": [30000, 83640]}
+
+
+@pytest.mark.slow
+def test_energy_of_a_model_and_its_calibration_end_to_end(energy_run, tmp_path):
+    from bench.energy import board_setup, energy_of_model
+    from models.zoo import DIGITS_QDQ
+
+    assert board_setup(BOARD)[0] == CONFIG
+    # A warm-up run leaves the block RAMs as both measured runs find them (see above).
+    energy_of_model(DIGITS_QDQ, BOARD, clock_mhz=100.0, run=energy_run)
+    result = energy_of_model(DIGITS_QDQ, BOARD, clock_mhz=100.0, run=energy_run)
+    assert result["label"] == "ESTIMATE" and not result["calibrated"]
+    assert result["clock_mhz"] == 100.0 and result["config"] == CONFIG.as_dict()
+    # Readings 1.5x the model's dynamic power and 20 mW more idle: calibrated, written to
+    # a new file (the shipped one untouched), and the report made with them says so.
+    coefficients = tmp_path / "c.json"
+    coefficients.write_text(energy_model.COEFFICIENTS.read_text())
+    _, device = energy_model.device_for(energy_model.load_coefficients(coefficients), BOARD)
+    idle, busy = energy_model.predicted_power(device, result["activity"], 100e6)
+    calibrated = energy_of_model(DIGITS_QDQ, BOARD, clock_mhz=100.0, run=energy_run,
+                                 coefficients=coefficients,
+                                 calibrate=(idle + 0.02, idle + 0.02 + 1.5 * (busy - idle)),
+                                 write=tmp_path / "fitted.json")
+    assert calibrated["calibrated"] and calibrated["coefficients"].endswith("fitted.json")
+    assert calibrated["activity"] == result["activity"]  # the same run, counted again
+    fitted = energy_model.device_for(energy_model.load_coefficients(
+        tmp_path / "fitted.json"), BOARD)[1]
+    assert fitted["dsp_mac_pj"] == pytest.approx(1.5 * device["dsp_mac_pj"])
+    assert energy_model.load_coefficients(coefficients) == json.loads(
+        energy_model.COEFFICIENTS.read_text())
+    with pytest.raises(EnergyModelError, match="simulates .* not icebreaker's"):
+        energy_of_model(DIGITS_QDQ, "icebreaker", run=energy_run)
