@@ -167,7 +167,8 @@ class LocalRunner:
 
 class RayRunner:
     """Runs the same jobs as Ray tasks, each declaring :data:`TASK_CPUS` and
-    :data:`TASK_MEMORY`; ``address`` as in ``bench.ray_cluster.connect``."""
+    :data:`TASK_MEMORY`: a local Ray (``address`` None) or the cluster at ``HOST:PORT``
+    (``bench.ray_cluster.connect``; the sources must be the same on every node)."""
 
     def __init__(self, address=None):
         self.address = address
@@ -175,13 +176,12 @@ class RayRunner:
     def run(self, function, specs, **kwargs):
         from bench import ray_cluster
 
-        ray = ray_cluster.connect(**({} if self.address is None
-                                     else {"address": self.address}))
-        task = ray.remote(num_cpus=TASK_CPUS, memory=TASK_MEMORY)(function)
-        pending = [task.remote(spec, **kwargs) for spec in specs]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            yield ray.get(done[0])
+        with ray_cluster.connect(self.address or ray_cluster.LOCAL) as ray:
+            task = ray.remote(num_cpus=TASK_CPUS, memory=TASK_MEMORY)(function)
+            pending = [task.remote(spec, **kwargs) for spec in specs]
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(done[0])
 
 
 def run_sweep(jobs, runner=None, build=BUILD, say=print, *, stale_ok=False):

@@ -431,7 +431,11 @@ def cmd_build(args):
 
 
 def cmd_sweep(args):
+    from bench.ray_cluster import RayClusterError  # imports no Ray
     from bench.sweep import run_from_args
 
-    run_from_args(args)
+    try:
+        run_from_args(args)
+    except RayClusterError as error:  # Ray missing or the cluster unreachable: one line
+        raise ValueError(str(error)) from None
     return 0

@@ -198,3 +198,10 @@ def test_stale_results_are_taken_only_when_asked(tmp_path, monkeypatch):
     assert "built from older sources" in lines[0]
     other = sweep.SweepJob("ulx3s-85f", engine(2, 4))
     assert sweep.stale_result(other, tmp_path) is None
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*")
+def test_ray_runner_runs_the_jobs_as_ray_tasks():
+    """The same runner interface on a local Ray: every job comes back (in any order)."""
+    results = list(sweep.RayRunner().run(sweep.parse_sizes, ["2x2", "4x8", "1x3"]))
+    assert sorted(results) == [[(1, 3)], [(2, 2)], [(4, 8)]]
