@@ -499,6 +499,20 @@ def _run_plan(platform, plan, build_dir, env, say):
     return times, bitstream, raw, logs
 
 
+def source_state(root=None):
+    """The git commit the build's sources came from and whether ``hw/`` or ``contract/`` had
+    uncommitted changes (a figure from a dirty tree is not that commit's)."""
+    root = Path(__file__).resolve().parent.parent if root is None else Path(root)
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                                text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "hw", "contract"],
+                               cwd=root, capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": commit or None, "dirty": bool(dirty.strip())}
+
+
 def _flat_resources(resources):
     """``{name}_used`` / ``{name}_available`` entries, the flat form bench/sweep read."""
     flat = {}
@@ -604,6 +618,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
                   f"array, act {config.act_depth} B x {config.rows}, weights "
                   f"{config.weight_depth} words; clock {top.clock_mhz:g} MHz (PLL from "
                   f"{_board_clock_mhz(board):g} MHz), UART {baud} baud -> {build_dir}")
+    source = source_state()  # before the tools run: what was elaborated
     try:
         times, bitstream, raw, logs = _run_plan(platform, plan, build_dir, env, say)
     except BitstreamError as error:
@@ -642,6 +657,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
         "critical_path": paths,
         "wall_time_s": times,
         "tools": tool_versions(platform.family, env),
+        "source": source,
         "bitstream": str(bitstream),
         "logs": logs,
     }

@@ -318,3 +318,12 @@ def test_design_clock_precedence():
     assert bitstream.design_clock_mhz("ulx3s-85f", clocked) == 100.0
     assert bitstream.design_clock_mhz("ulx3s-85f", clocked, 75.0) == 75.0
     assert bitstream.board_top("ulx3s-85f", clocked).clock_mhz == 100.0
+
+
+def test_source_state_names_the_commit(tmp_path):
+    import re
+
+    state = bitstream.source_state()
+    assert re.fullmatch(r"[0-9a-f]{40}", state["commit"])
+    assert isinstance(state["dirty"], bool)
+    assert bitstream.source_state(tmp_path)["commit"] is None  # not a git work tree
