@@ -28,7 +28,7 @@ DEFAULT_CLOCK_HZ = 150e6
 
 
 class PCIeProvider(DeviceProvider):
-    """Runs Conv (incl. depthwise), Dense, 2x2 MaxPool and Add layers on the card,
+    """Runs Conv (incl. depthwise), Dense, MatMul, 2x2 MaxPool and Add layers on the card,
     bit-identical to "cpu" (see :mod:`.device`).
 
     Parameters

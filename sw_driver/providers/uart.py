@@ -19,8 +19,8 @@ __all__ = ["UartProvider", "UartTwinProvider"]
 
 
 class UartProvider(DeviceProvider):
-    """Conv, Dense, MaxPool and Add layers on a board behind a serial port, bit-identical
-    to "cpu" (see :mod:`.device`).
+    """Conv, Dense, MatMul, MaxPool and Add layers on a board behind a serial port,
+    bit-identical to "cpu" (see :mod:`.device`).
 
     Parameters
     ----------
