@@ -26,21 +26,15 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
+from contract.spatial import INSTANCE_WINDOW, MAX_INSTANCES, instance_base
 
 from .csr import ADDR_WIDTH
 from .top import AcceleratorTop, word_layout
 
 __all__ = ["INSTANCE_WINDOW", "MultiTop", "instance_base", "multi_csr_signature"]
 
-#: Bytes of CSR address space per instance: the single top's whole map (0x400).
-INSTANCE_WINDOW = 1 << ADDR_WIDTH
-#: Most instances one MultiTop holds (the select field's width stays small).
-MAX_INSTANCES = 16
-
-
-def instance_base(index):
-    """Byte address of instance ``index``'s CSR window."""
-    return index * INSTANCE_WINDOW
+# The window is the single top's whole map, so the select is the address bits above it.
+assert INSTANCE_WINDOW == 1 << ADDR_WIDTH, "contract.spatial disagrees with hw/csr.py"
 
 
 def _select_width(instances):

@@ -3,10 +3,26 @@
 import pytest
 from amaranth.back import verilog
 from amaranth.sim import Simulator
+from fastapi.testclient import TestClient
 
 from contract.config_file import PRESETS
 from contract.regmap import ID_VALUE, REGISTERS
 from hw.multi_top import INSTANCE_WINDOW, MultiTop, instance_base
+from sw_driver import InferenceSession
+from tessera.serve import ServeConfigError, load_config
+from tessera.serve.app import create_app
+from tessera.serve.config import parse_config
+from tests.serve_helpers import (
+    AUTH_A,
+    AUTH_B,
+    DIGITS,
+    TOKEN_A,
+    TOKEN_B,
+    digits_input,
+    json_request,
+    output_array,
+    write_config,
+)
 
 TINY = PRESETS["tiny"]
 OFFSET = {r.name: r.offset for r in REGISTERS}
@@ -62,3 +78,114 @@ def test_multi_top_refuses_bad_instance_counts(bad):
     with pytest.raises(ValueError, match=f"instances must be an integer from 1 to 16, not "
                                          f"{bad!r}"):
         MultiTop(TINY, instances=bad)
+
+
+# ---------------------------------------------------------------- serving: instances
+
+SPATIAL_CONFIG = """
+[devices.fpga]
+instances = 3
+config = "tiny"
+providers = ["cpu"]   # the tests' stand-in for each instance's twin
+
+[models.digits]
+path = "{digits}"
+devices = ["fpga"]
+
+[tenants.a]
+token = "{token_a}"
+models = ["digits"]
+instances = {{ fpga = [0] }}
+
+[tenants.b]
+token = "{token_b}"
+models = ["digits"]
+{b_line}
+"""
+
+
+def spatial_config(tmp_path, b_line="instances = { fpga = [1, 2] }", extra=""):
+    text = SPATIAL_CONFIG.format(digits=DIGITS.as_posix(), token_a=TOKEN_A, token_b=TOKEN_B,
+                                 b_line=b_line) + extra
+    return write_config(tmp_path, text=text)
+
+
+def test_instances_expand_into_devices_given_to_tenants(tmp_path):
+    config = load_config(spatial_config(tmp_path))
+    assert [(d.name, d.group, d.index, d.workers, d.engine.rows) for d in
+            config.devices.values() if d.group] == [
+        ("fpga/0", "fpga", 0, 1, 2), ("fpga/1", "fpga", 1, 1, 2), ("fpga/2", "fpga", 2, 1, 2)]
+    assert config.models["digits"].devices == ("fpga/0", "fpga/1", "fpga/2")
+    assert config.tenants["a"].instances == ("fpga/0",)
+    assert config.devices_for("a", "digits") == ("fpga/0",)
+    assert config.devices_for("b", "digits") == ("fpga/1", "fpga/2")
+    assert config.owner("fpga/2") == "b"
+    # A tenant without instances shares those nobody was given.
+    shared = load_config(spatial_config(tmp_path, b_line=""))
+    assert shared.devices_for("b", "digits") == ("fpga/1", "fpga/2")
+    assert shared.owner("fpga/1") is None
+
+
+@pytest.mark.parametrize("b_line, extra, message", [
+    ("instances = { fpga = [0] }", "",
+     r"\[tenants.b\] instances.fpga: instance 0 is already given to \[tenants.a\]"),
+    ("instances = { fpga = [3] }", "",
+     r"\[tenants.b\] instances.fpga: 'fpga' has instances 0 to 2, not 3"),
+    ("instances = { gpu = [0] }", "",
+     r"\[tenants.b\] instances.gpu: no device 'gpu' with instances is declared"),
+    ("instances = { fpga = [1, 1] }", "",
+     r"\[tenants.b\] instances.fpga must be a non-empty list of distinct instance numbers"),
+    ("instances = { fpga = [] }", "",
+     r"\[tenants.b\] instances.fpga must be a non-empty list"),
+    ("instances = { fpga = [1, 2] }",
+     '\n[tenants.c]\ntoken = "tenant-c-token-5555555555"\nmodels = ["digits"]\n'
+     'instances = {}\n[tenants.d]\ntoken = "tenant-d-token-5555555555"\nmodels = ["digits"]\n',
+     r"\[tenants.c\] model 'digits' runs only on instances given to other tenants"),
+])
+def test_bad_instance_assignments_are_refused(tmp_path, b_line, extra, message):
+    with pytest.raises(ServeConfigError, match=message):
+        load_config(spatial_config(tmp_path, b_line=b_line, extra=extra))
+
+
+@pytest.mark.parametrize("device, message", [
+    ({"instances": 0, "config": "tiny"}, r"\[devices.fpga\] instances must be an integer "
+                                         r"from 1 to 16"),
+    ({"instances": 2}, r"\[devices.fpga\] config must name each instance's engine"),
+    ({"instances": 2, "config": "huge"}, r"\[devices.fpga\] config: .*huge"),
+    ({"instances": 2, "config": "tiny", "workers": 2}, r"\[devices.fpga\] has instances; "
+                                                        r"workers does not apply"),
+])
+def test_bad_instance_devices_are_refused(device, message):
+    data = {"devices": {"fpga": device},
+            "models": {"m": {"path": DIGITS.as_posix(), "devices": ["fpga"]}},
+            "tenants": {"a": {"token": TOKEN_A, "models": ["m"]}}}
+    with pytest.raises(ServeConfigError, match=message):
+        parse_config(data, source="s.toml")
+
+
+def test_each_tenant_runs_only_on_its_instances(tmp_path, rng):
+    app = create_app(load_config(spatial_config(tmp_path)))
+    model = app.state.models["digits"]
+    ran = []
+    for device, session in model.sessions.items():
+        def run(names, feeds, _device=device, _run=session.run):
+            ran.append(_device)
+            return _run(names, feeds)
+        session.run = run
+    reference = InferenceSession(str(DIGITS), providers=["cpu"])
+    client = TestClient(app)
+    who = []
+    for i in range(6):
+        auth, tenant = (AUTH_A, "a") if i % 2 == 0 else (AUTH_B, "b")
+        x = digits_input(rng, 1)
+        answer = client.post("/v2/models/digits/infer", headers=auth, json=json_request(x))
+        assert answer.status_code == 200
+        assert output_array(answer.json()).tobytes() == \
+            reference.run(None, {"input": x})[0].tobytes()
+        who.append(tenant)
+    assert len(ran) == 6
+    assert all((d == "fpga/0") == (t == "a") for d, t in zip(ran, who, strict=True)), ran
+    stats = client.get("/v2/models/digits/stats", headers=AUTH_A).json()["balancing"]
+    assert {d: (v["tenant"], v["batches"]) for d, v in stats["devices"].items()} == {
+        "fpga/0": ("a", 3), "fpga/1": ("b", ran.count("fpga/1")),
+        "fpga/2": ("b", ran.count("fpga/2"))}

@@ -176,12 +176,15 @@ class Admission:
             images -= 1
         return images
 
-    def choose(self, model, images, priority="normal", avoid=()):
+    def choose(self, model, images, priority="normal", avoid=(), only=None):
         """The device of ``model`` predicted to finish a new request first: its queue's
         wait at ``priority`` plus its own predicted time; devices in ``avoid`` (unhealthy)
-        only when all are. Returns ``(device, wait, own)``."""
+        only when all are; with ``only``, never a device outside it (the instances a
+        tenant may use). Returns ``(device, wait, own)``."""
         rank = PRIORITIES.index(priority)
-        devices = [d for d in self._devices[model] if d not in avoid] or self._devices[model]
+        choices = self._devices[model] if only is None else \
+            tuple(d for d in self._devices[model] if d in only)
+        devices = [d for d in choices if d not in avoid] or choices
         best = None
         for device in devices:
             own = self._predictors[model, device].predict(images)
@@ -191,7 +194,7 @@ class Admission:
         return best
 
     def admit(self, model, device, images, slo_seconds, priority="normal", *, key=None,
-              payload=None, now=None, tenant=None, avoid=()):
+              payload=None, now=None, tenant=None, avoid=(), only=None):
         """Queue the request on ``device`` (None: the model's device predicted to finish it
         first, see :meth:`choose`) if it can meet ``slo_seconds`` (None: always); ``key``
         and ``payload`` go to the ticket (see :meth:`DeviceQueue.gather`); ``now`` (the
@@ -206,7 +209,7 @@ class Admission:
         if tenant is not None:
             self._seen[tenant] = self._clock()
         if device is None:
-            device = self.choose(model, images, priority, avoid)[0]
+            device = self.choose(model, images, priority, avoid, only)[0]
         predictor, max_batch = self._predictors[model, device], self._max_batch[model]
         own = predictor.predict(images)
         # What it adds to the queue: its share of a full batch when it may ride in one.

@@ -89,6 +89,9 @@ def _load_models(config, admission):
         for device in model.devices:
             planner = Planner()
             providers = config.devices[device].providers or model.providers
+            engine = config.devices[device].engine
+            if engine is not None:  # one of N instances: its twin simulates the small engine
+                providers = [_instance_provider(p, engine) for p in providers]
             try:
                 sessions[device] = InferenceSession(str(model.path), providers=list(providers),
                                                     planner=planner)
@@ -101,6 +104,15 @@ def _load_models(config, admission):
                                                                 providers=["cpu"]),
                               dict.fromkeys(model.devices, 0))
     return models
+
+
+def _instance_provider(name, engine):
+    """An instance device's provider: "sim" becomes the twin of the instance's engine."""
+    if name != "sim":
+        return name
+    from sw_driver.providers.sim import SimProvider
+
+    return SimProvider(engine, log=lambda message: None)
 
 
 def _batch_key(name, names, feeds):
@@ -186,7 +198,7 @@ def create_app(config, *, clock=time.monotonic):
         refusal = rate_refusal(tenant)
         if refusal is None:
             rank = PRIORITIES.index(tenant.priority)
-            queues = [admission.queues[d] for d in models[name].config.devices]
+            queues = [admission.queues[d] for d in config.devices_for(tenant.name, name)]
             if all(q.full_for(rank) for q in queues):
                 refusal = _Refused(503, f"model {name!r} for tenant {tenant.name!r}: every "
                                         f"device's queue is full (max_queue = "
@@ -254,6 +266,7 @@ def create_app(config, *, clock=time.monotonic):
                               "one device",
                     "devices": {d: {"providers": model.sessions[d].get_providers(),
                                     "batches": model.runs[d],
+                                    "tenant": config.owner(d) or "shared",
                                     "health": device_health[d].as_dict(),
                                     "predictor": admission.stats(name, d)}
                                 for d in model.config.devices}}}
@@ -430,7 +443,8 @@ def create_app(config, *, clock=time.monotonic):
         unhealthy = [d for d in model.config.devices if not device_health[d].healthy]
         ticket, refusal = admission.admit(name, None, images, slo, tenant.priority,
                                           key=key, payload=(decoded.feeds, model, names),
-                                          now=received, tenant=tenant.name, avoid=unhealthy)
+                                          now=received, tenant=tenant.name, avoid=unhealthy,
+                                          only=config.devices_for(tenant.name, name))
         if refusal is not None:
             raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
                                 f"{refusal.message}",

@@ -23,12 +23,14 @@ PRIORITIES = ("high", "normal", "low")
 MIN_TOKEN_LENGTH = 16
 
 _SERVER_KEYS = {"host", "port", "max_body_bytes"}
-_DEVICE_KEYS = {"workers", "max_queue", "providers"}
+_DEVICE_KEYS = {"workers", "max_queue", "providers", "instances", "config"}
+#: Providers of an instance device when the file names none: its twin, then the CPU.
+INSTANCE_PROVIDERS = ("sim", "cpu")
 #: Requests that may wait per device when the file does not say.
 DEFAULT_MAX_QUEUE = 256
 _MODEL_KEYS = {"path", "providers", "device", "devices", "max_batch"}
 _TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst",
-                "quota", "isolation"}
+                "quota", "isolation", "instances"}
 #: How a tenant's device quota binds: never exceeded, or exceeded only with idle capacity.
 ISOLATIONS = ("soft", "hard")
 _TOP_KEYS = {"server", "devices", "models", "tenants"}
@@ -48,6 +50,12 @@ class DeviceConfig:
     workers: int
     max_queue: int = DEFAULT_MAX_QUEUE
     providers: tuple | None = None
+    #: For one of N accelerator instances on one FPGA (``[devices.X] instances = N``): the
+    #: group ``X``, this instance's index, and the engine configuration each instance has
+    #: (the "sim" provider of this device simulates it). None for an ordinary device.
+    group: str | None = None
+    index: int | None = None
+    engine: object = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,8 @@ class TenantConfig:
     burst: int
     quota: tuple = ()  # ((device, share), ...)
     isolation: str = "soft"
+    #: Instance devices (``"fpga/0"``...) given to this tenant alone: hard isolation.
+    instances: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,29 @@ class ServeConfig:
     devices: dict
     models: dict
     tenants: dict
+
+    def devices_for(self, tenant, model):
+        """The devices a request of ``tenant`` (a name) to ``model`` may run on: the model's
+        devices less the instances given to other tenants, and, in a group where the tenant
+        has instances of its own, only those (spatial sharing: each tenant on its own)."""
+        own = set(self.tenants[tenant].instances)
+        groups = {self.devices[d].group for d in own}
+        allowed = []
+        for name in self.models[model].devices:
+            device = self.devices[name]
+            if device.group is None:
+                allowed.append(name)
+            elif name in own or (device.group not in groups
+                                 and self.owner(name) is None):
+                allowed.append(name)
+        return tuple(allowed)
+
+    def owner(self, device):
+        """The tenant an instance device is given to, or None (shared)."""
+        for tenant in self.tenants.values():
+            if device in tenant.instances:
+                return tenant.name
+        return None
 
 
 def load_config(path, environ=None):
@@ -194,10 +227,54 @@ def _devices(source, data):
         providers = table.get("providers")
         if providers is not None:
             providers = _string_list(source, f"{where} providers", providers)
+        if "instances" in table or "config" in table:
+            devices.update(_instances(source, where, name, table, max_queue, providers))
+            continue
         devices[name] = DeviceConfig(name, workers, max_queue, providers)
     # Without a [devices] table the CPU is the one device, one run per core.
     devices.setdefault("cpu", DeviceConfig("cpu", os.cpu_count() or 1))
     return devices
+
+
+def _instances(source, where, name, table, max_queue, providers):
+    """``[devices.X] instances = N, config = "preset"``: N accelerator instances of one
+    small configuration on one FPGA (``hw/multi_top.py``), each its own device ``X/i`` with
+    one worker (an engine runs one pass at a time)."""
+    from contract.config_file import ConfigFileError
+    from contract.config_file import load_config as load_engine
+    from contract.spatial import MAX_INSTANCES
+
+    count = table.get("instances")
+    if isinstance(count, bool) or not isinstance(count, int) \
+            or not 1 <= count <= MAX_INSTANCES:
+        raise ServeConfigError(f"{source}: {where} instances must be an integer from 1 to "
+                               f"{MAX_INSTANCES} (accelerator instances on the device), not "
+                               f"{count!r}")
+    if "workers" in table:
+        raise ServeConfigError(f"{source}: {where} has instances; workers does not apply "
+                               f"(each instance runs one pass at a time)")
+    spec = table.get("config")
+    if not isinstance(spec, str):
+        raise ServeConfigError(f"{source}: {where} config must name each instance's engine "
+                               f"(a preset such as 'ulx3s-25f' or a .toml/.json file), not "
+                               f"{spec!r}")
+    try:
+        engine = load_engine(spec)
+    except ConfigFileError as exc:
+        raise ServeConfigError(f"{source}: {where} config: {exc}") from None
+    providers = providers or INSTANCE_PROVIDERS
+    return {f"{name}/{i}": DeviceConfig(f"{name}/{i}", 1, max_queue, providers, name, i,
+                                        engine) for i in range(count)}
+
+
+def _expand(devices, names):
+    """Device names as a model lists them, with a group of instances standing for all of
+    its instances."""
+    out = []
+    for name in names:
+        members = [d for d, c in devices.items() if c.group == name]
+        out.extend(members or [name])
+    return tuple(out)
 
 
 def _models(source, data, base, devices):
@@ -224,9 +301,11 @@ def _models(source, data, base, devices):
         names = _string_list(source, f"{where} devices", table["devices"]) \
             if "devices" in table else (table.get("device", "cpu"),)
         for device in names:
-            if device not in devices:
+            if device not in devices and not any(c.group == device
+                                                 for c in devices.values()):
                 raise ServeConfigError(f"{source}: {where} device {device!r} is not "
                                        f"declared; devices: {sorted(devices)}")
+        names = _expand(devices, names)
         if len(set(names)) != len(names):
             raise ServeConfigError(f"{source}: {where} devices {list(names)} repeats one")
         max_batch = _number(source, f"{where} max_batch", table.get("max_batch", 1),
@@ -288,9 +367,39 @@ def _tenants(source, data, models, environ, devices):
         if isolation not in ISOLATIONS:
             raise ServeConfigError(f"{source}: {where} isolation must be one of "
                                    f"{list(ISOLATIONS)}, not {isolation!r}")
+        instances = _assigned(source, where, table.get("instances", {}), devices, tenants)
         tenants[name] = TenantConfig(name, token, names, priority, slo, rate, burst, quota,
-                                     isolation)
+                                     isolation, instances)
     return tenants
+
+
+def _assigned(source, where, table, devices, tenants):
+    """``instances = { fpga = [0, 1] }``: the instance devices given to this tenant alone."""
+    table = _table(source, f"{where} instances", table)
+    given = []
+    for group, indices in table.items():
+        members = {c.index: d for d, c in devices.items() if c.group == group}
+        if not members:
+            groups = sorted({c.group for c in devices.values() if c.group})
+            raise ServeConfigError(f"{source}: {where} instances.{group}: no device {group!r} "
+                                   f"with instances is declared; such devices: {groups}")
+        ok = isinstance(indices, list) and indices and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in indices)
+        if not ok or len(set(indices)) != len(indices):
+            raise ServeConfigError(f"{source}: {where} instances.{group} must be a non-empty "
+                                   f"list of distinct instance numbers, not {indices!r}")
+        for index in indices:
+            if index not in members:
+                raise ServeConfigError(f"{source}: {where} instances.{group}: {group!r} has "
+                                       f"instances 0 to {len(members) - 1}, not {index!r}")
+            device = members[index]
+            for other in tenants.values():
+                if device in other.instances:
+                    raise ServeConfigError(
+                        f"{source}: {where} instances.{group}: instance {index} is already "
+                        f"given to [tenants.{other.name}]; an instance serves one tenant")
+            given.append(device)
+    return tuple(given)
 
 
 def _quota(source, where, table, devices):
@@ -318,4 +427,12 @@ def parse_config(data, *, source="<config>", base=".", environ=None):
     devices = _devices(source, data)
     models = _models(source, data, Path(base), devices)
     tenants = _tenants(source, data, models, environ, devices)
-    return ServeConfig(source, host, port, body, devices, models, tenants)
+    config = ServeConfig(source, host, port, body, devices, models, tenants)
+    for tenant in tenants.values():
+        for model in tenant.models:
+            if not config.devices_for(tenant.name, model):
+                raise ServeConfigError(
+                    f"{source}: [tenants.{tenant.name}] model {model!r} runs only on "
+                    f"instances given to other tenants ({list(config.models[model].devices)}"
+                    f"); give it one with instances = {{ group = [n] }}")
+    return config
