@@ -233,3 +233,24 @@ def test_encoder_block_runs_every_gemm_on_the_twin(sim, tmp_path, mode):
         host = sorted(r["op"] for r in rows if r["op"].startswith("Int"))
         assert host == ["IntGelu", "IntLayerNorm", "IntLayerNorm", "IntSoftmax"]
         assert all(r["provider"] == "cpu" for r in rows if r["op"].startswith("Int"))
+
+
+@pytest.mark.slow
+def test_matmul_over_the_serial_twin_equals_the_golden_model():
+    """The "uart-twin" provider runs the same lowering over the UART bridge."""
+    from sw_driver.providers.uart import UartTwinProvider
+
+    rng = np.random.default_rng(SEED + 3)
+    print(f"seed {SEED + 3}")
+    layer = _layer(rng, -128, 5, name="context")
+    a, b = _operands(rng, (2, 2, 8, 8), (2, 2, 8, 4))
+    provider = UartTwinProvider(CONFIG, log=lambda message: None)
+    try:
+        assert provider.supports(layer, a.shape) is None
+        got = provider.run(layer, [a, b])
+        cycles = provider.cycles(layer)
+    finally:
+        provider.close()
+    want = _golden(layer, a, b)
+    assert np.array_equal(got, want), f"seed {SEED + 3}: {_first_difference(got, want)}"
+    assert cycles > 0
