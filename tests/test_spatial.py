@@ -1,5 +1,6 @@
 """Spatial sharing (issue 14): N accelerator instances on one FPGA, tenants pinned to them."""
 
+import numpy as np
 import pytest
 from amaranth.back import verilog
 from amaranth.sim import Simulator
@@ -189,3 +190,39 @@ def test_each_tenant_runs_only_on_its_instances(tmp_path, rng):
     assert {d: (v["tenant"], v["batches"]) for d, v in stats["devices"].items()} == {
         "fpga/0": ("a", 3), "fpga/1": ("b", ran.count("fpga/1")),
         "fpga/2": ("b", ran.count("fpga/2"))}
+
+
+# ---------------------------------------------------------------- the bench
+
+def test_queue_models_on_known_arrivals():
+    from bench.bench_spatial import serve_fcfs, serve_priority
+
+    # One engine, 2 s a run: the second waits for the first, the third finds it idle.
+    assert serve_fcfs(np.array([0.0, 1.0, 10.0]), 2.0).tolist() == [2.0, 3.0, 2.0]
+    # B arrives first and runs (no preemption); A, arriving during it, overtakes the
+    # B that waits.
+    high, low = serve_priority(np.array([0.5]), np.array([0.0, 0.1]), 1.0)
+    assert high.tolist() == [1.5] and low.tolist() == [1.0, 2.9]
+
+
+def test_bench_record_shape(tmp_path, monkeypatch):
+    import json
+
+    from bench import bench_spatial, common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    path = bench_spatial.main(["--no-synth", "--requests", "300"])
+    record = json.loads(path.read_text())
+    assert record["benchmark"] == "spatial" and path.name == "spatial.json"
+    assert record["temporal"]["preset"] == "ulx3s-85f" and record["spatial"]["instances"] == 2
+    # The digits CNN's four accelerator layers, counted by the planner for each engine.
+    assert set(record["spatial"]["layers"]) == {"conv1", "pool1", "conv2", "fc"}
+    assert record["spatial"]["cycles_per_image"] == sum(record["spatial"]["layers"].values())
+    names = {m["name"]: m for m in record["metrics"]}
+    t, s = names["temporal throughput"]["value"], names["spatial throughput"]["value"]
+    assert names["spatial throughput"]["peer_value"] == t
+    assert names["spatial / temporal throughput"]["value"] == pytest.approx(s / t, abs=2e-3)
+    for scenario, tenants in record["latency"].items():
+        for tenant, modes in tenants.items():
+            for mode, q in modes.items():
+                assert 0 < q["p50"] <= q["p99"], (scenario, tenant, mode)
