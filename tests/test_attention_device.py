@@ -254,3 +254,28 @@ def test_matmul_over_the_serial_twin_equals_the_golden_model():
     want = _golden(layer, a, b)
     assert np.array_equal(got, want), f"seed {SEED + 3}: {_first_difference(got, want)}"
     assert cycles > 0
+
+
+def test_device_providers_accept_estimate_and_refuse_without_a_device():
+    """supports/estimate read only the layer and the configuration: checked on providers
+    made without their device (the "pcie" one adds its clock and link to the cycles)."""
+    from sw_driver.providers.pcie import PCIeProvider
+
+    rng = np.random.default_rng(SEED)
+    layer = _layer(rng, 3, 5)
+    sim_like = SimProvider.__new__(SimProvider)
+    sim_like.config, sim_like.where = CONFIG, "no device"
+    pcie = PCIeProvider.__new__(PCIeProvider)
+    pcie.config, pcie.clock_hz, pcie.link = CONFIG, 100e6, planner.LinkModel()
+    pcie.where = "no device"
+    want = matmul_work(layer, (2, 2, 8, 16), (2, 2, 16, 8), CONFIG)
+    for provider in (sim_like, pcie):
+        assert provider.supports(layer) is None
+        assert provider.supports(layer, (2, 2, 8, 16)) is None
+        refusal = provider.supports(layer, (2, 2, 8, 4096))
+        assert refusal is not None and "K'=8192" in str(refusal)
+        cost = provider.estimate(layer, (2, 2, 8, 16))
+        assert (cost.cycles, cost.bytes) == (want.cycles, want.bytes)
+        assert "MatMul (both operands streamed" in provider.describe(layer)
+    assert sim_like.estimate(layer, (2, 2, 8, 16)).seconds is None
+    assert pcie.estimate(layer, (2, 2, 8, 16)).seconds > want.cycles / 100e6
