@@ -202,6 +202,12 @@ def test_random_matmuls_on_the_twin_equal_the_golden_model(sim):
             model = matmul_work(layer, a.shape, b.shape, CONFIG).cycles
             print(f"{layer.name} {list(a.shape)} x {list(b.shape)} z=({za},{zb}): "
                   f"twin {cycles} cycles, model {model}")
+    # A contraction too long for the buffers, met at run time (the planner rarely knows a
+    # MatMul's shapes): an error naming the layer and the limit, before any pass starts.
+    long = _layer(rng, 3, 5, name="long")
+    with pytest.raises(ValueError, match=r"layer 'long': each pass needs K'=2050 input "
+                                         r"columns \(K=1025 times 2"):
+        sim.run(long, [np.zeros((1, 2, 1025), np.int8), np.zeros((1, 1025, 2), np.int8)])
 
 
 @pytest.mark.slow
