@@ -108,7 +108,8 @@ def measured_figures(record):
     names = REPORT_NAMES[record["family"]]
     figures = {key: record["resources"][name]["used"] for key, name in names.items()
                if name in record["resources"]}
-    figures["period_ns"] = 1e3 / record["fmax_mhz"]
+    if record.get("fmax_mhz"):  # pack-only builds have resources but no fmax
+        figures["period_ns"] = 1e3 / record["fmax_mhz"]
     return figures
 
 
@@ -127,7 +128,7 @@ def fit(records):
     left out)."""
     by_family = {}
     for record in records:
-        if "error" in record or record.get("fmax_mhz") is None:
+        if "error" in record:
             continue
         config = _config_of(record)
         family = record["family"]
@@ -137,9 +138,9 @@ def fit(records):
     for family, rows in by_family.items():
         coefficients[family] = {}
         for figure in FEATURES:
-            names = FEATURES[figure] if len(rows) >= len(FEATURES[figure]) + 1 \
-                else SMALL_FEATURES[figure]
             usable = [row for row in rows if figure in row[1]]
+            names = FEATURES[figure] if len(usable) >= len(FEATURES[figure]) + 1 \
+                else SMALL_FEATURES[figure]
             if usable:
                 coefficients[family][figure] = fit_figure(usable, figure, names[:len(usable)])
     return coefficients
@@ -164,6 +165,9 @@ def predict_with(coefficients, config, family):
     for figure, coef in coefficients[family].items():
         out[figure] = sum(value * f[name] for name, value in coef.items())
     prediction = {k: max(0, round(out[k])) for k in ("lut", "ff", "dsp", "ebr") if k in out}
+    if "period_ns" not in out:
+        raise ModelError(f"the resource model has no fmax for {family!r}: no full build of "
+                         f"that family was fitted (run `make sweep` without pack-only jobs)")
     prediction["fmax_mhz"] = round(1e3 / out["period_ns"], 1)
     return prediction
 
@@ -174,7 +178,9 @@ def relative_errors(coefficients, records):
     for record in records:
         config, measured = _config_of(record), measured_figures(record)
         predicted = predict_with(coefficients, config, record["family"])
-        predicted["period_ns"] = 1e3 / predicted.pop("fmax_mhz")
+        fmax = predicted.pop("fmax_mhz", None)
+        if fmax:
+            predicted["period_ns"] = 1e3 / fmax
         errors.append({
             "label": record["label"],
             **{k: round((predicted[k] - v) / v, 4) for k, v in measured.items()
@@ -238,7 +244,7 @@ def fits_structurally(config, board_info):
 def fit_document(records, held_out=()):
     """Fit on every good record; also fit without the ``held_out`` labels and report the
     relative error on them (the model's measured accuracy)."""
-    good = [r for r in records if "error" not in r and r.get("fmax_mhz") is not None]
+    good = [r for r in records if "error" not in r]
     document = {
         "about": "bench/resource_model.py: linear resource and clock-period model of the "
                  "whole accelerator's board build, fitted by least squares on the runs below",

@@ -44,6 +44,7 @@ DEFAULT_BOARDS = ("ulx3s-85f", "icebreaker")
 #: What a Ray task asks for: one core (Yosys and nextpnr run single-threaded here) and
 #: the memory an 8x8 85F place and route was seen to need, so Ray packs no more builds on
 #: a node than it can hold.
+MODES = ("full", "pack")
 TASK_CPUS = 1
 TASK_MEMORY = 3 * 1024 ** 3
 
@@ -57,24 +58,36 @@ class SweepJob:
     config: ConvEngineConfig
     clock_mhz: float | None = None
     seed: int = 1
+    #: ``"full"``: synthesis, place and route, pack (resources and fmax); ``"pack"``:
+    #: synthesis and nextpnr's packing only (resources in a fraction of the time, no fmax).
+    mode: str = "full"
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
 
     def spec(self):
         """The job as plain data (what a result records and the key hashes)."""
-        return {"board": self.board, "config": self.config.as_dict(),
+        spec = {"board": self.board, "config": self.config.as_dict(),
                 "clock_mhz": self.clock_mhz, "seed": self.seed, "flow": FLOW_VERSION}
+        if self.mode != "full":  # full builds keep the keys they had before modes
+            spec["mode"] = self.mode
+        return spec
 
     @classmethod
     def from_spec(cls, spec):
         config = dict(spec["config"])
         array = ArrayConfig(**config.pop("array"))
         return cls(board=spec["board"], config=ConvEngineConfig(array=array, **config),
-                   clock_mhz=spec.get("clock_mhz"), seed=spec.get("seed", 1))
+                   clock_mhz=spec.get("clock_mhz"), seed=spec.get("seed", 1),
+                   mode=spec.get("mode", "full"))
 
     @property
     def label(self):
         c = self.config
         return (f"{self.board} {c.rows}x{c.cols} act {c.act_depth} w {c.weight_depth}"
-                + ("" if self.clock_mhz is None else f" @ {self.clock_mhz:g} MHz"))
+                + ("" if self.clock_mhz is None else f" @ {self.clock_mhz:g} MHz")
+                + ("" if self.mode == "full" else f" ({self.mode} only)"))
 
 
 def source_digest(root=ROOT):
@@ -139,9 +152,12 @@ def run_job(spec, build=str(BUILD), sources=None):
     with open(folder / "progress.log", "w") as log:
         console = Console(file=log, highlight=False, width=120)
         try:
-            report = build_bitstream(job.board, job.config, build_root=folder,
-                                     clock_mhz=job.clock_mhz, seed=job.seed,
-                                     console=console, summary=False)
+            if job.mode == "pack":
+                report = pack_only(job, folder, console)
+            else:
+                report = build_bitstream(job.board, job.config, build_root=folder,
+                                         clock_mhz=job.clock_mhz, seed=job.seed,
+                                         console=console, summary=False)
             record = summarize_report(job, report)
         except (BitstreamError, ValueError, OSError) as error:
             record = {**job.spec(), "label": job.label, "error": str(error)}
@@ -149,6 +165,50 @@ def run_job(spec, build=str(BUILD), sources=None):
     record["job_wall_s"] = round(time.monotonic() - started, 1)
     (folder / RESULT_NAME).write_text(json.dumps(record, indent=2) + "\n")
     return record
+
+
+def pack_only(job, folder, console):
+    """Synthesis and nextpnr ``--pack-only`` of the board build: the resource counts of
+    a full build (placement and routing change no cell counts) without its fmax."""
+    import shlex
+    import subprocess
+
+    from hw.bitstream import (
+        NEXTPNR_REPORT_NAME,
+        TOP_NAME,
+        BitstreamError,
+        parse_nextpnr_report,
+        prepare_build,
+    )
+    from hw.toolchain import tool_env
+
+    platform, _, plan = prepare_build(job.board, job.config, clock_mhz=job.clock_mhz,
+                                      seed=job.seed)
+    build_dir = folder / job.board
+    plan.extract(build_dir)
+    env = tool_env()
+    commands = json.loads((build_dir / f"build_{TOP_NAME}.json").read_text())["commands"]
+    times = {}
+    for step, command in zip(("yosys", "nextpnr"), commands[:2], strict=True):
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        argv[0] = env.get(argv[0].upper().replace("-", "_"), argv[0])
+        if step == "nextpnr":
+            argv.append("--pack-only")
+        console.print(f"  {step}: {shlex.join(argv)[:100]}", markup=False)
+        started = time.monotonic()
+        with open(build_dir / f"{step}.log", "w") as log:
+            done = subprocess.run(argv, cwd=build_dir, env=env, stdout=log,
+                                  stderr=subprocess.STDOUT, check=False)
+        times[f"{step}_s"] = round(time.monotonic() - started, 1)
+        if done.returncode != 0:
+            raise BitstreamError(f"{step} failed (exit {done.returncode}); see "
+                                 f"{build_dir / (step + '.log')}")
+    raw = json.loads((build_dir / NEXTPNR_REPORT_NAME).read_text())
+    parsed = parse_nextpnr_report(raw, platform.family)
+    return {"family": platform.family, "device": platform.device, "clock_mhz": None,
+            "fmax_mhz": None, "timing_met": None, "resources": parsed["resources"],
+            "wall_time_s": times,
+            "logs": {step: str(build_dir / f"{step}.log") for step in ("yosys", "nextpnr")}}
 
 
 class LocalRunner:
@@ -276,11 +336,14 @@ def sweep_metrics(records):
         if "error" in record:
             entries.append(metric(f"{label} build", "failed", "", note=record["error"][:200]))
             continue
-        entries.append(metric(f"{label} fmax", record["fmax_mhz"], "MHz",
-                              note=f"clock {_clock(record)} MHz, timing "
-                                   f"{'met' if record['timing_met'] else 'missed'}"))
-        entries.append(metric(f"{label} peak", record["peak_gops"], "GOP/s",
-                              note="2*R*C*fmax"))
+        if record.get("fmax_mhz") is None:  # a pack-only job: resources, no fmax
+            pass
+        else:
+            entries.append(metric(f"{label} fmax", record["fmax_mhz"], "MHz",
+                                  note=f"clock {_clock(record)} MHz, timing "
+                                       f"{'met' if record['timing_met'] else 'missed'}"))
+            entries.append(metric(f"{label} peak", record["peak_gops"], "GOP/s",
+                                  note="2*R*C*fmax"))
         for name, entry in record["resources"].items():
             entries.append(metric(f"{label} {name}", entry["used"], "cells",
                                   note=f"of {entry['available']}"))
@@ -294,7 +357,7 @@ def plot(records, path):
     matplotlib.use("Agg")  # files only: no display on build machines
     import matplotlib.pyplot as plt
 
-    good = [r for r in records if "error" not in r]
+    good = [r for r in records if "error" not in r and r.get("fmax_mhz") is not None]
     labels = [f"{r['board']}\n{r['rows']}x{r['cols']}" for r in good]
     x = range(len(good))
     figure, axes = plt.subplots(1, 3, figsize=(14, 4.5))

@@ -205,3 +205,17 @@ def test_ray_runner_runs_the_jobs_as_ray_tasks():
     """The same runner interface on a local Ray: every job comes back (in any order)."""
     results = list(sweep.RayRunner().run(sweep.parse_sizes, ["2x2", "4x8", "1x3"]))
     assert sorted(results) == [[(1, 3)], [(2, 2)], [(4, 8)]]
+
+
+def test_pack_only_jobs_have_their_own_key_and_full_jobs_keep_theirs():
+    full = sweep.SweepJob("ulx3s-85f", engine(4, 8))
+    pack = sweep.SweepJob("ulx3s-85f", engine(4, 8), mode="pack")
+    assert "mode" not in full.spec() and pack.spec()["mode"] == "pack"
+    assert sweep.job_key(full, "s") != sweep.job_key(pack, "s")
+    assert sweep.SweepJob.from_spec(pack.spec()) == pack
+    assert pack.label.endswith("(pack only)")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        sweep.SweepJob("ulx3s-85f", engine(2, 2), mode="route")
+    record = {**fake_record(pack.spec()), "fmax_mhz": None, "peak_gops": None}
+    names = [m["name"] for m in sweep.sweep_metrics([record])]
+    assert names and not any("fmax" in n or "peak" in n for n in names)
