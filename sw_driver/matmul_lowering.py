@@ -22,6 +22,14 @@ and repeating ``A``'s K columns once per part: ``x = [A, A, ...]`` (K * (1 + j) 
 ``z_b = -128`` (``128 = 127 + 1``). The engine sums modulo 2**32 and the golden model keeps
 ``acc`` inside int32, so the wrapped sum is ``acc`` itself (as for Conv).
 
+Repeating K columns doubles the pass's work. Usually fewer columns do: the host sums each
+row, ``S[m] = sum_k (A[m, k] - z_a)`` (M * K additions beside the pass's M * N * K MACs),
+and the share ``t[m] = -z_b * S[m] = 127 q + r`` enters through pairs of input columns
+whose weights are the same for every output column, (127, -127) for ``q`` in steps of 255
+and (1, -1) for ``r`` (:func:`correction_columns`): ``2 * ceil(max|q| / 255) + 2``
+columns, 4 for typical attention rows. The lowering takes whichever of the two needs fewer
+columns; both are exact, so the choice depends on the data only for speed.
+
 Which operand becomes the weights is chosen per layer: ``Y^T = B^T @ A^T`` swaps the roles,
 so the operand whose zero point needs fewer parts (none when it is 0) goes to the weights
 side. Softmax output (``z = -128`` in onnxruntime's int8 quantization) is thus the pass's
@@ -35,8 +43,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DenseJob", "MatMulLowering", "lower_matmul", "matmul_refusal", "matmul_work",
-           "weight_parts"]
+__all__ = ["DenseJob", "MatMulLowering", "correction_columns", "lower_matmul",
+           "matmul_refusal", "matmul_work", "weight_parts"]
 
 INT8_MIN, INT8_MAX = -128, 127
 #: ``|acc| <= K * 255 * 255``: beyond this K a sum could leave int32, which the engine
@@ -66,6 +74,49 @@ def orientation(a_zero_point, b_zero_point):
     if len(a_parts) < len(b_parts):
         return True, a_parts
     return False, b_parts
+
+
+#: Weights of the correction columns: pairs carry ``127 * e`` and ``e`` for any ``e`` in
+#: [-255, 255] (a difference of two int8 inputs, whatever the input zero point).
+CORRECTION_WEIGHT = 127
+PAIR_RANGE = 255
+
+
+def _pair(e, x_zero_point):
+    """Two int8 input columns ``x1, x2`` with ``(x1 - z) - (x2 - z) = e`` for ``e`` in
+    [-255, 255]: each ``x - z`` lies in [-128 - z, 127 - z], a range of 256 holding 0."""
+    # The column on e's side takes as much of |e| as fits above 0, the other the rest
+    # below 0 (at most 255 - (127 - z) = 128 + z of it, which fits).
+    big = np.minimum(np.abs(e), 127 - x_zero_point)
+    d1, d2 = np.where(e >= 0, big, big + e), np.where(e >= 0, big - e, big)
+    return (d1 + x_zero_point).astype(np.int8), (d2 + x_zero_point).astype(np.int8)
+
+
+def correction_columns(rows, x_zero_point, w_zero_point):
+    """Extra input columns and their weights (the same for every output column) that add
+    the weights-side zero point's share, ``-w_zero_point * sum_k (rows[m, k] -
+    x_zero_point)``, to each row ``m``: the alternative to repeating the K columns when
+    those row sums are small (the usual case: a few columns instead of K).
+
+    The share ``t = 127 q + r`` (``r`` in [0, 126]) is written as pairs of columns: ``P``
+    pairs of weights (127, -127) carry ``q`` in steps of at most 255, one pair (1, -1)
+    carries ``r``. Returns ``(x (rows, 2P + 2) int8, w (2P + 2,) int8)``; none when
+    ``w_zero_point`` is 0.
+    """
+    if w_zero_point == 0:
+        return np.zeros((len(rows), 0), np.int8), np.zeros(0, np.int8)
+    sums = rows.astype(np.int64).sum(axis=1) - int(x_zero_point) * rows.shape[1]
+    q, r = np.divmod(-int(w_zero_point) * sums, CORRECTION_WEIGHT)
+    pairs = int(-(-np.abs(q).max(initial=0) // PAIR_RANGE))
+    columns, weights = [], []
+    for _ in range(pairs):
+        e = np.clip(q, -PAIR_RANGE, PAIR_RANGE)
+        q = q - e
+        columns += _pair(e, x_zero_point)
+        weights += [CORRECTION_WEIGHT, -CORRECTION_WEIGHT]
+    columns += _pair(r, x_zero_point)
+    weights += [1, -1]
+    return np.stack(columns, axis=1), np.array(weights, np.int8)
 
 
 def contraction_width(k, a_zero_point, b_zero_point):
@@ -151,7 +202,7 @@ def lower_matmul(a, b, *, a_zero_point, b_zero_point, name="matmul"):
     transposed, parts = orientation(a_zero_point, b_zero_point)
     if transposed:  # Y^T = B^T @ A^T: B's rows are the pass's pixels, A the weights
         a, b = np.swapaxes(b, -1, -2), np.swapaxes(a, -1, -2)
-        a_zero_point = b_zero_point
+        a_zero_point, b_zero_point = b_zero_point, a_zero_point
     m, k = a.shape[-2:]
     n = b.shape[-1]
     count = int(np.prod(batch, dtype=np.int64))
@@ -167,8 +218,13 @@ def lower_matmul(a, b, *, a_zero_point, b_zero_point, name="matmul"):
         slices = tuple(int(s) for s in np.flatnonzero(source == index))
         rows = a_all[list(slices)].reshape(len(slices) * m, k)
         wt = b_all[slices[0]].T
-        w = np.concatenate([wt] + [np.full_like(wt, c) for c in parts], axis=1)
-        x = np.concatenate([rows] * (1 + len(parts)), axis=1)
+        extra_x, extra_w = correction_columns(rows, a_zero_point, b_zero_point)
+        if extra_w.size < len(parts) * k:
+            x = np.concatenate([rows, extra_x], axis=1)
+            w = np.concatenate([wt, np.broadcast_to(extra_w, (n, extra_w.size))], axis=1)
+        else:  # the rows' sums are too large for a few columns: repeat them
+            w = np.concatenate([wt] + [np.full_like(wt, c) for c in parts], axis=1)
+            x = np.concatenate([rows] * (1 + len(parts)), axis=1)
         jobs.append(DenseJob(np.ascontiguousarray(x), np.ascontiguousarray(w),
                              int(a_zero_point), slices))
     return MatMulLowering(jobs, tuple(batch), m, n, transposed)
@@ -179,8 +235,8 @@ def matmul_refusal(layer, config, shape=None):
     ``shape``, when known), or None.
 
     What holds at every shape is checked by lowering a one-column probe (requantization
-    values and zero points in range); with the shape, the pass's K' input columns (K times
-    one plus the weight parts) must fit the activation buffer (one pixel at least) and the
+    values and zero points in range); with the shape, the pass's K' input columns (at worst
+    K times one plus the weight parts) must fit the activation buffer (one pixel at least) and the
     weight buffer (one column tile at least). M, N and the batch only add passes.
     """
     from .conv_lowering import lower_conv2d
@@ -206,9 +262,9 @@ def matmul_refusal(layer, config, shape=None):
     columns = k * width
     limit = min(config.act_depth, config.weight_depth)
     if columns > limit:
-        why = (f" (K={k} times {width}: the weights-side zero point "
-               f"{layer.a_zero_point if transposed else layer.b_zero_point} costs "
-               f"{len(parts)} extra copies)") if parts else ""
+        why = (f" (K={k} times {width} at worst: with the weights-side zero point "
+               f"{layer.a_zero_point if transposed else layer.b_zero_point}, K is repeated "
+               f"when the rows' sums are large)") if parts else ""
         return (f"each pass needs K'={columns} input columns{why}, more than the "
                 f"activation buffer ({config.act_depth}) or the weight buffer "
                 f"({config.weight_depth}) holds")

@@ -22,6 +22,7 @@ from sw_driver import InferenceSession, planner
 from sw_driver import graph as g
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
 from sw_driver.matmul_lowering import (
+    correction_columns,
     lower_matmul,
     matmul_refusal,
     matmul_work,
@@ -128,9 +129,54 @@ def test_shared_weights_slices_share_one_dense_call():
     a, b = _operands(rng, (3, 5, 7), (7, 6))
     lowering = lower_matmul(a, b, a_zero_point=2, b_zero_point=0)
     assert len(lowering.jobs) == 1 and lowering.jobs[0].x.shape == (15, 7)
+
+
+
+def test_weights_side_zero_point_columns():
+    """Random rows: 4 correction columns (one (127, -127) pair, one (1, -1)) instead of K
+    repeated; rows whose sums are too large for fewer than K columns repeat K."""
+    rng = np.random.default_rng(SEED)
     a, b = _operands(rng, (2, 2, 8, 8), (2, 2, 8, 5))
     lowering = lower_matmul(a, b, a_zero_point=-128, b_zero_point=3)
-    assert [job.x.shape for job in lowering.jobs] == [(8, 16)] * 4  # K doubled by z_b
+    assert [job.x.shape for job in lowering.jobs] == [(8, 12)] * 4
+    assert list(lowering.jobs[0].w[0, 8:]) == [127, -127, 1, -1]
+    a = np.full((2, 8, 8), 127, np.int8)  # sums of 8 x 255: 20 columns > 16 for z_b -128
+    lowering = lower_matmul(a, b[0, 0], a_zero_point=-128, b_zero_point=-128)
+    assert [job.x.shape for job in lowering.jobs] == [(16, 24)]  # K three times
+    assert list(lowering.jobs[0].w[0, 8:]) == [127] * 8 + [1] * 8
+
+
+@pytest.mark.parametrize("x_zero_point", [-128, -1, 0, 9, 127])
+def test_correction_columns_add_the_weights_side_share_exactly(x_zero_point):
+    rng = np.random.default_rng(SEED)
+    print(f"seed {SEED}")
+    for w_zero_point in (-128, -1, 3, 127):
+        for k in (1, 8, 64, 300):
+            for rows in (rng.integers(-128, 128, (20, k)), np.full((3, k), 127),
+                         np.full((3, k), -128)):
+                rows = rows.astype(np.int8)
+                x, w = correction_columns(rows, x_zero_point, w_zero_point)
+                assert x.dtype == np.int8 and w.dtype == np.int8
+                got = ((x.astype(np.int64) - x_zero_point) * w).sum(axis=1)
+                want = -w_zero_point * (rows.astype(np.int64) - x_zero_point).sum(axis=1)
+                assert np.array_equal(got, want), (w_zero_point, k)
+
+
+def test_extreme_operands_on_the_engine_reference():
+    """Operands at the int8 ends, where the row sums are largest."""
+    rng = np.random.default_rng(SEED)
+    for za in (-128, 0, 127):
+        for zb in (-128, 1, 127):
+            for fill_a, fill_b in ((127, 127), (-128, 127), (127, -128), (-128, -128)):
+                layer = _layer(rng, za, zb)
+                a = np.full((2, 8, 16), fill_a, np.int8)
+                b = np.full((2, 16, 6), fill_b, np.int8)
+                lowering = lower_matmul(a, b, a_zero_point=za, b_zero_point=zb)
+                got = lowering.assemble([
+                    _reference_dense(job.x, job.w, layer, job.x_zero_point)
+                    for job in lowering.jobs])
+                want = _golden(layer, a, b)
+                assert np.array_equal(got, want), (za, zb, fill_a, fill_b)
 
 
 def test_bad_operands_are_refused_with_the_layer_name():
@@ -150,7 +196,7 @@ def test_refusals_name_the_limit():
     assert matmul_refusal(layer, CONFIG) is None
     assert matmul_refusal(layer, CONFIG, (2, 2, 8, 1024)) is None  # K' = 2048 fits
     why = matmul_refusal(layer, CONFIG, (2, 2, 8, 1025))
-    assert "K'=2050" in why and "zero point 5 costs 1 extra copies" in why
+    assert "K'=2050" in why and "weights-side zero point 5" in why
     assert "activation buffer (2048)" in why
     assert matmul_refusal(_layer(rng, 3, 0), CONFIG, (8, 2048)) is None  # no extra copy
     bad = _layer(rng, 3, 5)
