@@ -71,6 +71,8 @@ class _Model:
     sessions: dict  # device -> InferenceSession with that device's providers
     fallback: InferenceSession  # the CPU provider: where a failed batch is retried
     runs: dict  # device -> batches run there (the balancing's choices, for /stats)
+    plan: object = None  # PipelinePlan when the model has parallelism "pipeline" or "auto"
+    stages: tuple = ()  # the two stage models when the plan is a pipeline
 
     @property
     def session(self):
@@ -85,9 +87,9 @@ class _Model:
 def _load_models(config, admission):
     models = {}
     for name, model in config.models.items():
-        sessions, planned = {}, {}
+        sessions, planned, planners = {}, {}, {}
         for device in model.devices:
-            planner = Planner()
+            planners[device] = planner = Planner()
             providers = config.devices[device].providers or model.providers
             engine = config.devices[device].engine
             if engine is not None:  # one of N instances: its twin simulates the small engine
@@ -99,11 +101,52 @@ def _load_models(config, admission):
                 raise type(exc)(f"{config.source}: [models.{name}] on device {device!r}: "
                                 f"{exc}") from exc
             planned[device] = planner_seconds_per_image(sessions[device].graph, planner)
+        if model.parallelism != "data":
+            plan, stages = _pipeline(config, model, sessions, planners, admission)
+            models[name] = _Model(model, sessions, InferenceSession(str(model.path),
+                                                                    providers=["cpu"]),
+                                  dict.fromkeys(model.devices, 0), plan, stages)
+            if stages:
+                continue  # requests go through the stages; the whole model is metadata
         admission.add_model(name, planned, model.max_batch, model.devices)
-        models[name] = _Model(model, sessions, InferenceSession(str(model.path),
-                                                                providers=["cpu"]),
-                              dict.fromkeys(model.devices, 0))
+        models.setdefault(name, _Model(model, sessions, InferenceSession(str(model.path),
+                                                                         providers=["cpu"]),
+                                       dict.fromkeys(model.devices, 0)))
     return models
+
+
+def _pipeline(config, model, sessions, planners, admission):
+    """The model's :class:`~tessera.serve.pipeline.PipelinePlan` over its two devices and,
+    when it is a pipeline, its two stage models (registered with ``admission`` as
+    ``NAME/stage0`` and ``NAME/stage1``, each on its own device)."""
+    from .config import ModelConfig
+    from .pipeline import layer_seconds, plan, split_model
+
+    graph = sessions[model.device].graph
+    seconds = {d: layer_seconds(sessions[d].graph, planners[d]) for d in model.devices}
+    try:
+        chosen = plan(graph, seconds, model.devices, force=model.parallelism == "pipeline")
+    except ValueError as exc:
+        raise TesseraError(f"{config.source}: [models.{model.name}] parallelism = "
+                           f"'pipeline': {exc}") from None
+    if chosen.choice != "pipeline":
+        return chosen, ()
+    first, out_name, second, in_name = split_model(model.path, chosen.tensor)
+    stages = []
+    for index, (data, (device, _, _)) in enumerate(zip((first, second), chosen.stages,
+                                                        strict=True)):
+        stage = ModelConfig(f"{model.name}/stage{index}", model.path, model.providers,
+                            device, model.max_batch)
+        providers = config.devices[device].providers or model.providers
+        planner = Planner()
+        session = InferenceSession(data, providers=list(providers), planner=planner)
+        admission.add_model(stage.name, {device: planner_seconds_per_image(session.graph,
+                                                                           planner)},
+                            model.max_batch, (device,))
+        stages.append(_Model(stage, {device: session},
+                             InferenceSession(data, providers=["cpu"]), {device: 0}))
+    stages[0].boundary, stages[1].boundary = out_name, in_name
+    return chosen, tuple(stages)
 
 
 def _instance_provider(name, engine):
@@ -255,21 +298,34 @@ def create_app(config, *, clock=time.monotonic):
     @app.get("/v2/models/{name}/stats")
     async def model_stats(name: str, request: Request):
         _, model = model_for(request, name)
+        # A pipeline's requests run as its stages, each on its own device.
+        runs = {d: (model.sessions[d], model.runs[d], name) for d in model.config.devices}
+        for stage in model.stages:
+            runs[stage.config.device] = (stage.session, stage.runs[stage.config.device],
+                                         stage.config.name)
+        if model.stages:
+            policy = "pipeline: " + model.plan.describe()
+        elif len(model.config.devices) > 1:
+            policy = "data parallel: each request to the device predicted to finish it first"
+        else:
+            policy = "one device"
+        first = runs[model.config.device][2]
         return {"name": name, "device": model.config.device,
                 "max_batch": model.config.max_batch,
                 "providers": model.session.get_providers(), "fallback": ["cpu"],
                 "health": device_health[model.config.device].as_dict(),
-                "predictor": admission.stats(name),
+                "predictor": admission.stats(first, model.config.device),
+                "parallelism": {"setting": model.config.parallelism,
+                                **(model.plan.as_dict() if model.plan is not None
+                                   else {"choice": "data"})},
                 "balancing": {
-                    "policy": "data parallel: each request to the device predicted to "
-                              "finish it first" if len(model.config.devices) > 1 else
-                              "one device",
-                    "devices": {d: {"providers": model.sessions[d].get_providers(),
-                                    "batches": model.runs[d],
+                    "policy": policy,
+                    "devices": {d: {"providers": session.get_providers(),
+                                    "batches": batches,
                                     "tenant": config.owner(d) or "shared",
                                     "health": device_health[d].as_dict(),
-                                    "predictor": admission.stats(name, d)}
-                                for d in model.config.devices}}}
+                                    "predictor": admission.stats(who, d)}
+                                for d, (session, batches, who) in runs.items()}}}
 
     async def read_body(request):
         limit = config.max_body_bytes
@@ -418,6 +474,42 @@ def create_app(config, *, clock=time.monotonic):
         REQUEST_LOG.info(json.dumps({**labels, **log, "status": 200}))
         return response
 
+    async def execute(name, model, tenant, feeds, names, images, slo, received, only):
+        """Admit, queue and run one request of ``model`` (a served model or a pipeline's
+        stage; ``name`` is what the client asked for): ``(values, seconds queued, seconds
+        run, run info)``, or :class:`_Refused`."""
+        own = model.config.name
+        key = None if model.config.max_batch == 1 else _batch_key(own, names, feeds)
+        unhealthy = [d for d in model.config.devices if not device_health[d].healthy]
+        ticket, refusal = admission.admit(own, None, images, slo, tenant.priority,
+                                          key=key, payload=(feeds, model, names),
+                                          now=received, tenant=tenant.name, avoid=unhealthy,
+                                          only=only)
+        if refusal is not None:
+            raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
+                                f"{refusal.message}",
+                           {"Retry-After": retry_after(refusal.retry_after)})
+        queue = admission.queues[ticket.device]
+        queued = time.perf_counter()
+        try:
+            await queue.acquire(ticket)
+        except Shed as exc:
+            wait = queue.predicted_wait(ticket.rank) + ticket.work
+            raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: shed: {exc}",
+                           {"Retry-After": retry_after(wait)}) from None
+        queued = time.perf_counter() - queued
+        try:
+            # Shielded: a client that goes away must not cancel the batch's shared future.
+            values, seconds, info = await asyncio.shield(ticket.outcome)
+        except InputError as exc:
+            raise _Refused(400, f"model {name!r}: {exc}") from None
+        except TesseraError as exc:
+            raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
+        except Exception as exc:  # not the driver's: still an answer, never a traceback
+            raise _Refused(500, f"model {name!r}: the run failed: {type(exc).__name__}: "
+                                f"{exc}") from None
+        return values, queued, seconds, info
+
     async def answer(name, request, labels, log):
         received = time.perf_counter()
         tenant, model = model_for(request, name, labels)
@@ -439,37 +531,29 @@ def create_app(config, *, clock=time.monotonic):
         log["images"] = images
         slo = None if tenant.slo_ms is None else tenant.slo_ms / 1e3
         names = [n for n, _ in decoded.outputs]
-        key = None if model.config.max_batch == 1 else _batch_key(name, names, decoded.feeds)
-        unhealthy = [d for d in model.config.devices if not device_health[d].healthy]
-        ticket, refusal = admission.admit(name, None, images, slo, tenant.priority,
-                                          key=key, payload=(decoded.feeds, model, names),
-                                          now=received, tenant=tenant.name, avoid=unhealthy,
-                                          only=config.devices_for(tenant.name, name))
-        if refusal is not None:
-            raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: "
-                                f"{refusal.message}",
-                           {"Retry-After": retry_after(refusal.retry_after)})
-        queue = admission.queues[ticket.device]
         metrics.images.labels(**labels).observe(images)
-        queued = time.perf_counter()
-        try:
-            await queue.acquire(ticket)
-        except Shed as exc:
-            wait = queue.predicted_wait(ticket.rank) + ticket.work
-            raise _Refused(503, f"model {name!r} for tenant {tenant.name!r}: shed: {exc}",
-                           {"Retry-After": retry_after(wait)}) from None
-        log["queue_ms"] = round((time.perf_counter() - queued) * 1e3, 3)
-        metrics.queue_seconds.labels(**labels).observe(time.perf_counter() - queued)
-        try:
-            # Shielded: a client that goes away must not cancel the batch's shared future.
-            values, seconds, info = await asyncio.shield(ticket.outcome)
-        except InputError as exc:
-            raise _Refused(400, f"model {name!r}: {exc}") from None
-        except TesseraError as exc:
-            raise _Refused(500, f"model {name!r}: the run failed: {exc}") from None
-        except Exception as exc:  # not the driver's: still an answer, never a traceback
-            raise _Refused(500, f"model {name!r}: the run failed: {type(exc).__name__}: "
-                                f"{exc}") from None
+        if model.stages:
+            # A pipeline: the first stage must leave the second's predicted time within
+            # the SLO; once admitted, the second stage is never refused for the SLO.
+            first, second = model.stages
+            rest = admission.predict(second.config.name, images, second.config.device)
+            budget = None if slo is None else max(slo - rest, 1e-9)
+            (middle,), queued0, ran0, info0 = await execute(
+                name, first, tenant, decoded.feeds, [first.boundary], images, budget,
+                received, None)
+            values, queued1, ran1, info1 = await execute(
+                name, second, tenant, {second.boundary: middle}, names, images, None,
+                received, None)
+            queued, seconds = queued0 + queued1, ran0 + ran1
+            info = {"device": f"{info0['device']} -> {info1['device']}",
+                    "batch": max(info0["batch"], info1["batch"]),
+                    "retried": info0["retried"] or info1["retried"]}
+        else:
+            values, queued, seconds, info = await execute(
+                name, model, tenant, decoded.feeds, names, images, slo, received,
+                config.devices_for(tenant.name, name))
+        log["queue_ms"] = round(queued * 1e3, 3)
+        metrics.queue_seconds.labels(**labels).observe(queued)
         log.update(device=info["device"], batch=info["batch"], retried=info["retried"],
                    run_ms=round(seconds * 1e3, 3))
         metrics.compute_seconds.labels(**labels).observe(seconds)

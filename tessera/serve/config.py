@@ -28,7 +28,10 @@ _DEVICE_KEYS = {"workers", "max_queue", "providers", "instances", "config"}
 INSTANCE_PROVIDERS = ("sim", "cpu")
 #: Requests that may wait per device when the file does not say.
 DEFAULT_MAX_QUEUE = 256
-_MODEL_KEYS = {"path", "providers", "device", "devices", "max_batch"}
+_MODEL_KEYS = {"path", "providers", "device", "devices", "max_batch", "parallelism"}
+#: How a model uses several devices: whole requests on each (data), its layers split in two
+#: stages over two devices (pipeline), or whichever the planner predicts faster (auto).
+PARALLELISMS = ("data", "pipeline", "auto")
 _TENANT_KEYS = {"token", "token_env", "models", "priority", "slo_ms", "rate", "burst",
                 "quota", "isolation", "instances"}
 #: How a tenant's device quota binds: never exceeded, or exceeded only with idle capacity.
@@ -71,6 +74,7 @@ class ModelConfig:
     device: str
     max_batch: int = 1
     devices: tuple = ()
+    parallelism: str = "data"
 
     def __post_init__(self):
         if not self.devices:
@@ -310,7 +314,17 @@ def _models(source, data, base, devices):
             raise ServeConfigError(f"{source}: {where} devices {list(names)} repeats one")
         max_batch = _number(source, f"{where} max_batch", table.get("max_batch", 1),
                             integer=True)
-        models[name] = ModelConfig(name, path, providers, names[0], max_batch, tuple(names))
+        parallelism = table.get("parallelism", "data")
+        if parallelism not in PARALLELISMS:
+            raise ServeConfigError(f"{source}: {where} parallelism must be one of "
+                                   f"{list(PARALLELISMS)}, not {parallelism!r}")
+        if parallelism != "data" and (len(names) != 2 or any(
+                devices[d].group is not None for d in names)):
+            raise ServeConfigError(f"{source}: {where} parallelism = {parallelism!r} needs "
+                                   f"devices = [first stage, second stage], two devices "
+                                   f"without instances; got {list(names)}")
+        models[name] = ModelConfig(name, path, providers, names[0], max_batch, tuple(names),
+                                   parallelism)
     return models
 
 

@@ -31,6 +31,9 @@ def run(config, *, port=None, log_level="info", log_requests=True):
     ``port`` overrides the file's; ``log_requests`` writes one JSON line per inference
     request to stderr."""
     app = create_app(config)
+    for name, model in app.state.models.items():
+        if model.plan is not None:  # the planner's choice, shown where the server starts
+            print(f"model {name!r}: {model.plan.describe()}", file=sys.stderr)
     port = config.port if port is None else port
     if log_requests:
         handler = logging.StreamHandler(sys.stderr)
