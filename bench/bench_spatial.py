@@ -145,6 +145,19 @@ def serve_fcfs(arrivals, service):
     return latencies
 
 
+def serve_fcfs_pool(arrivals, service, engines):
+    """Latencies of requests served first come first served by ``engines`` equal engines,
+    each request starting on the one free first (the server's least predicted finish time
+    with equal devices), non-preemptive."""
+    free = np.zeros(engines)
+    latencies = np.empty(len(arrivals))
+    for i, t in enumerate(arrivals):
+        k = int(np.argmin(free))
+        free[k] = max(t, free[k]) + service
+        latencies[i] = free[k] - t
+    return latencies
+
+
 def serve_priority(high, low, service):
     """Latencies ``(high's, low's)`` on one non-preemptive engine that, whenever it is
     free, starts the oldest waiting ``high`` request if any, else the oldest ``low`` one
@@ -171,10 +184,11 @@ def _quantiles(latencies):
             "p99": float(np.percentile(latencies, 99))}
 
 
-def simulate(traffic, service_temporal, service_spatial):
+def simulate(traffic, service_temporal, service_spatial, engines=2):
     """Per tenant ``{p50, p99}`` latency (seconds) under temporal sharing (one engine, all
-    tenants' requests in arrival order; and, with two tenants, A's before B's) and spatial
-    sharing (one engine per tenant).
+    tenants' requests in arrival order; and, with two tenants, A's before B's), spatial
+    sharing (one engine per tenant) and the ``engines`` small engines shared by all
+    (``spatial_shared``: no instance given to a tenant).
     ``traffic`` maps tenant -> arrival times."""
     tenants = sorted(traffic)
     merged = np.concatenate([traffic[t] for t in tenants])
@@ -182,10 +196,13 @@ def simulate(traffic, service_temporal, service_spatial):
     order = np.argsort(merged, kind="stable")
     temporal = np.empty(len(merged))
     temporal[order] = serve_fcfs(merged[order], service_temporal)
+    pooled = np.empty(len(merged))
+    pooled[order] = serve_fcfs_pool(merged[order], service_spatial, engines)
     result = {}
     for tenant in tenants:
         result[tenant] = {"temporal": _quantiles(temporal[owner == tenant]),
-                          "spatial": _quantiles(serve_fcfs(traffic[tenant], service_spatial))}
+                          "spatial": _quantiles(serve_fcfs(traffic[tenant], service_spatial)),
+                          "spatial_shared": _quantiles(pooled[owner == tenant])}
     if tenants == ["A", "B"]:  # A latency-critical: the temporal engine with A first
         high, low = serve_priority(traffic["A"], traffic["B"], service_temporal)
         result["A"]["temporal_priority"] = _quantiles(high)
@@ -235,7 +252,7 @@ def run(requests=20_000, *, synth=True, twin=False, say=print):
     ]
     results = {}
     for name, traffic in scenarios(t_capacity, requests).items():
-        results[name] = simulate(traffic, t_service, s_service)
+        results[name] = simulate(traffic, t_service, s_service, s_count)
         for tenant, figures in results[name].items():
             for mode in figures:
                 for q in ("p50", "p99"):

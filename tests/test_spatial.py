@@ -195,10 +195,12 @@ def test_each_tenant_runs_only_on_its_instances(tmp_path, rng):
 # ---------------------------------------------------------------- the bench
 
 def test_queue_models_on_known_arrivals():
-    from bench.bench_spatial import serve_fcfs, serve_priority
+    from bench.bench_spatial import serve_fcfs, serve_fcfs_pool, serve_priority
 
     # One engine, 2 s a run: the second waits for the first, the third finds it idle.
     assert serve_fcfs(np.array([0.0, 1.0, 10.0]), 2.0).tolist() == [2.0, 3.0, 2.0]
+    # Two engines: the third request waits for the first engine to free at 2.
+    assert serve_fcfs_pool(np.array([0.0, 0.5, 1.0]), 2.0, 2).tolist() == [2.0, 2.0, 3.0]
     # B arrives first and runs (no preemption); A, arriving during it, overtakes the
     # B that waits.
     high, low = serve_priority(np.array([0.5]), np.array([0.0, 0.1]), 1.0)
