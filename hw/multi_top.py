@@ -107,3 +107,19 @@ class MultiTop(wiring.Component):
             wiring.connect(m, wiring.flipped(getattr(self, f"h2c_{i}")), top.h2c)
             wiring.connect(m, top.c2h, wiring.flipped(getattr(self, f"c2h_{i}")))
         return m
+
+
+def write_multi_verilog(config, instances, build_root="build"):
+    """Write ``build/<config>-x<N>/multi_top.v`` (the build option ``tessera verilog
+    --target multi --instances N``); leave it untouched when unchanged. Returns the path."""
+    from pathlib import Path
+
+    from amaranth.back import verilog
+
+    text = verilog.convert(MultiTop(config, instances=instances), name="multi_top",
+                           emit_src=False)
+    path = Path(build_root) / f"{config.name}-x{instances}" / "multi_top.v"
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path

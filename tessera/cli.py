@@ -147,6 +147,13 @@ def cmd_verilog(args):
 
     engine = _engine_config(args)
     config = engine.array
+    if args.target == "multi":
+        # N accelerator instances on one FPGA (spatial sharing, docs/serving.md).
+        from hw.multi_top import write_multi_verilog
+
+        path = write_multi_verilog(engine, args.instances, args.build)
+        console.print(f"{args.instances} x {engine.name}: wrote {path}")
+        return 0
     if args.target == "xdma":
         # The whole accelerator behind XDMA's AXI port names (docs/xdma.md).
         from hw.axi_wrapper import write_xdma_verilog
@@ -1024,9 +1031,12 @@ def build_parser():
 
     p = sub.add_parser("verilog", help="write the array's Verilog to build/")
     _add_array_options(p)
-    p.add_argument("--target", choices=("array", "xdma"), default="array",
+    p.add_argument("--target", choices=("array", "xdma", "multi"), default="array",
                    help="array: the systolic array alone; xdma: the whole accelerator with "
-                        "AXI4-Lite/AXI4-Stream ports for Xilinx XDMA (docs/xdma.md)")
+                        "AXI4-Lite/AXI4-Stream ports for Xilinx XDMA (docs/xdma.md); multi: "
+                        "--instances accelerators on one device (docs/serving.md)")
+    p.add_argument("--instances", type=int, default=2,
+                   help="accelerator instances for --target multi (default 2)")
     p.add_argument("--build", default="build")
     _add_config_option(p)
     p.set_defaults(func=cmd_verilog)

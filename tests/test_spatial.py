@@ -228,3 +228,16 @@ def test_bench_record_shape(tmp_path, monkeypatch):
         for tenant, modes in tenants.items():
             for mode, q in modes.items():
                 assert 0 < q["p50"] <= q["p99"], (scenario, tenant, mode)
+
+
+def test_verilog_build_option_writes_the_multi_top(tmp_path, capsys):
+    from tessera.cli import main
+
+    assert main(["verilog", "--target", "multi", "--instances", "2", "--config", "tiny",
+                 "--build", str(tmp_path)]) == 0
+    path = tmp_path / f"{TINY.name}-x2" / "multi_top.v"
+    text = path.read_text()
+    assert "module multi_top" in text and "h2c_1__valid" in text and "h2c_2" not in text
+    assert main(["verilog", "--target", "multi", "--instances", "0", "--config", "tiny",
+                 "--build", str(tmp_path)]) != 0
+    assert "instances must be an integer from 1 to 16, not 0" in capsys.readouterr().out
