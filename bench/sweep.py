@@ -25,6 +25,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -167,6 +168,23 @@ def run_job(spec, build=str(BUILD), sources=None):
     return record
 
 
+_UTILIZATION = re.compile(r"^Info:\s+(\w+):\s+(\d+)/\s*(\d+)\s+\d+%")
+
+
+def utilization_from_log(path):
+    """nextpnr's "Device utilisation" lines of a log, in its report's form
+    (``{cell: {"used", "available"}}``); the last table wins."""
+    utilization = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        found = _UTILIZATION.match(line.strip("\r"))
+        if found:
+            cell, used, available = found.groups()
+            utilization[cell] = {"used": int(used), "available": int(available)}
+    if not utilization:
+        raise ValueError(f"{path}: no device utilisation lines")
+    return utilization
+
+
 def pack_only(job, folder, console):
     """Synthesis and nextpnr ``--pack-only`` of the board build: the resource counts of
     a full build (placement and routing change no cell counts) without its fmax."""
@@ -192,7 +210,14 @@ def pack_only(job, folder, console):
     for step, command in zip(("yosys", "nextpnr"), commands[:2], strict=True):
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         argv[0] = env.get(argv[0].upper().replace("-", "_"), argv[0])
+        yosys_log = build_dir / f"{TOP_NAME}.rpt"  # Amaranth's script logs there
+        if step == "yosys" and (build_dir / f"{TOP_NAME}.json").exists() and \
+                yosys_log.exists() and "End of script" in yosys_log.read_text(errors="replace"):
+            continue  # same key, same netlist: an earlier attempt synthesized it already
         if step == "nextpnr":
+            # Nothing is placed, so nothing can be written as a bitstream configuration.
+            if "--textcfg" in argv:
+                del argv[argv.index("--textcfg"):argv.index("--textcfg") + 2]
             argv.append("--pack-only")
         console.print(f"  {step}: {shlex.join(argv)[:100]}", markup=False)
         started = time.monotonic()
@@ -203,7 +228,9 @@ def pack_only(job, folder, console):
         if done.returncode != 0:
             raise BitstreamError(f"{step} failed (exit {done.returncode}); see "
                                  f"{build_dir / (step + '.log')}")
-    raw = json.loads((build_dir / NEXTPNR_REPORT_NAME).read_text())
+    report_path = build_dir / NEXTPNR_REPORT_NAME
+    raw = json.loads(report_path.read_text()) if report_path.exists() else \
+        {"utilization": utilization_from_log(build_dir / f"{TOP_NAME}.tim"), "fmax": {}}
     parsed = parse_nextpnr_report(raw, platform.family)
     return {"family": platform.family, "device": platform.device, "clock_mhz": None,
             "fmax_mhz": None, "timing_met": None, "resources": parsed["resources"],

@@ -219,3 +219,17 @@ def test_pack_only_jobs_have_their_own_key_and_full_jobs_keep_theirs():
     record = {**fake_record(pack.spec()), "fmax_mhz": None, "peak_gops": None}
     names = [m["name"] for m in sweep.sweep_metrics([record])]
     assert names and not any("fmax" in n or "peak" in n for n in names)
+
+
+def test_utilization_is_read_from_a_nextpnr_log(tmp_path):
+    log = tmp_path / "top.tim"
+    log.write_text("Info: Device utilisation:\n"
+                   "Info: \t          MULT18X18D:      48/    156    30%\n"
+                   "Info: \t        TRELLIS_COMB:   18263/  83640    21%\n"
+                   "Info: Packing IOs..\n")
+    assert sweep.utilization_from_log(log) == {
+        "MULT18X18D": {"used": 48, "available": 156},
+        "TRELLIS_COMB": {"used": 18263, "available": 83640}}
+    log.write_text("ERROR: nothing\n")
+    with pytest.raises(ValueError, match="no device utilisation lines"):
+        sweep.utilization_from_log(log)
