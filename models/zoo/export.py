@@ -11,9 +11,23 @@ import onnx
 
 from .digits import accuracy, load_digits_split
 from .reference import onnxruntime_session, quantize_with_onnxruntime
-from .train_numpy import write_record
+from .train_numpy import adam_fit, write_record
 
-__all__ = ["export_trained", "export_main"]
+__all__ = ["export_main", "export_trained", "fit_on_digits"]
+
+
+def fit_on_digits(params, forward, loss_and_grads, *, verbose=False, **fit_options):
+    """Train ``params`` in place on the digits training split with
+    :func:`~models.zoo.train_numpy.adam_fit` (``fit_options`` are its keywords), printing the
+    loss and test accuracy every 10 epochs when ``verbose``; returns ``params``."""
+    x_train, y_train, x_test, y_test = load_digits_split()
+
+    def report(epoch, loss):
+        print(f"epoch {epoch}: loss {loss:.4f}, test accuracy "
+              f"{accuracy(forward(params, x_test), y_test):.2%}")
+
+    return adam_fit(params, loss_and_grads, x_train, y_train,
+                    report=report if verbose else None, **fit_options)
 
 
 def export_trained(model, out_dir, params, *, train, forward, to_onnx, file_names,

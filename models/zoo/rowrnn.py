@@ -24,9 +24,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .digits import accuracy, load_digits_split
-from .export import export_main, export_trained
-from .train_numpy import adam_fit, softmax_xent
+from .export import export_main, export_trained, fit_on_digits
+from .train_numpy import softmax_xent
 
 __all__ = ["FLOAT_PATH", "QDQ_PATH", "RECORD_PATH", "export", "forward", "loss_and_grads",
            "to_onnx", "train"]
@@ -122,15 +121,8 @@ def train(epochs=80, batch=32, lr=1e-2, seed=TRAIN_SEED, verbose=False):
     verbose : bool
         Print the loss and test accuracy every 10 epochs.
     """
-    x_train, y_train, x_test, y_test = load_digits_split()
-    params = init_params(seed)
-
-    def report(epoch, loss):
-        print(f"epoch {epoch}: loss {loss:.4f}, test accuracy "
-              f"{accuracy(forward(params, x_test), y_test):.2%}")
-
-    return adam_fit(params, loss_and_grads, x_train, y_train, epochs=epochs, batch=batch,
-                    lr=lr, seed=seed, report=report if verbose else None)
+    return fit_on_digits(init_params(seed), forward, loss_and_grads, verbose=verbose,
+                         epochs=epochs, batch=batch, lr=lr, seed=seed)
 
 
 def to_onnx(params):
