@@ -154,7 +154,8 @@ def _config_of(record):
 
 
 def predict_with(coefficients, config, family):
-    """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` from ``coefficients``."""
+    """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` from ``coefficients``
+    (``fmax_mhz`` None when the family has no fitted clock period)."""
     if family not in coefficients:
         raise ModelError(f"the resource model has no coefficients for {family!r} (fitted: "
                          f"{', '.join(sorted(coefficients)) or 'none'}); run `make sweep` "
@@ -165,10 +166,9 @@ def predict_with(coefficients, config, family):
     for figure, coef in coefficients[family].items():
         out[figure] = sum(value * f[name] for name, value in coef.items())
     prediction = {k: max(0, round(out[k])) for k in ("lut", "ff", "dsp", "ebr") if k in out}
-    if "period_ns" not in out:
-        raise ModelError(f"the resource model has no fmax for {family!r}: no full build of "
-                         f"that family was fitted (run `make sweep` without pack-only jobs)")
-    prediction["fmax_mhz"] = round(1e3 / out["period_ns"], 1)
+    # None when no full build of the family was fitted (pack-only runs, or builds that
+    # did not fit their device): resources can still be judged, a clock cannot.
+    prediction["fmax_mhz"] = round(1e3 / out["period_ns"], 1) if "period_ns" in out else None
     return prediction
 
 

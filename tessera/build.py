@@ -32,7 +32,13 @@ import math
 import time
 from pathlib import Path
 
-from bench.resource_model import REPORT_NAMES, ResourceModel, board_limits, fits
+from bench.resource_model import (
+    REPORT_NAMES,
+    ModelError,
+    ResourceModel,
+    board_limits,
+    fits,
+)
 from contract.config import ArrayConfig, ConvEngineConfig
 
 #: Array sides tried for R and for C.
@@ -209,6 +215,10 @@ def search(model_path, board, *, resource_model=None, say=None):
     fitting = candidates(board_info, resource_model)
     scored, blocked = [], {}
     for config, prediction in fitting:
+        if prediction["fmax_mhz"] is None:
+            raise ModelError(f"the resource model has no fmax for {board_info['family']} "
+                             f"(no full build of that family was fitted); run `make sweep "
+                             f"BOARDS={board}` and refit (docs/build.md)")
         clock = pll_clock(board_info, prediction["fmax_mhz"])
         if clock is None:
             continue
@@ -220,7 +230,8 @@ def search(model_path, board, *, resource_model=None, say=None):
         scored.append({"config": config, "prediction": prediction, "clock_mhz": clock,
                        "seconds": seconds, "images_per_s": 1.0 / seconds, "layers": costs})
     if not scored:
-        raise BuildSearchError(_no_fit_message(profile, board_info, fitting, blocked))
+        raise BuildSearchError(_no_fit_message(profile, board_info, fitting, blocked,
+                                               resource_model))
     scored.sort(key=lambda c: (-c["images_per_s"], c["prediction"]["lut"]))
     best = scored[0]
     if say is not None:
@@ -236,11 +247,15 @@ def search(model_path, board, *, resource_model=None, say=None):
     }
 
 
-def _no_fit_message(profile, board_info, fitting, blocked):
+def _no_fit_message(profile, board_info, fitting, blocked, resource_model):
     where = f"{board_info['board']} ({board_info['device']})"
     if not fitting:
+        smallest = ConvEngineConfig(array=ArrayConfig(rows=1, cols=1),
+                                    act_depth=min(ACT_DEPTHS), weight_depth=min(WEIGHT_DEPTHS))
+        over = fits(resource_model.predict(smallest, board_info["family"]), board_info)
         return (f"no configuration of the search space is predicted to fit {where}, not even "
-                f"a 1x1 array with {min(ACT_DEPTHS)}-byte buffers")
+                f"a 1x1 array with {min(ACT_DEPTHS)}-byte activation and "
+                f"{min(WEIGHT_DEPTHS)}-word weight buffers: it needs {'; '.join(over)}")
     if not blocked:
         fastest = max(p["fmax_mhz"] for _, p in fitting)
         return (f"no configuration that fits {where} has a clock its PLL makes below the "
