@@ -71,10 +71,10 @@ FEATURES = {
     "ebr": ("one", "ram_blocks"),
     "period_ns": ("one", "side"),
 }
-#: With fewer runs than features (a family seldom built), only these are fitted.
+#: With fewer runs than a formula has coefficients (a family seldom built), these.
 SMALL_FEATURES = {
-    "lut": ("one", "pes"), "ff": ("one", "pes"), "dsp": ("pes",), "ebr": ("ram_blocks",),
-    "period_ns": ("one",),
+    "lut": ("one", "pes"), "ff": ("one", "pes"), "dsp": ("pes", "post_mults"),
+    "ebr": ("one", "ram_blocks"), "period_ns": ("one",),
 }
 
 
@@ -139,7 +139,9 @@ def fit(records):
         coefficients[family] = {}
         for figure in FEATURES:
             usable = [row for row in rows if figure in row[1]]
-            names = FEATURES[figure] if len(usable) >= len(FEATURES[figure]) + 1 \
+            # As many runs as coefficients: the full formula (an exact fit; its error is
+            # measured on held-out runs); fewer: the smaller one.
+            names = FEATURES[figure] if len(usable) >= len(FEATURES[figure]) \
                 else SMALL_FEATURES[figure]
             if usable:
                 coefficients[family][figure] = fit_figure(usable, figure, names[:len(usable)])
@@ -256,6 +258,14 @@ def fit_document(records, held_out=()):
                   "measured": {k: round(v, 3) for k, v in measured_figures(r).items()}}
                  for r in good],
     }
+    # Leave-one-out: each run predicted by the model fitted on the others of its family.
+    loo = []
+    for index, run in enumerate(good):
+        others = [r for i, r in enumerate(good) if i != index and r["family"] == run["family"]]
+        coefficients = fit(others)
+        if len(others) >= 3 and run["family"] in coefficients:  # else nothing to learn from
+            loo.extend(relative_errors(coefficients, [run]))
+    document["leave_one_out"] = loo
     held = [r for r in good if r["label"] in held_out]
     train = [r for r in good if r["label"] not in held_out]
     if held:

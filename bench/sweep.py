@@ -271,11 +271,13 @@ class RayRunner:
                 yield ray.get(done[0])
 
 
-def run_sweep(jobs, runner=None, build=BUILD, say=print, *, stale_ok=False):
+def run_sweep(jobs, runner=None, build=BUILD, say=print, *, stale_ok=False,
+              cached_only=False):
     """Build every job not already cached; return the records in the jobs' order.
 
     With ``stale_ok``, a job built before from other sources (``hw/``, ``contract/``
-    changed since) is taken as it is, marked ``stale_sources``, rather than rebuilt.
+    changed since) is taken as it is, marked ``stale_sources``, rather than rebuilt. With
+    ``cached_only`` nothing is built: the jobs without a result are left out (and named).
     """
     sources = source_digest()
     records, todo = {}, []
@@ -291,6 +293,11 @@ def run_sweep(jobs, runner=None, build=BUILD, say=print, *, stale_ok=False):
             records[job_key(job, sources)] = cached
         else:
             todo.append(job)
+    if todo and cached_only:
+        for job in todo:
+            say(f"  not built {job.label} (left out: --cached-only)")
+        jobs = [job for job in jobs if job not in todo]
+        todo = []
     if todo:
         runner = LocalRunner() if runner is None else runner
         say(f"sweep: {len(todo)} build(s) to run, {len(records)} cached")
@@ -431,6 +438,8 @@ def add_arguments(parser):
     parser.add_argument("--stale-ok", action="store_true",
                         help="take a configuration's earlier build even when hw/ or "
                              "contract/ changed since (marked stale_sources)")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="build nothing: report the configurations already built")
     parser.add_argument("--fit", action="store_true",
                         help="refit bench/resource_model.json from the sweep's builds")
 
@@ -453,7 +462,8 @@ def run_from_args(args, say=print):
     if args.jobs is not None and args.jobs < 1:
         raise ValueError(f"--jobs must be a positive integer, not {args.jobs!r}")
     jobs = default_jobs(parse_sizes(args.sizes), boards)
-    records = run_sweep(jobs, make_runner(args), say=say, stale_ok=args.stale_ok)
+    records = run_sweep(jobs, make_runner(args), say=say, stale_ok=args.stale_ok,
+                        cached_only=args.cached_only)
     path = write_results("sweep", sweep_metrics(records), records=records,
                          tool="hw.bitstream.build_bitstream (YoWASP Yosys, nextpnr), "
                               "one seed, whole accelerator behind the UART bridge")

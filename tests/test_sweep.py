@@ -233,3 +233,14 @@ def test_utilization_is_read_from_a_nextpnr_log(tmp_path):
     log.write_text("ERROR: nothing\n")
     with pytest.raises(ValueError, match="no device utilisation lines"):
         sweep.utilization_from_log(log)
+
+
+def test_cached_only_builds_nothing(tmp_path):
+    built = sweep.SweepJob("ulx3s-85f", engine(2, 2))
+    sweep.run_sweep([built], RecordingRunner(), build=tmp_path, say=lambda line: None)
+    runner, lines = RecordingRunner(), []
+    new = sweep.SweepJob("ulx3s-85f", engine(4, 4))
+    records = sweep.run_sweep([built, new], runner, build=tmp_path, say=lines.append,
+                              cached_only=True)
+    assert runner.specs == [] and [r["rows"] for r in records] == [2]
+    assert any(line.startswith("  not built ulx3s-85f 4x4") for line in lines)
