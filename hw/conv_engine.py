@@ -21,10 +21,12 @@ the current column tile), the rows of the last group past the last pixel dropped
 Loading: each of ``act_in``, ``weight_in``, ``param_in`` writes its buffer from address 0
 upwards; a beat with ``last`` rewinds its pointer (so does ``start``). ``weight_in`` and
 ``param_in`` are ready only while the engine is not ``busy``. ``act_in`` carries
-``ACTIVATIONS_PER_WORD`` bytes a beat (one host word a cycle into all R copies) and, with
-``act_follows`` high at ``start``, is taken *during* the run: the array reads a beat only
-once every word it needs is written, so loading the activations overlaps computing the
-first column tile (docs/conv-engine.md, "Dataflow"). ``done`` rises with the last output
+``ACTIVATIONS_PER_WORD`` bytes a beat (one host word a cycle into all R copies). With
+``load_during_run`` high at ``start``, ``act_in`` and the weights past those already loaded
+are taken *during* the run: the array reads a beat only once every activation word and
+weight row it needs is written, so loading the activations overlaps computing the first
+column tile, and loading the next tiles' weights overlaps computing the current one
+(docs/conv-engine.md, "Dataflow"). ``done`` rises with the last output
 beat and stays high until the next ``start``. The descriptor is latched at ``start``.
 """
 
@@ -88,10 +90,10 @@ class ConvEngine(wiring.Component):
         super().__init__({
             "descriptor": In(descriptor_layout()),
             "start": In(1),
-            # High at ``start``: this layer's activations stream in while it runs (the
-            # array only waits for the words it is about to read). Low: they were loaded
-            # before ``start``.
-            "act_follows": In(1),
+            # High at ``start``: this layer's activations, and the weights past those
+            # loaded before ``start``, stream in while it runs (the array only waits for
+            # the words it is about to read). Low: everything was loaded before ``start``.
+            "load_during_run": In(1),
             "busy": Out(1),
             "done": Out(1),
             "act_in": In(stream.Signature(activation_load_layout())),
@@ -150,17 +152,26 @@ class ConvEngine(wiring.Component):
             param_wr.addr.eq(param_ptr), param_wr.data.eq(self.param_in.payload.word),
             param_wr.en.eq(self.param_in.valid & self.param_in.ready),
         ]
-        for port, ptr in ((self.weight_in, weight_ptr), (self.param_in, param_ptr)):
-            m.d.comb += port.ready.eq(~busy)
-            with m.If(port.valid & port.ready):
-                m.d.sync += ptr.eq(Mux(port.payload.last, 0, ptr + 1))
-            with m.If(self.start & ~busy):
-                m.d.sync += ptr.eq(0)
+        m.d.comb += self.param_in.ready.eq(~busy)
+        with m.If(self.param_in.valid & self.param_in.ready):
+            m.d.sync += param_ptr.eq(Mux(self.param_in.payload.last, 0, param_ptr + 1))
+        with m.If(self.start & ~busy):
+            m.d.sync += param_ptr.eq(0)
+        # Weights: the first column tile's before ``start``; with ``load_during_run`` the
+        # rest may follow during the run (the pointer keeps counting the rows written, and
+        # a beat reads only rows below it), so the next tiles load while one computes.
+        streaming = Signal()
+        weights_complete = Signal()  # the last weight row (``last``) is written
+        m.d.comb += self.weight_in.ready.eq(~busy | (streaming & ~weights_complete))
+        with m.If(self.weight_in.valid & self.weight_in.ready):
+            m.d.sync += [weight_ptr.eq(Mux(self.weight_in.payload.last, 0, weight_ptr + 1)),
+                         weights_complete.eq(self.weight_in.payload.last)]
+        with m.If(self.start & ~busy & ~self.load_during_run):
+            m.d.sync += [weight_ptr.eq(0), weights_complete.eq(1)]
         # Activations: before ``start`` (the pointer rewinds after ``last``), or, with
         # ``act_follows``, during the run, where the pointer doubles as the count of words
         # the array may read.
-        streaming_act = Signal()
-        m.d.comb += self.act_in.ready.eq(~busy | (streaming_act & ~act_complete))
+        m.d.comb += self.act_in.ready.eq(~busy | (streaming & ~act_complete))
         with m.If(self.act_in.valid & self.act_in.ready):
             m.d.sync += act_ptr.eq(act_ptr + 1)
             with m.If(self.act_in.payload.last):
@@ -168,8 +179,8 @@ class ConvEngine(wiring.Component):
                 with m.If(~busy):
                     m.d.sync += act_ptr.eq(0)
         with m.If(self.start & ~busy):
-            m.d.sync += streaming_act.eq(self.act_follows)
-            with m.If(self.act_follows):
+            m.d.sync += streaming.eq(self.load_during_run)
+            with m.If(self.load_during_run):
                 m.d.sync += [act_ptr.eq(0), act_complete.eq(0)]
             with m.Else():
                 m.d.sync += act_complete.eq(1)
@@ -192,7 +203,9 @@ class ConvEngine(wiring.Component):
         written = Signal(rows)
         m.d.comb += [written[r].eq(~beat.inside[r] | ((beat.addr[r] >> byte_shift) < act_ptr))
                      for r in range(rows)]
-        m.d.comb += loaded.eq(act_complete | written.all())
+        row_written = Signal()
+        m.d.comb += [loaded.eq((act_complete | written.all()) & row_written),
+                     row_written.eq(weights_complete | (beat.w_addr < weight_ptr))]
         advance = ~read_valid | array.operands.ready
         m.d.comb += addrgen.beats.ready.eq(advance & loaded)
         with m.If(advance):

@@ -7,11 +7,12 @@ carries, in this order and each padded to whole 32-bit words:
 
 1. ``LOAD_PARAMS`` column-tile entries of bias / multiplier / shift (the engine's
    ``param_word_layout``, little-endian bit order),
-2. ``LOAD_WEIGHTS`` weight words of C int8,
-3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word, one word a cycle;
+2. the first column tile's weight words (C_in * kh * kw words of C int8),
+3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word, one word a cycle,
+4. the other column tiles' weight words (``LOAD_WEIGHTS`` words in all);
 
-the engine starts as soon as the weights are in and computes while the activations arrive
-(it reads a word only once it is written); the device-to-host stream returns one beat of
+the engine starts as soon as the first tile's weights are in and computes while the rest
+arrives (it reads a word only once it is written); the device-to-host stream returns one beat of
 C int8 per output pixel and column tile (``ceil(C / 4)`` words each), ``last`` on the
 final word. With ``POOL_ENABLE`` the engine's output goes through the 2x2 max pool first
 (``POOL_WIDTH`` x ``POOL_HEIGHT`` = OW x OH, one frame per column tile).
@@ -115,9 +116,10 @@ class AcceleratorTop(wiring.Component):
 
         # --- Sequencer: check, load the three buffers, run, send results ---------------
         busy = Signal()
-        # CONV: 0 params, 1 weights, 2 activations (the engine runs), 3 running after the
-        # activations are in. POOL, ADD: 4 streaming.
-        phase = Signal(range(5))
+        # CONV: 0 params, 1 the first column tile's weights, 2 activations (the engine
+        # runs), 5 the other tiles' weights, 3 running with everything in.
+        # POOL, ADD: 4 streaming.
+        phase = Signal(range(6))
         opcode = Signal(OPCODE_WIDTH)  # latched at start
         pooling = Signal()  # CONV with the fused max pool
         frames_left = Signal(32)
@@ -175,11 +177,11 @@ class AcceleratorTop(wiring.Component):
         with m.Switch(phase):
             with m.Case(0):
                 m.d.comb += needed.eq(per_param)
-            with m.Case(1):
+            with m.Case(1, 5):
                 m.d.comb += needed.eq(per_weight)
             with m.Default():
                 m.d.comb += needed.eq(Mux(opcode == OPCODES["ADD"], per_pair, per_pixel))
-        loading_wide = busy & ((phase < 2) | (phase == 4))
+        loading_wide = busy & ((phase < 2) | (phase >= 4))
         act_load_words = Signal(32)
         m.d.comb += act_load_words.eq((csr.load_act + ACTIVATIONS_PER_WORD - 1)
                                       // ACTIVATIONS_PER_WORD)
@@ -191,7 +193,7 @@ class AcceleratorTop(wiring.Component):
             engine.param_in.valid.eq(loading_wide & (phase == 0) & wide_full),
             engine.weight_in.payload.w.eq(gathered),
             engine.weight_in.payload.last.eq(final),
-            engine.weight_in.valid.eq(loading_wide & (phase == 1) & wide_full),
+            engine.weight_in.valid.eq(loading_wide & ((phase == 1) | (phase == 5)) & wide_full),
         ]
         # POOL / ADD input beats from the same gatherer.
         streaming = loading_wide & (phase == 4) & wide_full
@@ -208,14 +210,33 @@ class AcceleratorTop(wiring.Component):
             engine.act_in.payload.x.eq(self.h2c.payload.data),
             engine.act_in.payload.last.eq(final),
             engine.act_in.valid.eq(busy & (phase == 2) & self.h2c.valid),
-            engine.act_follows.eq(1),
+            engine.load_during_run.eq(1),
         ]
+        # Rows of the first column tile's weights, C_in * kh * kw, summed one C_in a cycle
+        # while the parameters load (no multiplier: every MULT18X18D is the array's).
+        tile_rows, rows_loaded = Signal(32), Signal(32)
+        sum_u, sum_v, tile_rows_known = Signal(3), Signal(3), Signal()
+        kernel = engine.descriptor
+        with m.If(busy & ~tile_rows_known):
+            m.d.sync += [tile_rows.eq(tile_rows + kernel.in_channels), sum_v.eq(sum_v + 1)]
+            with m.If(sum_v == kernel.kernel_w - 1):
+                m.d.sync += [sum_v.eq(0), sum_u.eq(sum_u + 1)]
+                with m.If(sum_u == kernel.kernel_h - 1):
+                    m.d.sync += tile_rows_known.eq(1)
+        with m.If(start):
+            # A zero-sized kernel (a bad descriptor) sends every weight in phase 1.
+            m.d.sync += [tile_rows.eq(0), rows_loaded.eq(0), sum_u.eq(0), sum_v.eq(0),
+                         tile_rows_known.eq((csr.opcode != OPCODES["CONV"])
+                                            | (kernel.kernel_w == 0) | (kernel.kernel_h == 0))]
+        weights_left = Signal(32)  # rows after the first tile's, sent after the activations
         with m.Switch(phase):
-            with m.Case(0, 1, 4):
+            with m.Case(0, 4, 5):
                 m.d.comb += self.h2c.ready.eq(busy & ~wide_full)
+            with m.Case(1):
+                m.d.comb += self.h2c.ready.eq(busy & ~wide_full & tile_rows_known)
             with m.Case(2):
                 m.d.comb += self.h2c.ready.eq(busy & engine.act_in.ready)
-        with m.If(self.h2c.valid & self.h2c.ready & ((phase < 2) | (phase == 4))):
+        with m.If(self.h2c.valid & self.h2c.ready & ((phase < 2) | (phase >= 4))):
             m.d.sync += [gathered.word_select(count, 32).eq(self.h2c.payload.data),
                          count.eq(count + 1)]
 
@@ -228,15 +249,20 @@ class AcceleratorTop(wiring.Component):
             with m.If(final):
                 with m.If(phase == 0):
                     m.d.sync += [phase.eq(1), left.eq(csr.load_weights)]
-                with m.Elif(phase == 1):
-                    m.d.sync += [phase.eq(2), left.eq(act_load_words)]
-                    # The engine starts with its weights and parameters in; activation
-                    # words are offered from the next cycle, once it is busy.
-                    m.d.comb += engine.start.eq(1)
+                with m.Elif(phase == 5):
+                    m.d.sync += phase.eq(3)
+        # The engine starts once the parameters and the first tile's weights are in;
+        # activation words are offered from the next cycle, once it is busy.
+        with m.If(engine.weight_in.valid & engine.weight_in.ready & (phase == 1)):
+            m.d.sync += rows_loaded.eq(rows_loaded + 1)
+            with m.If(final | (rows_loaded == tile_rows - 1)):
+                m.d.sync += [phase.eq(2), left.eq(act_load_words),
+                             weights_left.eq(left - 1)]
+                m.d.comb += engine.start.eq(1)
         with m.If(engine.act_in.valid & engine.act_in.ready):
             m.d.sync += left.eq(left - 1)
             with m.If(final):
-                m.d.sync += phase.eq(3)
+                m.d.sync += [phase.eq(Mux(weights_left == 0, 3, 5)), left.eq(weights_left)]
         with m.If(soft_reset | start):
             m.d.sync += count.eq(0)
 
@@ -286,7 +312,8 @@ class AcceleratorTop(wiring.Component):
             # A layer whose last activation words are not read (a stride that skips the
             # last rows) ends only once they are taken, so none is left on the stream.
             self.c2h.valid.eq((words_left != 0)
-                              & ~(final_beat & (words_left == 1) & (phase == 2))),
+                              & ~(final_beat & (words_left == 1)
+                                  & ((phase == 2) | (phase == 5)))),
             self.c2h.payload.data.eq(beat[:32]),
             self.c2h.payload.last.eq(final_beat & (words_left == 1)),
         ]

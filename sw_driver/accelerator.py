@@ -100,6 +100,8 @@ class Counters:
 
 def _words(data, words_per_item):
     """int8 rows -> little-endian bytes, each row padded to ``words_per_item`` words."""
+    if len(data) == 0:
+        return b""
     rows = np.asarray(data, dtype=np.int8).reshape(len(data), -1).view(np.uint8)
     padded = np.zeros((rows.shape[0], 4 * words_per_item), np.uint8)
     padded[:, :rows.shape[1]] = rows
@@ -153,10 +155,30 @@ def pass_program(engine_pass, config, *, pool=False):
     writes += [(Reg.LOAD_PARAMS, len(entries)), (Reg.LOAD_WEIGHTS, p.weights.shape[0]),
                (Reg.LOAD_ACT, p.activations.size), (Reg.CTRL, regs.CTRL_START_MASK)]
     beats = pooled_pass(p).output_beats if pool else p.output_beats
+    # The first column tile's weights, the activations, then the other tiles' weights,
+    # which the device loads while it computes (hw/top.py).
+    first = p.weights.shape[0] // p.descriptor["col_tiles"]
     return PassProgram(
         name=p.name, csr_writes=tuple((int(o), int(v)) for o, v in writes),
-        h2c=b"".join(entries) + _words(p.weights, weight_words(cols)) + activations,
+        h2c=(b"".join(entries) + _words(p.weights[:first], weight_words(cols)) + activations
+             + _words(p.weights[first:], weight_words(cols))),
         c2h_bytes=beats * output_words(cols) * 4, output_beats=beats, cols=cols)
+
+
+def skip_strided_1x1(x, w, stride, padding):
+    """``(x, stride)`` for the engine: a 1x1 convolution with stride s > 1 and no padding
+    reads only every s-th row and column, so the host sends just those (a quarter of the
+    bytes at stride 2) and the engine runs it at stride 1, with the same outputs exactly.
+    Anything else is returned unchanged (the lowering checks it)."""
+    try:
+        sh, sw = (stride, stride) if np.ndim(stride) == 0 else tuple(stride)
+        pads = (padding,) if np.ndim(padding) == 0 else tuple(padding)
+    except (TypeError, ValueError):
+        return x, stride
+    if (np.shape(w)[2:] != (1, 1) or sh != sw or not isinstance(sh, (int, np.integer))
+            or isinstance(sh, bool) or sh < 2 or any(pads)):
+        return x, stride
+    return np.ascontiguousarray(np.asarray(x)[:, :, ::sh, ::sh]), 1
 
 
 def pool_program(x, config, *, name="maxpool", max_width=POOL_MAX_WIDTH):
@@ -250,6 +272,7 @@ class Accelerator:
         """``requantize(conv2d(x, w, bias), ...)`` on the device (``models`` semantics);
         ``groups`` equal to the channel count makes it depthwise; ``pool`` fuses a 2x2 /
         stride 2 max pool (``models.pool.max_pool2d(y, 2, 2)``)."""
+        x, stride = skip_strided_1x1(x, w, stride, padding)
         passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=x_zero_point,
                               y_zero_point=y_zero_point, lo=lo, hi=hi, stride=stride,
                               padding=padding, groups=groups, config=self.config, name=name,

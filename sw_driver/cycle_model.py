@@ -17,41 +17,51 @@ PASS_LATENCY_CYCLES = 94
 
 
 def _group_ready_words(engine_pass, rows):
-    """For each pixel group: the activation words written before its last input row is
-    complete (the array reads a group's beats only once their words are in)."""
+    """For each pixel group: the activation words written before the last one it reads
+    (its last pixel's bottom-right window position, clipped to the image); the array
+    reads a group's beats only once their words are in."""
     d = engine_pass.descriptor
     oh, ow = engine_pass.out_size
-    row_bytes = d["in_width"] * d["in_channels"]
+    width, channels, stride = d["in_width"], d["in_channels"], d["stride"]
     total = -(-engine_pass.activations.size // ACTIVATIONS_PER_WORD)
     ready = []
     for group in range(d["pixel_groups"]):
-        last_pixel = min(group * rows + rows, oh * ow) - 1
-        oy = last_pixel // ow
-        row = min(d["in_height"] - 1, oy * d["stride"] - d["pad_top"] + d["kernel_h"] - 1)
-        ready.append(min(total, -(-(row + 1) * row_bytes // ACTIVATIONS_PER_WORD)))
+        oy, ox = divmod(min(group * rows + rows, oh * ow) - 1, ow)
+        row = min(d["in_height"] - 1, oy * stride - d["pad_top"] + d["kernel_h"] - 1)
+        col = min(width - 1, ox * stride - d["pad_left"] + d["kernel_w"] - 1)
+        needed = (row * width + col + 1) * channels
+        ready.append(min(total, -(-needed // ACTIVATIONS_PER_WORD)))
     return ready
 
 
 def pass_cycles(engine_pass, config):
     """Modelled device cycles of one engine pass, as the twin's PERF_CYCLES counts them.
 
-    Parameters and weights load first (a cycle per stream word plus one per entry or
-    weight row). The engine then starts and the activations stream in at a word a cycle
-    while the array computes the first column tile: each pixel group waits for the words
-    of its last input row. A group takes K cycles (a beat per cycle) unless its output
-    beats are slower (a beat of C bytes leaves the time-shared requantizer and the output
-    stream every ``max(output_words(C) + 1, C / requant_units(C))`` cycles). The other
-    column tiles run from the full buffer; plus :data:`PASS_LATENCY_CYCLES`.
+    The parameters and the first column tile's weights load first (a cycle per stream word
+    plus one per entry or weight row). The engine then starts; the activations stream in
+    at a word a cycle while the array computes the first column tile, each pixel group
+    waiting for the words of its last input row; the other tiles' weights follow, and a
+    tile's first group waits for its last weight row. A group takes K cycles (a beat per
+    cycle) unless its output beats are slower (a beat of C bytes leaves the time-shared
+    requantizer and the output stream every ``max(output_words(C) + 1, C /
+    requant_units(C))`` cycles). Plus :data:`PASS_LATENCY_CYCLES`.
     """
     rows, cols = config.rows, config.cols
     d = engine_pass.descriptor
-    load = ((weight_words(cols) + 1) * engine_pass.weights.shape[0]
-            + (param_words(cols) + 1) * engine_pass.bias.shape[0])
-    per_output = max(output_words(cols) + 1, cols // requant_units(cols))
     tiles, groups = d["col_tiles"], d["pixel_groups"]
+    tile_rows = engine_pass.weights.shape[0] // tiles
+    per_row = weight_words(cols) + 1
+    load = per_row * tile_rows + (param_words(cols) + 1) * engine_pass.bias.shape[0]
+    per_output = max(output_words(cols) + 1, cols // requant_units(cols))
     k = engine_pass.beats // (tiles * groups)
     costs = [max(k, rows * per_output)] * (groups - 1) + [max(k, d["last_rows"] * per_output)]
-    first = 0
+    end = 0
     for ready, cost in zip(_group_ready_words(engine_pass, rows), costs, strict=True):
-        first = max(first, ready) + cost
-    return load + first + (tiles - 1) * sum(costs) + PASS_LATENCY_CYCLES
+        end = max(end, ready) + cost
+    act_words = -(-engine_pass.activations.size // ACTIVATIONS_PER_WORD)
+    for tile in range(1, tiles):
+        weights_in = act_words + tile * tile_rows * per_row
+        end = max(end + costs[0], weights_in + 1) + sum(costs[1:])
+    # Words the array never reads (rows a stride skips) are still taken before the end.
+    end = max(end, act_words + (tiles - 1) * tile_rows * per_row)
+    return load + end + PASS_LATENCY_CYCLES

@@ -42,7 +42,7 @@ from contract.streams import add_words, output_words
 from models.conv import conv_output_size
 
 from . import graph as g
-from .accelerator import pass_program
+from .accelerator import pass_program, skip_strided_1x1
 from .cycle_model import pass_cycles
 from .errors import PlacementError
 from .providers.base import Cost
@@ -184,10 +184,11 @@ def device_work(layer, input_shape, config):
     if isinstance(layer, g.Conv):
         n, c, h, w = input_shape
         x = np.zeros((1, c, h, w), np.int8)
+        x, stride = skip_strided_1x1(x, layer.weight, layer.stride, layer.padding)
         passes = lower_conv2d(x, layer.weight, layer.bias, layer.multiplier, layer.shift,
                               x_zero_point=layer.x_zero_point,
                               y_zero_point=layer.y_zero_point, lo=layer.lo, hi=layer.hi,
-                              stride=layer.stride, padding=layer.padding,
+                              stride=stride, padding=layer.padding,
                               dilation=layer.dilation, groups=layer.groups, config=config,
                               name=layer.name)
         return _passes_work(passes, config) * n

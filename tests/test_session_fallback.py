@@ -276,7 +276,9 @@ def test_sim_alone_gets_the_cpu_for_what_the_engine_cannot_run(sim, digits):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("fault, message", [
-    (Fault.DROP_WORD, r"layer pass 'conv2\[image 0\]' timed out: twin: 0 of \d+ bytes "
+    # Results of the first column tile may leave before the device misses the dropped
+    # word (it computes while loading), so some bytes can arrive before the stall.
+    (Fault.DROP_WORD, r"layer pass 'conv2\[image 0\]' timed out: twin: \d+ of \d+ bytes "
                       r"after 100000 simulated cycles \(deadline 100,000 cycles or 1 s for "
                       r"~[\d,]+ expected\); status was busy; the device has been reset"),
     (Fault.ERROR, r"layer pass 'conv2\[image 0\]' failed: status error, error code 238 "

@@ -155,6 +155,11 @@ class UartTransport(Transport):
                 raise TransportError(f"{self.name}: DMA read of {want} words answered with "
                                      f"{len(chunk)} bytes")
             out += chunk
+            if chunk:
+                # Progress: the deadline is for a device that sends nothing (a stuck pass),
+                # not for a slow link resending damaged frames (each 1 KB frame is a few
+                # ms of wire time, far more on the serial twin).
+                give_up = time.monotonic() + seconds
             if chunk or len(out) == nbytes:
                 continue
             self.stats.empty_reads += 1
