@@ -357,6 +357,8 @@ def stale_result(job, build=BUILD):
         if "error" in record:
             continue
         same = all(record.get(k) == v for k, v in job.spec().items() if k != "clock_mhz")
+        # A full job needs a full build; a pack-only job takes either.
+        same = same and (job.mode == "pack" or record.get("mode", "full") == "full")
         if same and (job.clock_mhz is None or _clock(record) == job.clock_mhz):
             found.append((path.stat().st_mtime, record))
     return max(found, key=lambda item: item[0])[1] if found else None

@@ -244,3 +244,12 @@ def test_cached_only_builds_nothing(tmp_path):
                               cached_only=True)
     assert runner.specs == [] and [r["rows"] for r in records] == [2]
     assert any(line.startswith("  not built ulx3s-85f 4x4") for line in lines)
+
+
+def test_a_full_job_is_not_answered_by_a_pack_only_build(tmp_path, monkeypatch):
+    pack = sweep.SweepJob("ulx3s-85f", engine(2, 2), mode="pack")
+    monkeypatch.setattr(sweep, "source_digest", lambda root=None: "A")
+    sweep.run_sweep([pack], RecordingRunner(), build=tmp_path, say=lambda line: None)
+    full = sweep.SweepJob("ulx3s-85f", engine(2, 2))
+    assert sweep.stale_result(full, tmp_path) is None
+    assert sweep.stale_result(pack, tmp_path)["mode"] == "pack"
