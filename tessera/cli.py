@@ -1106,6 +1106,9 @@ def build_parser():
 
     _add_runtime_commands(sub)
     _add_energy_command(sub)
+    from tessera.build import add_commands  # build, sweep (docs/build.md)
+
+    add_commands(sub)
     return parser
 
 
