@@ -27,6 +27,7 @@ vs achieved fmax and resources, predicted images/s, fallbacks) and ``run-config.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import time
@@ -149,22 +150,35 @@ class ModelProfile:
         return cycles / (clock_mhz * 1e6) + self.fallback_seconds, costs
 
 
+#: Step of the clocks tried below the target: a PLL from a 25 MHz oscillator makes
+#: 25*FB/DIV (39.29 MHz, not 39 or 40), so whole MHz alone would miss most of them.
+CLOCK_STEP_MHZ = 0.25
+
+
 def pll_clock(board_info, fmax_mhz, margin=CLOCK_MARGIN):
-    """The highest whole-MHz clock at most ``fmax_mhz * (1 - margin)`` that the board's
-    PLL makes and that divides 3 Mbaud for the UART bridge; ``None`` if there is none."""
+    """The highest clock (a multiple of :data:`CLOCK_STEP_MHZ`) at most
+    ``fmax_mhz * (1 - margin)`` that the board's PLL makes and that divides 3 Mbaud for the
+    UART bridge; ``None`` if there is none."""
+    return _pll_clock(board_info["board"], board_info["family"], fmax_mhz, margin)
+
+
+@functools.lru_cache(maxsize=256)
+def _pll_clock(board, family, fmax_mhz, margin):
     from hw.bitstream import KNOWN_BOARDS
     from hw.boards.accelerator import uart_divisor
     from hw.boards.pll import PllError, ecp5_pll_settings, ice40_pll_settings
 
-    oscillator = KNOWN_BOARDS[board_info["board"]]().default_clk_frequency / 1e6
-    settings = ecp5_pll_settings if board_info["family"] == "ecp5" else ice40_pll_settings
-    for mhz in range(int(math.floor(fmax_mhz * (1 - margin))), 0, -1):
+    oscillator = KNOWN_BOARDS[board]().default_clk_frequency / 1e6
+    settings = ecp5_pll_settings if family == "ecp5" else ice40_pll_settings
+    steps = int(math.floor(fmax_mhz * (1 - margin) / CLOCK_STEP_MHZ))
+    for step in range(steps, 0, -1):
+        mhz = step * CLOCK_STEP_MHZ
         try:
-            settings(oscillator, float(mhz))
-            uart_divisor(float(mhz), BAUD)
+            settings(oscillator, mhz)
+            uart_divisor(mhz, BAUD)
         except (PllError, ValueError):
             continue
-        return float(mhz)
+        return mhz
     return None
 
 

@@ -171,11 +171,15 @@ def test_search_scores_the_model_with_the_cycle_model():
 
 def test_pll_clock_is_made_by_the_pll_and_divides_the_uart():
     from hw.boards.accelerator import uart_divisor
+    from hw.boards.pll import ecp5_pll_settings
 
     ecp5, ice40 = rm.board_limits("ulx3s-85f"), rm.board_limits("icebreaker")
-    clock = tb.pll_clock(ecp5, 150.0)
-    assert clock <= 135.0 and clock >= 120.0
-    uart_divisor(clock, tb.BAUD)  # raises if not
+    assert tb.pll_clock(ecp5, 150.0) == 135.0  # 25 MHz x 27 / 5, divisor 45
+    # 44 MHz less 10 % is 39.6: 39.5 is no PLL setting, 39.25 is (25 x 11 / 7 = 39.29 MHz)
+    # and divides 3 Mbaud by 13 (0.7 % off).
+    assert tb.pll_clock(ecp5, 44.0) == 39.25
+    ecp5_pll_settings(25.0, 39.25)
+    assert uart_divisor(39.25, tb.BAUD)[0] == 13
     assert tb.pll_clock(ice40, 10.0) is None  # below the iCE40 PLL's 16 MHz
 
 
