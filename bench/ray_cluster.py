@@ -214,7 +214,10 @@ def connect(address=LOCAL, *, num_cpus=None, resources=None, timeout=CONNECT_TIM
     if address == LOCAL:
         num_cpus = resources.pop(CPU, num_cpus)
         num_gpus = resources.pop(GPU, None)
-        ray.init(num_cpus=None if num_cpus is None else int(num_cpus),
+        # "local": always a new Ray of our own. With no address Ray would join the latest
+        # cluster started on this machine (/tmp/ray/ray_current_cluster), e.g. another
+        # job's or a test's, and refuse our object-store size.
+        ray.init(address="local", num_cpus=None if num_cpus is None else int(num_cpus),
                  num_gpus=None if num_gpus is None else int(num_gpus),
                  resources=resources or None, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
                  **options)
