@@ -1,9 +1,10 @@
 """fmax and resources of the array on an FPGA board, from a real place and route.
 
-Builds the board top (``hw.bitstream.build_bitstream``) unless ``build/<board>/report.json``
-is fresh -- made from the same board, configuration, build options and ``hw/`` source --
-and writes ``bench/results/fmax.json``. The target (150 MHz for the 8x8 array on the
-ULX3S-85F) is the achieved fmax nextpnr reports, not the constraint it was given.
+Builds the bare-array board top (``hw.bitstream.build_bitstream`` with an ``ArrayConfig``)
+unless ``build/<board>-array/report.json`` is fresh -- made from the same board,
+configuration, build options and ``hw/`` source -- and writes ``bench/results/fmax.json``.
+The target (150 MHz for the 8x8 array on the ULX3S-85F) is the achieved fmax nextpnr
+reports, not the constraint it was given.
 
 Usage: ``python -m bench.bench_fmax [--board ulx3s-85f] [--rows 8 --cols 8] [--rebuild]``
 """
@@ -20,7 +21,7 @@ TARGET_MHZ = 150.0  # the project's fmax target for the 8x8 array on the ULX3S-8
 
 def fresh_report(board, config, build_root, **options):
     """The saved report for ``board`` if it was made from exactly these inputs, else None."""
-    report = bitstream.load_report(board, build_root)
+    report = bitstream.load_report(board, build_root, array=True)
     if report is None:
         return None
     key = bitstream.inputs_key(board, config, **options)
@@ -75,7 +76,8 @@ def main(argv=()):
         report = bitstream.build_bitstream(args.board, config, args.build_root, **options)
         reused = False
     else:
-        print(f"reusing {args.build_root}/{args.board}/{bitstream.REPORT_NAME} "
+        print(f"reusing {args.build_root}/{args.board}{bitstream.ARRAY_SUFFIX}/"
+              f"{bitstream.REPORT_NAME} "
               f"(inputs {report['inputs_key']})")
         bitstream.print_summary(report)
         reused = True
