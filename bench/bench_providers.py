@@ -19,9 +19,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import logging
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +33,7 @@ from onnxruntime.quantization import (
     quantize_static,
 )
 
-from bench.common import metric, write_results
+from bench.common import images_per_second, metric, write_results
 from models.zoo.reference import onnxruntime_session
 from sw_driver import InferenceSession
 from sw_driver.providers import OpenCLProvider
@@ -135,34 +133,6 @@ def _build_local(seed, folder):
     return qdq_path
 
 
-# ---------------------------------------------------------------- timing
-
-def _timed(run, batch, min_seconds):
-    """Images/s of back-to-back calls of ``run`` lasting at least ``min_seconds``."""
-    calls, start = 0, time.perf_counter()
-    while True:
-        run()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return calls * batch / elapsed
-
-
-def images_per_second(runs, batch, repeats=REPEATS, min_seconds=MIN_SECONDS):
-    """``{name: median images/s}`` for ``{name: run}``.
-
-    The repeats are interleaved (one of each runner in turn) so that load from other
-    processes on the machine falls on every runner alike rather than on whichever ran then.
-    """
-    for run in runs.values():
-        run()  # warm-up: weight upload, kernel caches, onnxruntime's first allocations
-    rates = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            rates[name].append(_timed(run, batch, min_seconds))
-    return {name: statistics.median(values) for name, values in rates.items()}
-
-
 def ort_session(path, threads):
     """onnxruntime's default (fused) session, as users run it, on ``threads`` threads."""
     return onnxruntime_session(path, optimized=True, threads=threads)
@@ -180,7 +150,8 @@ def measure(path, batch, rng):
     if not np.array_equal(got, want):
         raise AssertionError(f"opencl and cpu outputs differ at batch {batch} (seed {SEED})")
     return images_per_second({name: (lambda s=session: s.run(None, feed))
-                              for name, session in runners.items()}, batch)
+                              for name, session in runners.items()}, batch,
+                             repeats=REPEATS, min_seconds=MIN_SECONDS)
 
 
 def main():

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import images_per_second, metric, write_results
 from models.requant import requantize
 from models.sequence import matmul_int
 from models.zoo.digits import load_digits_split
@@ -52,29 +52,6 @@ BATCHES = (1, 64)
 REPEATS = 5
 MIN_SECONDS = 0.15  # per runner per repeat: the whole bench stays near 25 s
 ORT_THREADS = (1, 2)
-
-
-def _timed(run, batch, min_seconds):
-    """Images/s of back-to-back calls of ``run`` lasting at least ``min_seconds``."""
-    calls, start = 0, time.perf_counter()
-    while True:
-        run()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_seconds:
-            return calls * batch / elapsed
-
-
-def images_per_second(runs, batch, repeats, min_seconds):
-    """``{name: median images/s}``; repeats interleaved so that load from other processes
-    falls on every runner alike."""
-    for run in runs.values():
-        run()  # warm-up: weight upload, kernel build, first allocations
-    rates = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            rates[name].append(_timed(run, batch, min_seconds))
-    return {name: statistics.median(values) for name, values in rates.items()}
 
 
 def placement(profile):
@@ -155,7 +132,8 @@ def main(batches=BATCHES, repeats=REPEATS, min_seconds=MIN_SECONDS):
                                                                       threads=t)
                         for t in ORT_THREADS})
         rates = images_per_second({k: (lambda s=s, f=feed: s.run(None, f))
-                                   for k, s in runners.items()}, batch, repeats, min_seconds)
+                                   for k, s in runners.items()}, batch, repeats=repeats,
+                                  min_seconds=min_seconds)
         peer = "onnxruntime_1thread"
         for runner, value in rates.items():
             entry = {} if runner == peer else {"peer": peer,

@@ -5,6 +5,8 @@ import datetime
 import json
 import os
 import platform
+import statistics
+import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -56,3 +58,30 @@ def write_results(benchmark, metrics, **context):
     print(f"wrote {len(metrics)} metric{'' if len(metrics) == 1 else 's'} to {path}")
     WRITTEN.append((path, len(metrics)))
     return path
+
+
+def _timed(run, batch, min_seconds):
+    """Images/s of back-to-back calls of ``run`` lasting at least ``min_seconds``."""
+    calls, start = 0, time.perf_counter()
+    while True:
+        run()
+        calls += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return calls * batch / elapsed
+
+
+def images_per_second(runs, batch, *, repeats, min_seconds):
+    """``{name: median images/s}`` for ``{name: run}`` (each call of ``run`` does ``batch``
+    images), after one warm-up call each (weight upload, kernel builds, first allocations).
+
+    The repeats are interleaved (one of each runner in turn) so that load from other
+    processes on the machine falls on every runner alike rather than on whichever ran then.
+    """
+    for run in runs.values():
+        run()
+    rates = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            rates[name].append(_timed(run, batch, min_seconds))
+    return {name: statistics.median(values) for name, values in rates.items()}
