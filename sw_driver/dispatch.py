@@ -9,7 +9,9 @@ the list, last). A device that failed a layer twice is skipped for the rest of t
 a stuck device then costs two deadlines in a run, not two per layer. Only when every
 provider has failed does the run fail, with a :class:`~sw_driver.errors.LayerFaultError`
 naming the layer and each fault. A ``ValueError`` or ``OverflowError`` is the layer's own
-(an accumulator overflow: the golden model raises it too) and fails the run at once.
+(an accumulator overflow: the golden model raises it too) and fails the run at once, except
+a :class:`~sw_driver.errors.RefusedAtRunError`: the provider saw from the real shapes that it
+cannot run the layer, and the next provider runs it with that reason in the profile.
 
 Locks (:mod:`sw_driver.locks`, :class:`~sw_driver.providers.Concurrency`): a
 ``PER_LAYER`` provider's lock is held for one layer, across its retry; ``PER_RUN`` locks
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import DeviceError, LayerError, LayerFaultError
+from .errors import DeviceError, LayerError, LayerFaultError, RefusedAtRunError
 from .providers.base import Concurrency
 
 __all__ = ["PlannedLayer", "plan_layers", "run_layer", "run_locks"]
@@ -110,8 +112,8 @@ def _describe(layer, source):
 
 def _attempts(provider, layer, inputs, faults, source):
     """Run ``layer`` on ``provider`` (retrying once after a reset); ``(output, seconds,
-    bytes, cycles)``, or None when every attempt met a device fault (recorded in
-    ``faults``)."""
+    bytes, cycles)``, None when every attempt met a device fault (recorded in ``faults``),
+    or the provider's :class:`RefusedAtRunError` when it declined the layer's shapes."""
     with _guard(provider):
         for attempt in range(1, ATTEMPTS_PER_DEVICE + 1):
             start = time.perf_counter()
@@ -123,6 +125,8 @@ def _attempts(provider, layer, inputs, faults, source):
                 faults.append({"provider": provider.name, "attempt": attempt,
                                "error": str(exc), "seconds": time.perf_counter() - start})
                 continue
+            except RefusedAtRunError as exc:
+                return exc
             except (ValueError, OverflowError) as exc:
                 earlier = f"; after device faults: {_list_faults(faults)}" if faults else ""
                 raise LayerError(
@@ -157,6 +161,9 @@ def run_layer(step, inputs, broken, source):
             inputs = [x if isinstance(x, np.ndarray) else np.asarray(x) for x in inputs]
         before = len(faults)
         outcome = _attempts(provider, layer, inputs, faults, source)
+        if isinstance(outcome, RefusedAtRunError):
+            fell_back.append({"provider": provider.name, "why": str(outcome)})
+            continue
         if outcome is None:
             mine = faults[before:]
             broken[provider] = (f"skipped: it failed layer {layer.name!r} on all "

@@ -16,6 +16,7 @@ __all__ = [
     "PlacementError",
     "ProviderUnavailableError",
     "QuantizationError",
+    "RefusedAtRunError",
     "RunTerminatedError",
     "TesseraError",
     "UnknownProviderError",
@@ -95,6 +96,13 @@ class DeviceError(TesseraError):
     provider, so the session retries it (:mod:`sw_driver.dispatch`). The transport's and
     the accelerator's errors are subclasses.
     """
+
+
+class RefusedAtRunError(TesseraError, ValueError):
+    """A provider found, from the actual input shapes, that it cannot run a layer the
+    planner gave it (the planner did not know those shapes, e.g. a MatMul's second operand).
+    Nothing was sent to the device; the session runs the layer on the next provider and the
+    profile gives this message as the reason (:mod:`sw_driver.dispatch`)."""
 
 
 class LayerFaultError(LayerError):

@@ -24,6 +24,7 @@ from sw_driver.errors import (
     LayerFaultError,
     PlacementError,
     ProviderUnavailableError,
+    RefusedAtRunError,
 )
 from sw_driver.providers import CPUProvider, Provider, Refusal, SimProvider
 
@@ -207,6 +208,33 @@ def test_a_layer_error_is_not_a_device_fault(digits):
                        r"'engine' .*int32 accumulator overflow") as raised:
         session.run(None, feed)
     assert not isinstance(raised.value, LayerFaultError) and engine.resets == 0
+
+
+class _RefusingAtRun(_EngineStandIn):
+    def run(self, layer, inputs):
+        if layer.name == "conv2":
+            self.calls.append(layer.name)
+            raise RefusedAtRunError(f"layer {layer.name!r}: each pass needs more input "
+                                    f"columns than the buffer holds")
+        return super().run(layer, inputs)
+
+
+def test_a_refusal_met_at_run_time_falls_back_with_its_reason(digits):
+    """A provider that sees from the real shapes that it cannot run a layer (nothing sent
+    to the device) declines it: no retry, no reset, the CPU runs it, the profile says why,
+    and the provider is not skipped for the other layers."""
+    feed, want = digits
+    engine = _RefusingAtRun()
+    session = InferenceSession(DIGITS_QDQ, providers=[engine, "cpu"])
+    (got,) = session.run(None, feed)
+    assert_identical(got, want, "conv2 declined at run time")
+    rows = _by_layer(session)
+    assert rows["conv2"]["provider"] == "cpu"
+    assert rows["conv2"]["fell_back_from"] == [
+        {"provider": "engine", "why": "layer 'conv2': each pass needs more input columns "
+                                      "than the buffer holds"}]
+    assert "faults" not in rows["conv2"] and engine.resets == 0
+    assert engine.calls.count("conv2") == 1 and rows["fc"]["provider"] == "engine"
 
 
 # ---------------------------------------------------------------- deadlines

@@ -28,7 +28,7 @@ from .. import graph as g
 from .. import planner
 from ..accelerator import Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
-from ..errors import ProviderUnavailableError
+from ..errors import ProviderUnavailableError, RefusedAtRunError
 from ..matmul_lowering import lower_matmul, matmul_refusal, matmul_work
 from ..transport.base import Transport, TransportError
 from .base import Concurrency, Cost, Provider, Refusal
@@ -375,7 +375,7 @@ class DeviceProvider(Provider):
         (:func:`~sw_driver.matmul_lowering.lower_matmul`)."""
         problem = matmul_refusal(layer, self.config, np.shape(a))
         if problem is not None:
-            raise ValueError(f"layer {layer.name!r}: {problem}")
+            raise RefusedAtRunError(f"layer {layer.name!r}: {problem}")
         lowering = lower_matmul(a, b, a_zero_point=layer.a_zero_point,
                                 b_zero_point=layer.b_zero_point, name=layer.name)
         outputs, cycles = [], 0
