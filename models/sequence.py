@@ -100,10 +100,43 @@ def _elementwise(op_type, args, attrs, opset):
     _broadcast(op_type, *args)
     if op_type == "Where":
         return np.where(np.asarray(args[0], bool), _f32(args[1]), _f32(args[2]))
+    if all(np.issubdtype(np.asarray(a).dtype, np.integer) for a in args) \
+            and op_type != "Pow":
+        # Shape arithmetic of PyTorch exports (heads x batch, embed // heads) is int64 in
+        # ONNX; integer Div truncates toward zero as onnxruntime's kernel does.
+        a, b = (np.asarray(v, np.int64) for v in args)
+        if op_type == "Div":
+            if np.any(b == 0):
+                raise ValueError("Div: integer division by zero")
+            return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+        return {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op_type](a, b)
     a, b = _f32(args[0]), _f32(args[1])
     result = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide,
               "Pow": np.power}[op_type](a, b)
     return result.astype(np.float32)
+
+
+#: ONNX TensorProto data types a Cast of shape arithmetic uses, as NumPy types.
+_CAST_TYPES = {1: np.float32, 6: np.int32, 7: np.int64, 9: np.bool_, 11: np.float64}
+
+
+def _cast(x, to):
+    if int(to) not in _CAST_TYPES:
+        raise ValueError(f"Cast: to={to} is not supported; Tessera casts to "
+                         f"float (1), int32 (6), int64 (7), bool (9) and double (11)")
+    return np.asarray(x).astype(_CAST_TYPES[int(to)])
+
+
+def _mod(args, attrs):
+    _broadcast("Mod", *args)
+    a, b = (np.asarray(v) for v in args)
+    if attrs.get("fmod", 0):
+        return np.fmod(a, b)
+    if not (np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer)):
+        raise ValueError("Mod: fmod=0 needs integer inputs (ONNX)")
+    if np.any(b == 0):
+        raise ValueError("Mod: integer modulo by zero")
+    return np.mod(a, b)  # the sign of the divisor, as ONNX defines fmod=0
 
 
 def _layer_norm(args, attrs, opset):
@@ -361,6 +394,17 @@ def _float_op(op_type, args, attrs, opset, output_index, outputs):
         # Shape feeds the batch size into an Expand of the class token (opset 15 start/end).
         dims = np.shape(x)[int(attrs.get("start", 0)):attrs.get("end")]
         return np.array(dims, np.int64)
+    if op_type == "Cast":
+        return _cast(x, attrs.get("to", 1))
+    if op_type == "Mod":
+        return _mod(args, attrs)
+    if op_type == "ConstantOfShape":
+        # The importer passes the ``value`` attribute as an array (one element).
+        value = np.asarray(attrs.get("value", np.zeros(1, np.float32))).reshape(-1)
+        dims = tuple(int(d) for d in np.asarray(x).reshape(-1))
+        if any(d < 0 for d in dims):
+            raise ValueError(f"ConstantOfShape: negative dimension in {list(dims)}")
+        return np.full(dims, value[0], value.dtype)
     if op_type == "Expand":
         x = np.asarray(x)
         target = tuple(int(d) for d in np.asarray(args[1]).reshape(-1))
@@ -386,4 +430,4 @@ FLOAT_OPS = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Where", "Erf", "Sqrt", "Tanh", "Relu", "Identity",
     "Gelu", "LayerNormalization", "Softmax", "ReduceMean", "MatMul", "Transpose", "Reshape",
     "Flatten", "Concat", "Split", "Slice", "Gather", "Unsqueeze", "Squeeze", "Shape",
-    "Expand", "GRU", "LSTM"})
+    "Expand", "GRU", "LSTM", "Cast", "Mod", "ConstantOfShape"})

@@ -31,7 +31,7 @@ from onnx import helper, numpy_helper
 from models.eltwise import add_multipliers
 from models.pool import avg_pool_multipliers
 from models.requant import activation_range, quantize_multiplier
-from models.sequence import FLOAT_OPS, dequantize
+from models.sequence import FLOAT_OPS, dequantize, quantize
 
 from . import graph as g
 from .errors import (
@@ -300,6 +300,10 @@ class _Importer:
                           if len(node.input) > 2 and node.input[2]
                           else np.zeros_like(scale, dtype=values.dtype))
             axis = int(self.attrs(node).get("axis", 1))
+            if not np.all(np.isfinite(scale) & (scale > 0)):
+                # quantize_static gives an -inf attention mask an infinite scale.
+                raise QuantizationError(f"{self.where(node)}: scale {scale.tolist()!r} of "
+                                        f"constant {source!r} is not positive and finite")
             self.consts[node.output[0]] = _Const(values, scale, zero_point, axis)
             return
         if source not in self.qtensors:
@@ -319,6 +323,14 @@ class _Importer:
         if id(node) in self.absorbed:
             return
         scale, zero_point = self.qparams(node)
+        if node.input[0] in self.init:
+            # A Constant node quantized in the graph (GELU's erf + 1 in PyTorch's export,
+            # which quantize_static sees as activations): fold it into an int8 constant that
+            # the DequantizeLinear after it reads like a quantized initializer.
+            values = quantize(numpy_helper.to_array(self.init[node.input[0]]), scale,
+                              zero_point)
+            self.init[node.output[0]] = numpy_helper.from_array(values, node.output[0])
+            return
         self.qtensors[node.output[0]] = (scale, zero_point)
         self.layers.append(g.Quantize(self.name(node), (node.input[0],), node.output[0],
                                       scale=scale, zero_point=zero_point))
@@ -430,6 +442,10 @@ class _Importer:
             y_zero_point=y_zp, lo=lo, hi=hi))
 
     def add(self, node):
+        if self.sequence and not all(name in self.views for name in node.input):
+            # PyTorch exports: int64 shape arithmetic (Mod + 1), a bias constant first
+            # (bias + x @ W): float or integer ops of the ORT-compatible mode.
+            return self.float_add(node)
         a, a_scale, a_zp = self.activation_input(node, 0)
         constant = None
         if node.input[1] in self.consts:
@@ -486,6 +502,10 @@ class _Importer:
     def reshape(self, node):
         if node.input[0] not in self.views:
             return self.float_op(node)
+        if self.sequence and node.input[1] not in self.init and node.input[1] not in self.consts:
+            # A shape computed at run time (PyTorch's MultiheadAttention builds it from
+            # Shape of the batch): dequantize -> float Reshape, as onnxruntime's graph does.
+            return self.float_add(node)
         x, x_scale, x_zp = self.activation_input(node, 0)
         shape = self.array(node, node.input[1], "shape")
         if self.attrs(node).get("allowzero", 0):
@@ -571,7 +591,9 @@ class _Importer:
                     inputs.append(value)
                 value = inputs.index(value)
             args.append(value)
-        attrs = {k: (v.decode() if isinstance(v, bytes) else v)
+        attrs = {k: (v.decode() if isinstance(v, bytes) else
+                     # ConstantOfShape's value: the golden model reads arrays, not protobuf.
+                     numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else v)
                  for k, v in self.attrs(node).items()}
         self.check_operands(node, args)
         if node.op_type in ("GRU", "LSTM"):
