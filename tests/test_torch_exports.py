@@ -156,3 +156,23 @@ def test_shape_arithmetic_ops_are_onnx_integer_ops():
         sequence.float_op("Mod", [np.array([1]), np.array([0])])
     with pytest.raises(ValueError, match=r"Div: integer division by zero"):
         sequence.float_op("Div", [np.array([1]), np.array([0])])
+
+
+@pytest.mark.parametrize("name, dense, matmul", [
+    ("encoder_gelu_postnorm", 4, 2), ("encoder_relu_prenorm", 4, 2), ("mha", 2, 2)])
+def test_transformers_on_opencl_match_cpu(name, dense, matmul):
+    from sw_driver.opencl import NoPlatformError, list_devices
+
+    try:
+        list_devices()
+    except NoPlatformError as exc:
+        pytest.skip(f"no OpenCL platform with a device: {exc}")
+    x = _inputs(name)
+    want = InferenceSession(str(_path(name)), providers=["cpu"]).run(None, {"x": x})[0]
+    session = InferenceSession(str(_path(name)), providers=["opencl", "cpu"])
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+    rows = session.profile()
+    # The projections (Dense) and Q.K^T, attn.V (activation x activation MatMul) run on
+    # the batched GEMM kernels; the float ops fall back to the CPU with a reason.
+    for op, count in (("Dense", dense), ("MatMul", matmul)):
+        assert [r["provider"] for r in rows if r["op"] == op] == ["opencl"] * count, op
