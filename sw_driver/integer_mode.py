@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from models import intonly
+from models.eltwise import add_multipliers
 from models.sequence import dequantize, float_op, quantize
 
 from . import graph as g
@@ -265,34 +266,96 @@ def _make_gelu(graph, seed, x, dq, q, chain, distance):
     return new, q, set(region), why
 
 
+def _residual_add(graph, layer):
+    """``DequantizeLinear(a) + DequantizeLinear(b) -> QuantizeLinear``: the integer
+    :class:`~sw_driver.graph.Add` of :func:`models.eltwise.add` (the CNN residual add)."""
+    if len(layer.args) != 2 or not all(isinstance(a, int) for a in layer.args):
+        raise _Refused("one operand is a constant (a bias): its int8 form is not kept once "
+                       "the importer dequantizes it")
+    dqs = [graph.dequantized_input(layer, layer.inputs[a]) for a in layer.args]
+    q = graph.only_quantized(layer)
+    try:
+        add_multipliers(dqs[0].scale, dqs[1].scale, q.scale)
+    except ValueError as exc:
+        raise _Refused(f"its scales cannot be represented by the integer add: {exc}") from None
+    a, b = dqs
+    new = g.Add(layer.name, (a.inputs[0], b.inputs[0]), q.output, a_scale=a.scale,
+                a_zero_point=a.zero_point, b_scale=b.scale, b_zero_point=b.zero_point,
+                y_scale=q.scale, y_zero_point=q.zero_point)
+    why = ("integer-only mode: models.eltwise.add (the integer residual add) replaces "
+           "DequantizeLinear -> Add -> QuantizeLinear of two int8 tensors")
+    return new, q, {layer, q, *dqs}, why
+
+
+def _scalar_scale(graph, layer):
+    """``DequantizeLinear(x) * c`` or ``/ c`` with a positive scalar constant ``c`` ->
+    QuantizeLinear: a requantization of ``x`` to the new scale, run as the integer add of
+    ``x`` at scale ``s_x * c`` and a zero constant (one rounding, as the adder computes)."""
+    if len(layer.args) != 2:
+        raise _Refused(f"{layer.op_type} with {len(layer.args)} operands")
+    tensors = [i for i, a in enumerate(layer.args) if isinstance(a, int)]
+    if len(tensors) != 1 or (layer.op_type == "Div" and tensors != [0]):
+        raise _Refused(f"it is not an int8 tensor {layer.op_type} a scalar constant")
+    c = layer.args[1 - tensors[0]]
+    if np.size(c) != 1 or not np.isfinite(c).all() or float(np.reshape(c, ())) <= 0:
+        raise _Refused(f"its constant is not one positive finite number (shape "
+                       f"{list(np.shape(c))}): a sign flip or a per-element factor is not a "
+                       f"requantization")
+    c = float(np.float32(np.reshape(c, ())))
+    dq = graph.dequantized_input(layer, layer.inputs[layer.args[tensors[0]]])
+    q = graph.only_quantized(layer)
+    scale = dq.scale * c if layer.op_type == "Mul" else dq.scale / c
+    try:
+        add_multipliers(scale, scale, q.scale)
+    except ValueError as exc:
+        raise _Refused(f"the factor {c!r} cannot be represented by the integer add: "
+                       f"{exc}") from None
+    new = g.Add(layer.name, (dq.inputs[0],), q.output, a_scale=scale,
+                a_zero_point=dq.zero_point, b_scale=scale, b_zero_point=0, y_scale=q.scale,
+                y_zero_point=q.zero_point, constant=np.zeros((), np.int8))
+    why = (f"integer-only mode: {layer.op_type} by {c!r} is a requantization, run as "
+           f"models.eltwise.add of the input at scale s_x {'*' if layer.op_type == 'Mul' else '/'}"
+           f" {c!r} and a zero constant")
+    return new, q, {layer, q, dq}, why
+
+
+def _kind(candidate, phase):
+    """The rewrite to try on ``candidate`` in ``phase`` (0: the nonlinearities, 1: the
+    element-wise Add/Mul/Div, after them so that a GELU's inner Mul and Add are matched as
+    part of the GELU first), or None."""
+    if isinstance(candidate, g.Softmax) and phase == 0:
+        return _softmax
+    if not isinstance(candidate, g.FloatOp):
+        return None
+    kinds = ({"Softmax": _softmax, "LayerNormalization": _layernorm, "Erf": _gelu,
+              "Tanh": _gelu, "Gelu": _gelu},
+             {"Add": _residual_add, "Mul": _scalar_scale, "Div": _scalar_scale})[phase]
+    return kinds.get(candidate.op_type)
+
+
 def _integer_rewrite(graph):
     """Replace what can be replaced; returns ({layer name: why}, {layer name: refusal})."""
     made, refused = {}, {}
     layers = list(graph.layers)
     outputs = {o.name for o in graph.outputs}
-    for candidate in list(layers):
-        kind = None
-        if isinstance(candidate, g.Softmax) or (isinstance(candidate, g.FloatOp)
-                                                 and candidate.op_type == "Softmax"):
-            kind = _softmax
-        elif isinstance(candidate, g.FloatOp) and candidate.op_type == "LayerNormalization":
-            kind = _layernorm
-        elif isinstance(candidate, g.FloatOp) and candidate.op_type in ("Erf", "Tanh", "Gelu"):
-            kind = _gelu
-        if kind is None or candidate not in layers:
-            continue
-        view = _Graph(layers, outputs)
-        try:
-            new, replaced, region, why = kind(view, candidate)
-        except _Refused as exc:
-            refused[candidate.name] = str(exc)
-            continue
-        layers[layers.index(replaced)] = new
-        layers = _drop_dead(layers, region, outputs)
-        if any(layer.name == new.name for layer in layers if layer is not new):
-            # The float layer it is named after is still read elsewhere: names stay unique.
-            new.name = f"{new.name}:integer"
-        made[new.name] = why
+    for phase in (0, 1):
+        for candidate in list(layers):
+            kind = _kind(candidate, phase)
+            if kind is None or candidate not in layers:
+                continue
+            view = _Graph(layers, outputs)
+            try:
+                new, replaced, region, why = kind(view, candidate)
+            except _Refused as exc:
+                refused[candidate.name] = str(exc)
+                continue
+            layers[layers.index(replaced)] = new
+            layers = _drop_dead(layers, region, outputs)
+            if any(layer.name == new.name for layer in layers if layer is not new):
+                # The float layer it is named after is still read elsewhere: names stay
+                # unique.
+                new.name = f"{new.name}:integer"
+            made[new.name] = why
     graph.layers[:] = layers
     return made, refused
 

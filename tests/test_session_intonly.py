@@ -82,14 +82,15 @@ def test_vit_profile_says_which_semantics_each_layer_used():
     assert rows["b1_gelu"]["op"] == "IntGelu"
     assert "erf form: b1_gelu_div, b1_gelu_erf, b1_gelu_add, b1_gelu_mul, b1_gelu" \
         in rows["b1_gelu"]["semantics_why"]
-    # The GELU's inner float layers are gone; the GEMMs are integer, the scale Mul and the
-    # residual Adds keep the ORT-compatible form, the shape path is float.
+    # The GELU's inner float layers are gone; the GEMMs, the scale Mul and the residual
+    # Adds are integer, the bias Adds keep the ORT-compatible form, the shape path is float.
     assert "b0_gelu_erf" not in rows and "b0_gelu_div" not in rows
     assert rows["b0_q_matmul"]["semantics"] == "integer-only"
     assert rows["b0_scores"]["semantics"] == "integer-only"
-    assert rows["b0_scores_scaled"]["semantics"] == "ort-compatible"
-    assert "no integer-only form of Mul" in rows["b0_scores_scaled"]["semantics_why"]
-    assert rows["b0_residual1"]["semantics"] == "ort-compatible"
+    assert rows["b0_scores_scaled"]["semantics"] == "integer-only"
+    assert "Mul by 0.25 is a requantization" in rows["b0_scores_scaled"]["semantics_why"]
+    assert rows["b0_residual1"]["semantics"] == "integer-only"
+    assert rows["b0_fc2"]["semantics"] == "ort-compatible"
     assert rows["input_shape"]["semantics"] == "float"
     assert "not quantized" in rows["input_shape"]["semantics_why"]
 
@@ -244,8 +245,8 @@ def test_tessera_run_sequence_mode_integer(capsys):
                  "--sequence-mode", "integer"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the table and lines may wrap
     assert "IntSoftmax" in out and "IntGelu" in out
-    assert ("semantics (--sequence-mode integer): float 8, ort-compatible 98, integer-only "
-            "35 layers") in out
+    assert ("semantics (--sequence-mode integer): float 8, ort-compatible 76, integer-only "
+            "41 layers") in out
     assert "accuracy on digits (test split, 450 samples): 96.67%" in out
 
 
@@ -265,7 +266,7 @@ def test_bench_intonly_accuracy_records_the_three_accuracies(tmp_path, monkeypat
     vit = metrics["vit_integer_mode_accuracy"]
     assert vit["value"] >= vit["target"] == pytest.approx(vit["peer_value"] - 0.01)
     assert metrics["vit_integer_vs_ort_top1_agreement"]["value"] >= 0.98
-    assert metrics["vit_integer_mode_layers"]["value"] == 35
+    assert metrics["vit_integer_mode_layers"]["value"] == 41
     assert metrics["vit_integer_mode_images_per_s"]["peer"] == "ort_mode"
     # The GRU stays float: both modes agree on every image, and no speed is claimed.
     assert metrics["rowgru_integer_vs_ort_top1_agreement"]["value"] == 1.0
@@ -291,7 +292,10 @@ def test_a_region_that_is_not_a_gelu_keeps_the_ort_form(tmp_path):
     assert why.startswith("not integer-only: no int8 tensor computed from "
                           "'f1_QuantizeLinear_Output' through Erf is a GELU of it")
     assert "(at most 2 needed)" in why
-    assert rows["gelu_half"]["semantics"] == "ort-compatible"
+    # Its Mul by the constant 0.7 is still a requantization: integer in this mode.
+    assert rows["gelu_half"]["semantics"] == "integer-only"
+    assert rows["gelu_half"]["semantics_why"].startswith(
+        "integer-only mode: Mul by 0.699999988079071 is a requantization")
 
 
 def test_a_gelu_whose_float_value_is_also_read_keeps_it_and_a_unique_name():
@@ -316,3 +320,117 @@ def test_a_gelu_whose_float_value_is_also_read_keeps_it_and_a_unique_name():
     assert gelu.params == intonly.gelu_params(0.05, 3, 0.04, -90)
     assert made.semantics["gelu:integer"][0] == "integer-only"
     assert made.semantics["gelu"][0] == "float"  # its output is read unquantized
+
+
+RESIDUALS = ("b0_residual1", "b0_residual2", "b1_residual1", "b1_residual2")
+SCALED = ("b0_scores_scaled", "b1_scores_scaled")
+
+
+def test_vit_residual_adds_and_the_score_scaling_become_integer_adds():
+    """Integer mode: DequantizeLinear x2 -> Add -> QuantizeLinear is models.eltwise.add,
+    the Mul of the scores by 0.25 a requantization; the bias Adds keep the ORT form."""
+    integer = InferenceSession(VIT, sequence_mode="integer")
+    ort = InferenceSession(VIT, sequence_mode="ort")
+    layers = {layer.name: layer for layer in integer.graph.layers}
+    for name in RESIDUALS + SCALED:
+        assert isinstance(layers[name], graph.Add), name
+        kind, why = integer.graph.semantics[name]
+        assert kind == "integer-only" and "models.eltwise.add" in why
+    for name in RESIDUALS:
+        assert len(layers[name].inputs) == 2 and layers[name].constant is None
+    for name in SCALED:
+        layer = layers[name]
+        assert layer.inputs == (f"{name[:2]}_scores_QuantizeLinear_Output",)
+        assert layer.constant.shape == ()
+        assert int(layer.constant) == 0 and layer.b_zero_point == 0
+    # The bias Adds: the importer dequantized their constant, so they stay float.
+    kind, why = integer.graph.semantics["b0_q"]
+    assert (layers["b0_q"].op, kind) == ("Add", "ort-compatible")
+    assert why.startswith("not integer-only: one operand is a constant (a bias)")
+    assert not any(isinstance(layer, graph.Add) for layer in ort.graph.layers)
+    counts = [kind for kind, _ in integer.graph.semantics.values()]
+    assert counts.count("integer-only") == 41  # 35 before the Adds and Muls (issue 16)
+
+
+def test_integer_adds_are_bit_exact_with_models_eltwise_add():
+    """cpu (fast kernels and golden path) equals models.eltwise.add on every code pair of
+    the ViT's residual Adds and on every code of its score scaling."""
+    from models.eltwise import add
+    from sw_driver.providers.cpu import CPUProvider
+
+    integer = InferenceSession(VIT, sequence_mode="integer")
+    layers = {layer.name: layer for layer in integer.graph.layers}
+    codes = np.arange(-128, 128, dtype=np.int8)
+    a, b = (c.astype(np.int8) for c in np.meshgrid(codes, codes))
+    for fast in (True, False):
+        cpu = CPUProvider(fast=fast)
+        for name in RESIDUALS:
+            layer = layers[name]
+            want = add(a, layer.a_scale, layer.a_zero_point, b, layer.b_scale,
+                       layer.b_zero_point, layer.y_scale, layer.y_zero_point)
+            np.testing.assert_array_equal(cpu.run(layer, [a, b]), want)
+        for name in SCALED:
+            layer = layers[name]
+            got = cpu.run(layer, [codes])
+            want = add(codes, layer.a_scale, layer.a_zero_point, layer.constant,
+                       layer.b_scale, 0, layer.y_scale, layer.y_zero_point)
+            np.testing.assert_array_equal(got, want)
+            # One rounding of the real product: within half an LSB but for float error.
+            real = (codes.astype(np.float64) - layer.a_zero_point) * layer.a_scale
+            exact = np.clip(real / layer.y_scale + layer.y_zero_point, -128, 127)
+            assert np.abs(got - exact).max() <= 0.5 + 1e-6
+
+
+def _qdq_graph(op_type, args, a_scale, b_scale=0.05, y_scale=0.1):
+    """Dequantize a (and b) -> op_type -> Quantize, as the importer lays it out."""
+    layers = [graph.Dequantize("dqa", ("a",), "fa", scale=a_scale),
+              graph.Dequantize("dqb", ("b",), "fb", scale=b_scale),
+              graph.FloatOp("op", ("fa", "fb"), "fy", op_type=op_type, args=args),
+              graph.Quantize("q", ("fy",), "y", scale=y_scale)]
+    layers[2].inputs = tuple(("fa", "fb")[: sum(isinstance(a, int) for a in args)])
+    if len(layers[2].inputs) == 1:
+        layers.pop(1)
+    out = graph.TensorInfo("out", [4])
+    # A float op after it, as in a transformer: a graph without one is labelled like a CNN.
+    layers += [graph.Dequantize("dqy", ("y",), "fo", scale=y_scale),
+               graph.FloatOp("tail", ("fo",), "out", op_type="Identity", args=(0,))]
+    return graph.Graph(layers, [graph.TensorInfo("a", [4])], [out])
+
+
+def test_an_add_with_unrepresentable_scales_stays_float_with_the_reason():
+    from sw_driver.integer_mode import apply_sequence_mode
+
+    ok = apply_sequence_mode(_qdq_graph("Add", (0, 1), 0.02), "integer")
+    assert [layer.op for layer in ok.layers] == ["Add", "Dequantize", "Identity"]
+    assert ok.semantics["op"][0] == "integer-only"
+    far = apply_sequence_mode(_qdq_graph("Add", (0, 1), 1e-12, b_scale=1.0), "integer")
+    assert "Add" in [layer.op for layer in far.layers]
+    assert not any(isinstance(layer, graph.Add) for layer in far.layers)
+    kind, why = far.semantics["op"]
+    assert kind == "ort-compatible"
+    assert why.startswith("not integer-only: its scales cannot be represented by the "
+                          "integer add: add with a_scale=1e-12")
+
+
+@pytest.mark.parametrize("op_type, args, problem", [
+    ("Mul", (0, np.float32(-0.5)), "not one positive finite number"),
+    ("Mul", (0, np.full(4, 0.5, np.float32)), "not one positive finite number"),
+    ("Div", (np.float32(2.0), 0), "not an int8 tensor Div a scalar constant"),
+])
+def test_a_mul_that_is_not_a_requantization_keeps_the_ort_form(op_type, args, problem):
+    from sw_driver.integer_mode import apply_sequence_mode
+
+    made = apply_sequence_mode(_qdq_graph(op_type, args, 0.02), "integer")
+    assert not any(isinstance(layer, graph.Add) for layer in made.layers)
+    kind, why = made.semantics["op"]
+    assert kind == "ort-compatible" and problem in why
+
+
+@pytest.mark.parametrize("op_type, c, scale", [("Mul", 0.25, 0.005), ("Div", 4.0, 0.005)])
+def test_a_scalar_mul_or_div_becomes_a_requantizing_add(op_type, c, scale):
+    from sw_driver.integer_mode import apply_sequence_mode
+
+    made = apply_sequence_mode(_qdq_graph(op_type, (0, np.float32(c)), 0.02), "integer")
+    layer = made.layers[0]
+    assert isinstance(layer, graph.Add) and layer.inputs == ("a",)
+    assert layer.a_scale == pytest.approx(scale) and layer.y_scale == 0.1
