@@ -434,3 +434,31 @@ def test_a_scalar_mul_or_div_becomes_a_requantizing_add(op_type, c, scale):
     layer = made.layers[0]
     assert isinstance(layer, graph.Add) and layer.inputs == ("a",)
     assert layer.a_scale == pytest.approx(scale) and layer.y_scale == 0.1
+
+
+@pytest.mark.slow
+def test_encoder_block_residual_adds_run_on_the_twin(blocks):
+    """Integer mode on the twin: the residual Adds go to the device's adder (ADD opcode),
+    bit-exact with the CPU provider (models.eltwise.add)."""
+    from contract.config import ArrayConfig, ConvEngineConfig
+    from sw_driver.providers import SimProvider
+
+    config = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
+                              weight_depth=2048, max_col_tiles=8)
+    path, shape = blocks["erf"]
+    x = np.random.default_rng(SEED + 2).standard_normal((3, *shape)).astype(np.float32)
+    print(f"seed {SEED + 2}, 3 samples of {list(shape)}")
+    want = InferenceSession(str(path), providers=["cpu"], sequence_mode="integer") \
+        .run(None, {"x": x})[0]
+    sim = SimProvider(config, log=lambda message: None)
+    try:
+        session = InferenceSession(str(path), providers=[sim, "cpu"], sequence_mode="integer")
+        got = session.run(None, {"x": x})[0]
+    finally:
+        sim.close()
+    np.testing.assert_array_equal(got, want)
+    rows = {row["layer"]: row for row in session.profile()}
+    for name in ("residual1", "residual2"):
+        assert (rows[name]["op"], rows[name]["semantics"]) == ("Add", "integer-only")
+        assert rows[name]["provider"] == "sim" and rows[name]["cycles"] > 0
+        assert "Add on the adder of" in rows[name]["reason"]
