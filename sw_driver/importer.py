@@ -107,6 +107,9 @@ class _Importer:
         self.qtensors = {}    # int8 tensor name -> (scale, zero point)
         self.absorbed = set()  # ids of Relu/Clip/QuantizeLinear folded into a layer
         self.dequantized = set()  # DQ outputs that a Dequantize layer makes float
+        # FloatOp layer name -> {argument position: _Const}: the int8 form of the constants a
+        # float op reads dequantized, for the integer mode's Add (sw_driver/integer_mode.py).
+        self.quantized_args = {}
         self.layers = []
 
     # -- helpers -----------------------------------------------------------------------
@@ -602,6 +605,10 @@ class _Importer:
         for index, out in enumerate(node.output):
             if out:
                 name = self.name(node) if len(outputs) == 1 else f"{self.name(node)}:{index}"
+                quantized = {i: self.consts[n] for i, n in enumerate(node.input)
+                             if n in self.consts}
+                if quantized:
+                    self.quantized_args[name] = quantized
                 self.layers.append(g.FloatOp(
                     name, tuple(inputs), out, op_type=node.op_type, args=tuple(args),
                     attrs=attrs, opset=self.opset, output_index=index,
@@ -763,4 +770,5 @@ def import_model(path_or_bytes, sequence_mode="ort"):
         raise ValueError(f"sequence_mode must be one of "
                          f"{', '.join(map(repr, SEQUENCE_MODES))}, not {sequence_mode!r}")
     model, source = load_model(path_or_bytes)
-    return apply_sequence_mode(_Importer(model, source).run(), sequence_mode)
+    importer = _Importer(model, source)
+    return apply_sequence_mode(importer.run(), sequence_mode, importer.quantized_args)

@@ -55,8 +55,9 @@ class _Refused(Exception):
 class _Graph:
     """Producer and consumers of every tensor of a layer list."""
 
-    def __init__(self, layers, outputs):
+    def __init__(self, layers, outputs, quantized_args=None):
         self.layers = layers
+        self.quantized_args = quantized_args or {}
         self.outputs = outputs
         self.producer = {layer.output: layer for layer in layers}
         self.consumers = {}
@@ -269,21 +270,46 @@ def _make_gelu(graph, seed, x, dq, q, chain, distance):
 def _residual_add(graph, layer):
     """``DequantizeLinear(a) + DequantizeLinear(b) -> QuantizeLinear``: the integer
     :class:`~sw_driver.graph.Add` of :func:`models.eltwise.add` (the CNN residual add)."""
-    if len(layer.args) != 2 or not all(isinstance(a, int) for a in layer.args):
-        raise _Refused("one operand is a constant (a bias): its int8 form is not kept once "
-                       "the importer dequantizes it")
-    dqs = [graph.dequantized_input(layer, layer.inputs[a]) for a in layer.args]
+    if len(layer.args) != 2:
+        raise _Refused(f"Add with {len(layer.args)} operands")
+    tensors = [i for i, a in enumerate(layer.args) if isinstance(a, int)]
+    if not tensors:
+        raise _Refused("both operands are constants")
+    dqs = [graph.dequantized_input(layer, layer.inputs[layer.args[i]]) for i in tensors]
     q = graph.only_quantized(layer)
+    constant = None
+    if len(tensors) == 1:
+        # tensor + constant (a bias): the constant's own int8 codes, as the importer read
+        # them (graph.quantized_args), become the integer Add's second operand.
+        position = 1 - tensors[0]
+        const = graph.quantized_args.get(layer.name, {}).get(position)
+        if const is None:
+            raise _Refused("its constant operand is not a DequantizeLinear of an int8 "
+                           "initializer")
+        if const.values.dtype != np.int8 or np.size(const.scale) != 1:
+            raise _Refused(f"its constant operand is {const.values.dtype} with "
+                           f"{np.size(const.scale)} scales; the integer add takes int8 with "
+                           f"one scale")
+        constant = const.values
+        b_scale = float(np.float32(np.reshape(const.scale, ())))
+        b_zp = int(np.reshape(const.zero_point, ()))
+        a = dqs[0]
+        inputs = (a.inputs[0],)
+        what = "a tensor and an int8 constant"
+    else:
+        a, b = dqs
+        b_scale, b_zp = b.scale, b.zero_point
+        inputs = (a.inputs[0], b.inputs[0])
+        what = "two int8 tensors"
     try:
-        add_multipliers(dqs[0].scale, dqs[1].scale, q.scale)
+        add_multipliers(a.scale, b_scale, q.scale)
     except ValueError as exc:
         raise _Refused(f"its scales cannot be represented by the integer add: {exc}") from None
-    a, b = dqs
-    new = g.Add(layer.name, (a.inputs[0], b.inputs[0]), q.output, a_scale=a.scale,
-                a_zero_point=a.zero_point, b_scale=b.scale, b_zero_point=b.zero_point,
-                y_scale=q.scale, y_zero_point=q.zero_point)
-    why = ("integer-only mode: models.eltwise.add (the integer residual add) replaces "
-           "DequantizeLinear -> Add -> QuantizeLinear of two int8 tensors")
+    new = g.Add(layer.name, inputs, q.output, a_scale=a.scale, a_zero_point=a.zero_point,
+                b_scale=b_scale, b_zero_point=b_zp, y_scale=q.scale,
+                y_zero_point=q.zero_point, constant=constant)
+    why = (f"integer-only mode: models.eltwise.add (the integer residual add) replaces "
+           f"DequantizeLinear -> Add -> QuantizeLinear of {what}")
     return new, q, {layer, q, *dqs}, why
 
 
@@ -333,7 +359,7 @@ def _kind(candidate, phase):
     return kinds.get(candidate.op_type)
 
 
-def _integer_rewrite(graph):
+def _integer_rewrite(graph, quantized_args=None):
     """Replace what can be replaced; returns ({layer name: why}, {layer name: refusal})."""
     made, refused = {}, {}
     layers = list(graph.layers)
@@ -343,7 +369,7 @@ def _integer_rewrite(graph):
             kind = _kind(candidate, phase)
             if kind is None or candidate not in layers:
                 continue
-            view = _Graph(layers, outputs)
+            view = _Graph(layers, outputs, quantized_args)
             try:
                 new, replaced, region, why = kind(view, candidate)
             except _Refused as exc:
@@ -395,7 +421,7 @@ def _label(graph, layer, view, mode):
     return "ort-compatible", why
 
 
-def apply_sequence_mode(graph, mode="ort"):
+def apply_sequence_mode(graph, mode="ort", quantized_args=None):
     """Give ``graph`` the semantics of ``mode`` and label every layer; returns ``graph``.
 
     Only sequence graphs (with a float op or an activation x activation MatMul) are
@@ -407,6 +433,10 @@ def apply_sequence_mode(graph, mode="ort"):
     graph : sw_driver.graph.Graph
         As the importer made it (ORT-compatible); changed in place.
     mode : {"ort", "integer"}
+    quantized_args : dict, optional
+        FloatOp name -> {argument position: the importer's constant with ``values`` (int8
+        codes), ``scale``, ``zero_point``}: the int8 form of the constants a float op reads
+        dequantized, which the integer Add of a bias needs.
 
     Raises
     ------
@@ -416,7 +446,8 @@ def apply_sequence_mode(graph, mode="ort"):
     if mode not in SEQUENCE_MODES:
         raise ValueError(f"sequence_mode must be one of {', '.join(map(repr, SEQUENCE_MODES))}, "
                          f"not {mode!r}")
-    made, refused = _integer_rewrite(graph) if mode == "integer" else ({}, {})
+    made, refused = (_integer_rewrite(graph, quantized_args) if mode == "integer"
+                     else ({}, {}))
     graph.sequence_mode = mode
     if not any(isinstance(layer, (g.FloatOp, g.MatMul)) for layer in graph.layers):
         # A CNN: every layer follows the integer contract in either mode, and its

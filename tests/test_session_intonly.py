@@ -82,15 +82,16 @@ def test_vit_profile_says_which_semantics_each_layer_used():
     assert rows["b1_gelu"]["op"] == "IntGelu"
     assert "erf form: b1_gelu_div, b1_gelu_erf, b1_gelu_add, b1_gelu_mul, b1_gelu" \
         in rows["b1_gelu"]["semantics_why"]
-    # The GELU's inner float layers are gone; the GEMMs, the scale Mul and the residual
-    # Adds are integer, the bias Adds keep the ORT-compatible form, the shape path is float.
+    # The GELU's inner float layers are gone; the GEMMs, the scale Mul, the residual and
+    # bias Adds are integer (but the K bias, scale ~1e-11), the shape path is float.
     assert "b0_gelu_erf" not in rows and "b0_gelu_div" not in rows
     assert rows["b0_q_matmul"]["semantics"] == "integer-only"
     assert rows["b0_scores"]["semantics"] == "integer-only"
     assert rows["b0_scores_scaled"]["semantics"] == "integer-only"
     assert "Mul by 0.25 is a requantization" in rows["b0_scores_scaled"]["semantics_why"]
     assert rows["b0_residual1"]["semantics"] == "integer-only"
-    assert rows["b0_fc2"]["semantics"] == "ort-compatible"
+    assert rows["b0_fc2"]["semantics"] == "integer-only"
+    assert rows["b0_k"]["semantics"] == "ort-compatible"
     assert rows["input_shape"]["semantics"] == "float"
     assert "not quantized" in rows["input_shape"]["semantics_why"]
 
@@ -245,8 +246,8 @@ def test_tessera_run_sequence_mode_integer(capsys):
                  "--sequence-mode", "integer"]) == 0
     out = " ".join(capsys.readouterr().out.split())  # the table and lines may wrap
     assert "IntSoftmax" in out and "IntGelu" in out
-    assert ("semantics (--sequence-mode integer): float 8, ort-compatible 76, integer-only "
-            "41 layers") in out
+    assert ("semantics (--sequence-mode integer): float 8, ort-compatible 40, integer-only "
+            "53 layers") in out
     assert "accuracy on digits (test split, 450 samples): 96.67%" in out
 
 
@@ -266,7 +267,7 @@ def test_bench_intonly_accuracy_records_the_three_accuracies(tmp_path, monkeypat
     vit = metrics["vit_integer_mode_accuracy"]
     assert vit["value"] >= vit["target"] == pytest.approx(vit["peer_value"] - 0.01)
     assert metrics["vit_integer_vs_ort_top1_agreement"]["value"] >= 0.98
-    assert metrics["vit_integer_mode_layers"]["value"] == 41
+    assert metrics["vit_integer_mode_layers"]["value"] == 53
     assert metrics["vit_integer_mode_images_per_s"]["peer"] == "ort_mode"
     # The GRU stays float: both modes agree on every image, and no speed is claimed.
     assert metrics["rowgru_integer_vs_ort_top1_agreement"]["value"] == 1.0
@@ -324,15 +325,20 @@ def test_a_gelu_whose_float_value_is_also_read_keeps_it_and_a_unique_name():
 
 RESIDUALS = ("b0_residual1", "b0_residual2", "b1_residual1", "b1_residual2")
 SCALED = ("b0_scores_scaled", "b1_scores_scaled")
+#: Adds of an int8 constant: the biases after the weight MatMuls and the position embedding
+#: (the K biases are left out: the quantizer gave them a scale of ~1e-11).
+BIASES = ("patch", "tokens_pos", "b0_q", "b0_v", "b0_o", "b0_fc1", "b0_fc2", "b1_q", "b1_v",
+          "b1_o", "b1_fc1", "b1_fc2")
 
 
-def test_vit_residual_adds_and_the_score_scaling_become_integer_adds():
+def test_vit_residual_bias_adds_and_the_score_scaling_become_integer_adds():
     """Integer mode: DequantizeLinear x2 -> Add -> QuantizeLinear is models.eltwise.add,
-    the Mul of the scores by 0.25 a requantization; the bias Adds keep the ORT form."""
+    an Add of an int8 constant too (its codes as in the file), the Mul of the scores by
+    0.25 a requantization; the K biases, scale ~1e-11, keep the ORT form with the reason."""
     integer = InferenceSession(VIT, sequence_mode="integer")
     ort = InferenceSession(VIT, sequence_mode="ort")
     layers = {layer.name: layer for layer in integer.graph.layers}
-    for name in RESIDUALS + SCALED:
+    for name in RESIDUALS + SCALED + BIASES:
         assert isinstance(layers[name], graph.Add), name
         kind, why = integer.graph.semantics[name]
         assert kind == "integer-only" and "models.eltwise.add" in why
@@ -343,18 +349,31 @@ def test_vit_residual_adds_and_the_score_scaling_become_integer_adds():
         assert layer.inputs == (f"{name[:2]}_scores_QuantizeLinear_Output",)
         assert layer.constant.shape == ()
         assert int(layer.constant) == 0 and layer.b_zero_point == 0
-    # The bias Adds: the importer dequantized their constant, so they stay float.
-    kind, why = integer.graph.semantics["b0_q"]
-    assert (layers["b0_q"].op, kind) == ("Add", "ort-compatible")
-    assert why.startswith("not integer-only: one operand is a constant (a bias)")
+    model = onnx.load(VIT)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for name in BIASES:
+        layer = layers[name]
+        assert len(layer.inputs) == 1 and layer.constant.dtype == np.int8
+        assert "an int8 constant" in integer.graph.semantics[name][1]
+    (node,) = [n for n in model.graph.node if n.name == "b0_fc1"]
+    (dq,) = [n for n in model.graph.node if n.output[0] in node.input
+             and n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    np.testing.assert_array_equal(layers["b0_fc1"].constant, inits[dq.input[0]])
+    assert layers["b0_fc1"].b_scale == pytest.approx(float(inits[dq.input[1]]))
+    for name in ("b0_k", "b1_k"):
+        kind, why = integer.graph.semantics[name]
+        assert (layers[name].op, kind) == ("Add", "ort-compatible")
+        assert why.startswith("not integer-only: its scales cannot be represented by the "
+                              "integer add")
     assert not any(isinstance(layer, graph.Add) for layer in ort.graph.layers)
     counts = [kind for kind, _ in integer.graph.semantics.values()]
-    assert counts.count("integer-only") == 41  # 35 before the Adds and Muls (issue 16)
+    assert counts.count("integer-only") == 53  # 35 before the Adds and Muls (issue 16)
 
 
 def test_integer_adds_are_bit_exact_with_models_eltwise_add():
     """cpu (fast kernels and golden path) equals models.eltwise.add on every code pair of
-    the ViT's residual Adds and on every code of its score scaling."""
+    the ViT's residual Adds, on seeded activations for its bias Adds and on every code of
+    its score scaling."""
     from models.eltwise import add
     from sw_driver.providers.cpu import CPUProvider
 
@@ -369,6 +388,14 @@ def test_integer_adds_are_bit_exact_with_models_eltwise_add():
             want = add(a, layer.a_scale, layer.a_zero_point, b, layer.b_scale,
                        layer.b_zero_point, layer.y_scale, layer.y_zero_point)
             np.testing.assert_array_equal(cpu.run(layer, [a, b]), want)
+        rng = np.random.default_rng(SEED + 3)
+        for name in BIASES:
+            layer = layers[name]
+            x = rng.integers(-128, 128, (3, 17, layer.constant.shape[-1]), dtype=np.int8)
+            want = add(x, layer.a_scale, layer.a_zero_point, layer.constant, layer.b_scale,
+                       layer.b_zero_point, layer.y_scale, layer.y_zero_point)
+            np.testing.assert_array_equal(cpu.run(layer, [x]), want, err_msg=f"seed "
+                                          f"{SEED + 3}, {name}")
         for name in SCALED:
             layer = layers[name]
             got = cpu.run(layer, [codes])
@@ -462,3 +489,25 @@ def test_encoder_block_residual_adds_run_on_the_twin(blocks):
         assert (rows[name]["op"], rows[name]["semantics"]) == ("Add", "integer-only")
         assert rows[name]["provider"] == "sim" and rows[name]["cycles"] > 0
         assert "Add on the adder of" in rows[name]["reason"]
+
+
+def test_an_add_of_a_constant_needs_its_int8_form():
+    """Add of a constant: integer with the importer's int8 codes, else ORT form and why."""
+    from sw_driver.importer import _Const
+    from sw_driver.integer_mode import apply_sequence_mode
+
+    codes = np.array([-3, 0, 5, 127], np.int8)
+    bias = (codes.astype(np.float32) - 1) * np.float32(0.01)
+    const = _Const(codes, np.array(0.01, np.float32), np.array(1, np.int8), 1)
+    made = apply_sequence_mode(_qdq_graph("Add", (0, bias), 0.02), "integer", {"op": {1: const}})
+    layer = made.layers[0]
+    assert isinstance(layer, graph.Add) and layer.inputs == ("a",)
+    np.testing.assert_array_equal(layer.constant, codes)
+    assert (layer.b_scale, layer.b_zero_point) == (pytest.approx(0.01), 1)
+    bare = apply_sequence_mode(_qdq_graph("Add", (0, bias), 0.02), "integer")
+    assert bare.semantics["op"][1].startswith("not integer-only: its constant operand is not "
+                                              "a DequantizeLinear of an int8 initializer")
+    wide = _Const(codes.astype(np.uint8), np.array([0.01, 0.02], np.float32), 0, 1)
+    made = apply_sequence_mode(_qdq_graph("Add", (0, bias), 0.02), "integer", {"op": {1: wide}})
+    assert "is uint8 with 2 scales; the integer add takes int8 with one scale" \
+        in made.semantics["op"][1]
