@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from assertions import assert_within_one_lsb
 from onnx import numpy_helper
 
 from models import sequence
@@ -87,12 +88,7 @@ def test_ort_mode_matches_onnxruntime_unfused_within_one_lsb(name):
     print(f"seed {SEED} {name}: {lsb.size} outputs, {100 * np.mean(lsb == 0):.3f}% equal, "
           f"{100 * within:.3f}% within 1 LSB, max {int(lsb.max())} LSB, "
           f"argmax agreement {100 * agree:.2f}%")
-    # The outputs must vary, or agreement would prove nothing.
-    assert len(np.unique(ref)) > 50
-    if within < 0.99:
-        first = np.unravel_index(np.argmax(lsb > 1), lsb.shape)
-        pytest.fail(f"seed {SEED} {name}: {100 * within:.3f}% within 1 LSB (< 99%); first "
-                    f"beyond at {first}: ours {ours[first]} onnxruntime {ref[first]}")
+    assert_within_one_lsb(lsb, ours, ref, f"seed {SEED} {name}")
     # Argmax over the last axis (model width, or the 10-way head of the RNNs) per token.
     assert agree >= 0.99
 
