@@ -130,8 +130,9 @@ def test_bench_records_rates_agreement_and_placement(tmp_path, monkeypatch):
     assert values["attention_matmul_8x4x128x64_kernel"] > 0
     assert document["ops_on_opencl"] == ["Dense", "Dequantize", "MatMul", "Quantize",
                                          "Reshape", "Softmax"]
+    # In integer mode the residual, bias and scaling Adds are integer Adds, which OpenCL runs.
     assert document["integer_ops_on_opencl"] == [
-        "Dense", "Dequantize", "IntGelu", "IntLayerNorm", "IntSoftmax", "MatMul", "Quantize",
+        "Add", "Dense", "Dequantize", "IntGelu", "IntLayerNorm", "IntSoftmax", "MatMul", "Quantize",
         "Reshape"]
     assert document["placement"]["MatMul"]["opencl"]["layers"] == 4
     assert document["placement"]["LayerNormalization"] == {
