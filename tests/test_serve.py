@@ -466,11 +466,19 @@ def test_batches_shrink_while_a_latency_bound_tenant_is_active(tmp_path):
     admission._predictors["digits", "cpu"].observe(1, 0.1, 0.250)
     assert admission.batch_limit("digits_b", "cpu", 16, 1) == 16  # a not seen: full batches
     ticket, _ = admission.admit("digits", None, 1, 2.0, "high", tenant="a")
-    # Budget: 2000 ms x 0.75 - a's own 250 ms = 1250 ms: 12 images (1200 ms), not 13.
-    assert admission.batch_limit("digits_b", "cpu", 16, 1) == 12
+    # Budget: a waits for one batch, then runs in its own: each within half of 2000 ms x
+    # 0.75 = 750 ms: 7 images (700 ms), not 8.
+    assert admission.batch_limit("digits_b", "cpu", 16, 1) == 7
     assert admission.batch_limit("digits_b", "cpu", 16, 14) == 14  # never below the leader
+    # Runs measured at twice their prediction: the tail (p90 of the ratios) doubles, and
+    # batches shrink to 3 images (600 ms at the tail), not 4.
+    for _ in range(8):
+        predictor.observe(1, 0.05, 0.100)
+    assert predictor.predict(1) == pytest.approx(0.1)
+    assert admission.tail("digits_b", 1) == pytest.approx(0.2)
+    assert admission.batch_limit("digits_b", "cpu", 16, 1) == 3
     clock.now += 1.01  # a idle for over a second: batches grow again
     assert admission.batch_limit("digits_b", "cpu", 16, 1) == 16
-    # A leader with 0.45 s left for its run takes at most 4 images (400 ms), not 5.
-    assert admission.batch_limit("digits_b", "cpu", 16, 1, run_budget=0.45) == 4
+    # A leader with 0.85 s left for its run takes at most 4 images (800 ms at the tail).
+    assert admission.batch_limit("digits_b", "cpu", 16, 1, run_budget=0.85) == 4
     admission.done("digits", "cpu", ticket, None)
