@@ -32,7 +32,7 @@ from contract.link import (
 )
 
 from .csr import ADDR_WIDTH, csr_bus_signature
-from .top import word_layout
+from .host_words import word_layout
 
 
 class Crc16(wiring.Component):

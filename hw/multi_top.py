@@ -29,7 +29,8 @@ from contract.config import ConvEngineConfig
 from contract.spatial import INSTANCE_WINDOW, MAX_INSTANCES, instance_base
 
 from .csr import ADDR_WIDTH
-from .top import AcceleratorTop, word_layout
+from .host_words import word_layout
+from .top import AcceleratorTop
 
 __all__ = ["INSTANCE_WINDOW", "MultiTop", "instance_base", "multi_csr_signature"]
 

@@ -1,13 +1,14 @@
-"""Build descriptions of single post-processing blocks for the cocotb runner."""
+"""Build descriptions of single blocks of the top (post-processing, the loader, the output
+writer) for the cocotb runner."""
 
 from dataclasses import asdict, dataclass
 
-BLOCKS = ("residual_add", "maxpool")
+BLOCKS = ("residual_add", "maxpool", "host_loader", "result_writer")
 
 
 @dataclass(frozen=True)
 class BlockBuild:
-    """One block (``"residual_add"`` or ``"maxpool"``) with ``lanes`` lanes as a top."""
+    """One block of ``BLOCKS`` with ``lanes`` lanes (channels per beat) as a top."""
 
     block: str
     lanes: int = 4
@@ -39,6 +40,14 @@ class BlockBuild:
         return 32
 
     def make_top(self):
+        if self.block == "host_loader":
+            from hw.loader import HostLoader
+
+            return HostLoader(self.lanes)
+        if self.block == "result_writer":
+            from hw.result_writer import ResultWriter
+
+            return ResultWriter(self.lanes)
         if self.block == "residual_add":
             from hw.residual_add import ResidualAdd
 

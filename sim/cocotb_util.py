@@ -82,3 +82,37 @@ def first_difference(got, want):
     """Text naming the first index where ``got`` and ``want`` differ, with both values."""
     index = tuple(int(i) for i in np.argwhere(np.asarray(got) != np.asarray(want))[0])
     return f"first difference at {list(index)}: RTL {got[index]} != golden {want[index]}"
+
+
+class StreamMonitor:
+    """A passive watcher of stream ``port``: records every transfer and fails the test on
+    a broken handshake rule (``valid`` dropped, or the payload changed, before ``ready``
+    took the beat). It drives nothing; start it with ``cocotb.start_soon(monitor.run())``."""
+
+    def __init__(self, dut, port):
+        self.dut, self.port, self.beats, self.errors = dut, port, [], []
+        self.valid, self.payload, self.ready = _stream(dut, port)
+
+    async def run(self):
+        offered = None  # the payload offered and not yet taken
+        while True:
+            await ReadOnly()
+            cycle_valid = bool(self.valid.value)
+            if offered is not None and not cycle_valid:
+                self.errors.append(f"{self.port}: valid dropped before the beat was taken")
+            if cycle_valid:
+                payload = self.payload.value.to_unsigned()
+                if offered is not None and payload != offered:
+                    self.errors.append(f"{self.port}: payload changed from {offered:#x} to "
+                                       f"{payload:#x} while waiting for ready")
+                if self.ready.value:
+                    self.beats.append(payload)
+                    offered = None
+                else:
+                    offered = payload
+            else:
+                offered = None
+            await RisingEdge(self.dut.clk)
+
+    def check(self):
+        assert not self.errors, "; ".join(self.errors[:3])

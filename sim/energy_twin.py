@@ -58,8 +58,8 @@ COVERAGE_FLAGS = ["--coverage-toggle", "--coverage-line",
                   "--coverage-max-width", "4096"]
 
 #: Blocks a flattened signal name belongs to: the longest matching prefix wins. Names are
-#: those of ``hw/top.py``'s submodules; a register of the top itself (sequencer, DMA
-#: packing, performance counters) is host interface.
+#: those of ``hw/top.py``'s submodules; a register of the top's own components (sequencer,
+#: loader, output writer, performance counters) is host interface.
 BLOCK_PREFIXES = (
     ("core.engine.array", "systolic_array"),
     ("core.engine.requant", "requant"),

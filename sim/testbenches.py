@@ -34,6 +34,10 @@ TESTBENCHES = {
                                                                    max_width=12)),
                   "residual add and 2x2 max pool vs golden add / max_pool2d: idle input, "
                   "random backpressure"),
+        Testbench("components", "sim.tb_components",
+                  (BlockBuild("host_loader", lanes=5), BlockBuild("result_writer", lanes=5)),
+                  "the top's host loader and output writer on their own: random idle "
+                  "input, random backpressure, a protocol monitor on every stream"),
         Testbench("system", "sim.tb_system",
                   (TopBuild(ConvEngineConfig(array=ArrayConfig(rows=4, cols=4),
                                              act_depth=2048, weight_depth=512,

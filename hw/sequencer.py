@@ -1,0 +1,209 @@
+"""The command sequencer: checks a ``start``, then walks a layer pass through its named
+phases (``m.FSM``) and tells the loader, the engine and the output writer what to do.
+
+```
+IDLE ─start CONV─► PARAMS ─last entry─► FIRST_WEIGHTS ─first tile in─► ACTIVATIONS
+  ▲                                      (engine starts)                 │ last word
+  │                                                    weights left? ──┬─┴─────────┐
+  │                                                                  yes          no
+  │                                                          REST_WEIGHTS ─last─► DRAIN
+  └──────────── the output writer's last word (any phase), soft reset, forced error ┘
+IDLE ─start POOL/ADD─► STREAM
+```
+
+The host stream's order is ``contract.streams``' (``hw/top.py`` lists it): parameter
+entries, the first column tile's weights, the activations (while the engine runs), the
+other tiles' weights. The sequencer counts what is ``left`` of each load from the events the
+loader reports (``entry_taken``, ``act_taken``), so ``load_last`` (the next beat is the load's
+last) is ready before the beat goes out. The first tile's weight rows, ``C_in * kh * kw``,
+are summed one ``C_in`` a cycle while the parameters load (no multiplier: every MULT18X18D
+is the array's); until the sum is known the loader holds the weights back.
+
+A start with a zero-sized load, a bad pool shape or an unknown opcode is refused with the
+error code and leaves the sequencer idle; ``ERROR_CODE`` keeps the last failure until the
+next start (a soft reset does not clear it, so the driver can read it after aborting).
+"""
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, enum, wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.regmap import ERROR_CODES, OPCODES
+from contract.streams import ACTIVATIONS_PER_WORD, POOL_MAX_WIDTH
+
+ERROR_BAD_OPCODE = ERROR_CODES["BAD_OPCODE"][0]
+ERROR_BAD_DESCRIPTOR = ERROR_CODES["BAD_DESCRIPTOR"][0]
+ERROR_FORCED = ERROR_CODES["FORCED"][0]
+
+
+class Phase(enum.Enum, shape=3):
+    """What the host stream carries now (``IDLE``: nothing)."""
+    IDLE = 0
+    PARAMS = 1
+    FIRST_WEIGHTS = 2
+    ACTIVATIONS = 3
+    REST_WEIGHTS = 4
+    DRAIN = 5       # everything is in; the engine finishes and the results drain
+    STREAM = 6      # POOL or ADD: operand beats in, result beats out
+
+
+def command_layout():
+    """The CSR fields a start reads (32-bit registers; the kernel's from the descriptor)."""
+    return data.StructLayout({
+        "opcode": 32, "load_params": 32, "load_weights": 32, "load_act": 32,
+        "col_tiles": 32, "pixel_groups": 32, "pool_enable": 1, "pool_width": 32,
+        "pool_height": 32, "pool_frames": 32, "stream_beats": 32,
+        "in_channels": 32, "kernel_w": 32, "kernel_h": 32,
+    })
+
+
+class CommandSequencer(wiring.Component):
+    """Phases of one layer pass. Ports:
+
+    - ``command`` (in): the CSR fields; ``start`` (in): the host asked to start (ignored
+      while busy); ``abort`` (in): soft reset; ``force_error`` (in): the twin's fault.
+    - events (in): ``entry_taken`` (a gathered parameter/weight/operand entry went out),
+      ``act_taken`` (an activation word went out), ``frame_taken`` (the pool's last beat of
+      a frame went out), ``finished`` (the output writer sent the pass's last word).
+    - ``phase`` (out) and what follows from it: ``busy``, ``load_last`` (the next beat ends the
+      load), ``weights_held`` (the first tile's size is not known yet), ``engine_start``,
+      ``opcode`` and ``pooling`` (latched at start), ``last_frame``.
+    - status (out): ``error_code``, ``set_done``, ``set_error`` (one-cycle pulses).
+    """
+
+    def __init__(self):
+        super().__init__({
+            "command": In(command_layout()),
+            "start": In(1),
+            "abort": In(1),
+            "force_error": In(1),
+            "entry_taken": In(1),
+            "act_taken": In(1),
+            "frame_taken": In(1),
+            "finished": In(1),
+            "phase": Out(Phase),
+            "busy": Out(1),
+            "load_last": Out(1),
+            "weights_held": Out(1),
+            "engine_start": Out(1),
+            "opcode": Out(32),
+            "pooling": Out(1),
+            "last_frame": Out(1),
+            "error_code": Out(32),
+            "set_done": Out(1),
+            "set_error": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cmd = self.command
+        left = Signal(32)          # entries / words left in this load
+        weights_left = Signal(32)  # rows after the first tile's, sent after the activations
+        frames_left = Signal(32)
+        m.d.comb += [self.busy.eq(self.phase != Phase.IDLE), self.load_last.eq(left == 1),
+                     self.last_frame.eq(frames_left == 1), self.set_done.eq(self.finished)]
+
+        # --- start: check the command, latch what the pass needs ------------------------
+        starting = self.start & ~self.busy & ~self.abort & ~self.force_error
+        is_conv = cmd.opcode == OPCODES["CONV"]
+        is_stream = (cmd.opcode == OPCODES["POOL"]) | (cmd.opcode == OPCODES["ADD"])
+        bad_pool = (cmd.pool_width < 2) | (cmd.pool_width > POOL_MAX_WIDTH) \
+            | (cmd.pool_height < 2) | (cmd.pool_frames == 0)
+        bad_conv = (cmd.load_params == 0) | (cmd.load_weights == 0) | (cmd.load_act == 0) \
+            | (cmd.col_tiles == 0) | (cmd.pixel_groups == 0) | (cmd.pool_enable & bad_pool)
+        bad_stream = (cmd.stream_beats == 0) | ((cmd.opcode == OPCODES["POOL"]) & bad_pool)
+        start_conv = starting & is_conv & ~bad_conv
+        start_stream = starting & is_stream & ~bad_stream
+        with m.If(self.abort):
+            pass
+        with m.Elif(self.force_error):
+            m.d.sync += self.error_code.eq(ERROR_FORCED)
+            m.d.comb += self.set_error.eq(1)
+        with m.Elif(starting):
+            with m.If(~is_conv & ~is_stream):
+                m.d.sync += self.error_code.eq(ERROR_BAD_OPCODE)
+                m.d.comb += self.set_error.eq(1)
+            with m.Elif((is_conv & bad_conv) | (is_stream & bad_stream)):
+                m.d.sync += self.error_code.eq(ERROR_BAD_DESCRIPTOR)
+                m.d.comb += self.set_error.eq(1)
+            with m.Else():
+                m.d.sync += [self.error_code.eq(0), self.opcode.eq(cmd.opcode),
+                             frames_left.eq(cmd.pool_frames),
+                             self.pooling.eq(Mux(is_conv, cmd.pool_enable,
+                                                 cmd.opcode == OPCODES["POOL"])),
+                             left.eq(Mux(is_conv, cmd.load_params, cmd.stream_beats))]
+        with m.If(self.frame_taken):
+            m.d.sync += frames_left.eq(frames_left - 1)
+
+        # --- the first column tile's weight rows, C_in * kh * kw, one C_in a cycle -------
+        tile_rows, rows_loaded = Signal(32), Signal(32)
+        sum_u, sum_v, tile_rows_known = Signal(3), Signal(3), Signal()
+        with m.If(self.busy & ~tile_rows_known):
+            m.d.sync += [tile_rows.eq(tile_rows + cmd.in_channels), sum_v.eq(sum_v + 1)]
+            with m.If(sum_v == cmd.kernel_w - 1):
+                m.d.sync += [sum_v.eq(0), sum_u.eq(sum_u + 1)]
+                with m.If(sum_u == cmd.kernel_h - 1):
+                    m.d.sync += tile_rows_known.eq(1)
+        with m.If(self.start & ~self.busy):
+            # A zero-sized kernel (a bad descriptor) sends every weight in phase 1.
+            m.d.sync += [tile_rows.eq(0), rows_loaded.eq(0), sum_u.eq(0), sum_v.eq(0),
+                         tile_rows_known.eq(~is_conv | (cmd.kernel_w == 0)
+                                            | (cmd.kernel_h == 0))]
+        m.d.comb += self.weights_held.eq(~tile_rows_known)
+
+        with m.If(self.entry_taken | self.act_taken):
+            m.d.sync += left.eq(left - 1)
+        act_words = (cmd.load_act + ACTIVATIONS_PER_WORD - 1) // ACTIVATIONS_PER_WORD
+
+        # --- phases ---------------------------------------------------------------------
+        def leave_on_end():
+            # Last in each state so it wins: the pass ended, or was aborted.
+            with m.If(self.finished | self.abort | self.force_error):
+                m.next = "IDLE"
+
+        with m.FSM(init="IDLE"):
+            with m.State("IDLE"):
+                m.d.comb += self.phase.eq(Phase.IDLE)
+                with m.If(start_conv):
+                    m.next = "PARAMS"
+                with m.Elif(start_stream):
+                    m.next = "STREAM"
+                leave_on_end()
+            with m.State("PARAMS"):
+                m.d.comb += self.phase.eq(Phase.PARAMS)
+                with m.If(self.entry_taken & self.load_last):
+                    m.d.sync += left.eq(cmd.load_weights)
+                    m.next = "FIRST_WEIGHTS"
+                leave_on_end()
+            with m.State("FIRST_WEIGHTS"):
+                # The engine starts once the parameters and the first tile's weights are
+                # in; activation words are offered from the next cycle, once it is busy.
+                m.d.comb += self.phase.eq(Phase.FIRST_WEIGHTS)
+                with m.If(self.entry_taken):
+                    m.d.sync += rows_loaded.eq(rows_loaded + 1)
+                    with m.If(self.load_last | (rows_loaded == tile_rows - 1)):
+                        m.d.sync += [left.eq(act_words), weights_left.eq(left - 1)]
+                        m.d.comb += self.engine_start.eq(1)
+                        m.next = "ACTIVATIONS"
+                leave_on_end()
+            with m.State("ACTIVATIONS"):
+                m.d.comb += self.phase.eq(Phase.ACTIVATIONS)
+                with m.If(self.act_taken & self.load_last):
+                    m.d.sync += left.eq(weights_left)
+                    with m.If(weights_left == 0):
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "REST_WEIGHTS"
+                leave_on_end()
+            with m.State("REST_WEIGHTS"):
+                m.d.comb += self.phase.eq(Phase.REST_WEIGHTS)
+                with m.If(self.entry_taken & self.load_last):
+                    m.next = "DRAIN"
+                leave_on_end()
+            with m.State("DRAIN"):
+                m.d.comb += self.phase.eq(Phase.DRAIN)
+                leave_on_end()
+            with m.State("STREAM"):
+                m.d.comb += self.phase.eq(Phase.STREAM)
+                leave_on_end()
+        return m

@@ -1,0 +1,160 @@
+"""The command sequencer (``hw/sequencer.py``) on its own in Amaranth's simulator: the named
+phases of a pass, what each event moves, the errors a start can raise, aborts."""
+
+from amaranth.sim import Simulator
+
+from contract.regmap import ERROR_CODES, OPCODES
+from hw.sequencer import CommandSequencer, Phase
+
+BAD_OPCODE = ERROR_CODES["BAD_OPCODE"][0]
+BAD_DESCRIPTOR = ERROR_CODES["BAD_DESCRIPTOR"][0]
+FORCED = ERROR_CODES["FORCED"][0]
+
+GOOD_CONV = dict(opcode=OPCODES["CONV"], load_params=2, load_weights=5, load_act=9,
+                 col_tiles=2, pixel_groups=1, in_channels=2, kernel_w=1, kernel_h=1,
+                 pool_width=4, pool_height=4, pool_frames=1, stream_beats=0)
+
+
+def run(bench):
+    dut = CommandSequencer()
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+
+    async def testbench(ctx):
+        await bench(ctx, dut)
+
+    sim.add_testbench(testbench)
+    sim.run()
+
+
+async def command(ctx, dut, **fields):
+    for name, value in {**GOOD_CONV, **fields}.items():
+        ctx.set(getattr(dut.command, name), value)
+
+
+async def pulse(ctx, dut, name):
+    """One cycle of event ``name``; returns what the sequencer showed during it."""
+    ctx.set(getattr(dut, name), 1)
+    seen = {"load_last": ctx.get(dut.load_last), "engine_start": ctx.get(dut.engine_start),
+            "set_error": ctx.get(dut.set_error), "set_done": ctx.get(dut.set_done)}
+    await ctx.tick()
+    ctx.set(getattr(dut, name), 0)
+    return seen
+
+
+def phase(ctx, dut):
+    return Phase(ctx.get(dut.phase))
+
+
+def test_a_conv_pass_walks_every_phase_in_order():
+    trace = []
+
+    async def bench(ctx, dut):
+        await command(ctx, dut)
+        await pulse(ctx, dut, "start")
+        trace.append(phase(ctx, dut))
+        lasts = [(await pulse(ctx, dut, "entry_taken"))["load_last"] for _ in range(2)]
+        assert lasts == [0, 1]
+        trace.append(phase(ctx, dut))
+        # C_in * kh * kw = 2 rows in the first tile, summed one C_in a cycle.
+        await ctx.tick()
+        assert not ctx.get(dut.weights_held)
+        first = [await pulse(ctx, dut, "entry_taken") for _ in range(2)]
+        assert [s["engine_start"] for s in first] == [0, 1]
+        trace.append(phase(ctx, dut))
+        acts = [(await pulse(ctx, dut, "act_taken"))["load_last"] for _ in range(3)]
+        assert acts == [0, 0, 1]  # ceil(9 / 4) words
+        trace.append(phase(ctx, dut))
+        rest = [(await pulse(ctx, dut, "entry_taken"))["load_last"] for _ in range(3)]
+        assert rest == [0, 0, 1]  # the 5 - 2 weight rows after the first tile
+        trace.append(phase(ctx, dut))
+        assert ctx.get(dut.busy)
+        done = await pulse(ctx, dut, "finished")
+        assert done["set_done"] and not done["set_error"]
+        trace.append(phase(ctx, dut))
+        assert not ctx.get(dut.busy) and ctx.get(dut.error_code) == 0
+
+    run(bench)
+    assert trace == [Phase.PARAMS, Phase.FIRST_WEIGHTS, Phase.ACTIVATIONS,
+                     Phase.REST_WEIGHTS, Phase.DRAIN, Phase.IDLE]
+
+
+def test_weights_that_fit_one_tile_go_from_activations_to_drain():
+    async def bench(ctx, dut):
+        await command(ctx, dut, load_weights=9, in_channels=1, kernel_w=3, kernel_h=3)
+        await pulse(ctx, dut, "start")
+        for _ in range(2):
+            await pulse(ctx, dut, "entry_taken")
+        held = 0
+        while ctx.get(dut.weights_held):
+            held += 1
+            await ctx.tick()
+        # kh * kw = 9 sums of C_in, one a cycle from the start; 2 ran beside the parameters
+        assert held == 9 - 2
+        for _ in range(9):
+            assert phase(ctx, dut) == Phase.FIRST_WEIGHTS
+            await pulse(ctx, dut, "entry_taken")
+        assert phase(ctx, dut) == Phase.ACTIVATIONS
+        for _ in range(3):
+            await pulse(ctx, dut, "act_taken")
+        assert phase(ctx, dut) == Phase.DRAIN
+
+    run(bench)
+
+
+def test_bad_starts_are_refused_with_their_code_and_leave_it_idle():
+    cases = [(dict(opcode=7), BAD_OPCODE), (dict(load_act=0), BAD_DESCRIPTOR),
+             (dict(col_tiles=0), BAD_DESCRIPTOR),
+             (dict(pool_enable=1, pool_width=1), BAD_DESCRIPTOR),
+             (dict(opcode=OPCODES["POOL"], stream_beats=3, pool_height=1), BAD_DESCRIPTOR),
+             (dict(opcode=OPCODES["ADD"], stream_beats=0), BAD_DESCRIPTOR)]
+    seen = []
+
+    async def bench(ctx, dut):
+        for fields, _ in cases:
+            await command(ctx, dut, **fields)
+            refused = await pulse(ctx, dut, "start")
+            seen.append((refused["set_error"], ctx.get(dut.error_code), phase(ctx, dut)))
+        await command(ctx, dut)
+        await pulse(ctx, dut, "start")
+        seen.append((0, ctx.get(dut.error_code), phase(ctx, dut)))
+
+    run(bench)
+    assert seen == [(1, code, Phase.IDLE) for _, code in cases] + [(0, 0, Phase.PARAMS)]
+
+
+def test_abort_returns_to_idle_keeping_the_error_and_a_forced_error_reports():
+    async def bench(ctx, dut):
+        await command(ctx, dut, opcode=9)
+        await pulse(ctx, dut, "start")
+        assert ctx.get(dut.error_code) == BAD_OPCODE
+        await command(ctx, dut, opcode=OPCODES["ADD"], stream_beats=4)
+        await pulse(ctx, dut, "abort")  # idle: nothing to abort, the code stays
+        assert ctx.get(dut.error_code) == BAD_OPCODE
+        await pulse(ctx, dut, "start")
+        assert phase(ctx, dut) == Phase.STREAM and ctx.get(dut.error_code) == 0
+        await pulse(ctx, dut, "entry_taken")
+        await pulse(ctx, dut, "abort")
+        assert phase(ctx, dut) == Phase.IDLE
+        await pulse(ctx, dut, "start")  # a start while aborting is not lost: it starts now
+        assert phase(ctx, dut) == Phase.STREAM
+        forced = await pulse(ctx, dut, "force_error")
+        assert forced["set_error"] and phase(ctx, dut) == Phase.IDLE
+        assert ctx.get(dut.error_code) == FORCED
+
+    run(bench)
+
+
+def test_a_pool_pass_counts_its_frames():
+    async def bench(ctx, dut):
+        await command(ctx, dut, opcode=OPCODES["POOL"], stream_beats=8, pool_frames=3)
+        await pulse(ctx, dut, "start")
+        assert phase(ctx, dut) == Phase.STREAM and ctx.get(dut.pooling)
+        lasts = []
+        for _ in range(3):
+            lasts.append(ctx.get(dut.last_frame))
+            await pulse(ctx, dut, "frame_taken")
+        assert lasts == [0, 0, 1]
+        assert ctx.get(dut.opcode) == OPCODES["POOL"]
+
+    run(bench)
