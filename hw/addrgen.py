@@ -16,6 +16,13 @@ multiplier or divider here. The lanes' first positions (pixels 0..R-1) are walke
 layer in R cycles and kept as "home" positions to restart every column tile with no bubble.
 
 Steady state: one beat per cycle, including across kernel rows, groups and column tiles.
+
+Timing (ECP5 at 125 MHz): no per-cycle path reads a descriptor field. Everything derived
+from it (loop limits, the steps pre-added for both outcomes of a row wrap, the wrap
+thresholds) is registered in the two cycles after ``start``; loop ``last`` flags and each
+lane's "this step wraps" flag are registers decided one step ahead; the inside test
+compares a lane's origin with bounds that move with ``u`` and ``v``. A beat is then one
+adder or comparator deep (``bench/ooc_fmax.py addrgen`` times it alone).
 """
 
 from amaranth import Module, Mux, Signal, signed, unsigned
@@ -53,13 +60,60 @@ def beat_layout(rows, act_depth, weight_depth):
     })
 
 
+#: Wrap thresholds: x_end less up to two steps and plus x_wrap, past COORD's range.
+THRESHOLD = signed(COORD.width + 2)
+
+
+def _step_layout(abits):
+    """A window-origin step, pre-added for both outcomes of the row wrap, and the
+    thresholds that decide the wrap of the step after it."""
+    return data.StructLayout({
+        "threshold": THRESHOLD,    # x at or past it wraps: x_end - dx
+        "after_plain": THRESHOLD,  # the same test one plain step later: threshold - dx
+        "after_wrap": THRESHOLD,   # ... one wrapping step later: threshold - dx_wrap
+        "dx": COORD, "dy": COORD,
+        "dx_wrap": COORD,          # dx - x_wrap
+        "dy_wrap": COORD,          # dy + stride
+        "da": unsigned(abits),
+        "da_wrap": unsigned(abits),  # da + wrap_daddr (addresses wrap at 2**abits)
+    })
+
+
+class _LoopCounter:
+    """A loop counter and its registered ``last`` flag (the counter is at ``limit - 1``).
+
+    The flag is decided one step ahead, when the counter equals ``limit - 2`` (held in a
+    register from ``start``), so ``last`` is a flip-flop rather than a comparator on a
+    descriptor field. ``limit`` 0 behaves as 2**width, as ``value == limit - 1`` did.
+    """
+
+    def __init__(self, name, width, limit):
+        self.value = Signal(width, name=name)
+        self.last = Signal(name=f"{name}_last")
+        self.single = Signal(name=f"{name}_single")  # limit == 1: every value is last
+        self.penultimate = Signal(width, name=f"{name}_penultimate")
+        self.limit = limit
+
+    def load(self):
+        """At ``start``: value 0, the limit taken from the descriptor."""
+        return [self.value.eq(0), self.last.eq(self.limit == 1),
+                self.single.eq(self.limit == 1), self.penultimate.eq(self.limit - 2)]
+
+    def restart(self):
+        return [self.value.eq(0), self.last.eq(self.single)]
+
+    def increment(self):
+        return [self.value.eq(self.value + 1), self.last.eq(self.value == self.penultimate)]
+
+
 class AddressGenerator(wiring.Component):
     """Address beats of one convolution layer, one per cycle while ``beats`` is ready.
 
     ``start`` (one cycle, while not ``busy``) begins a layer described by ``descriptor``,
     which must stay stable until ``busy`` falls (the engine holds a latched copy). The
-    first beat leaves R + 1 cycles after ``start`` (the lanes' home positions are walked
-    first); after that, every cycle with ``beats.ready`` moves one beat.
+    first beat leaves R + 2 cycles after ``start`` (a cycle deriving the per-layer
+    constants, then the lanes' home positions are walked); after that, every cycle with
+    ``beats.ready`` moves one beat.
 
     Parameters
     ----------
@@ -88,21 +142,44 @@ class AddressGenerator(wiring.Component):
         abits = self.abits
         out = self.beats
 
-        def stepped(y, x, a, dx, dy, da):
-            """Window origin moved by (dx, dy) pixels-in-input-units, wrapping once to the
-            next output row: enough because every step is less than one output row."""
-            nx = Signal(COORD)
-            m.d.comb += nx.eq(x + dx)
-            wrap = nx >= d.x_end
-            return (Mux(wrap, y + dy + d.stride, y + dy),
-                    Mux(wrap, nx - d.x_wrap, nx),
-                    Mux(wrap, a + da + d.wrap_daddr, a + da)[:abits])
+        # Everything the per-cycle logic needs from the descriptor is derived into
+        # registers at ``start`` (the descriptor is static for the whole layer and the R
+        # cycles of lane set-up come before the first beat), so no path runs from a
+        # descriptor field through arithmetic into the lanes.
+        def derive(step, dx, dy, da):
+            return [step.threshold.eq(d.x_end - dx), step.dx.eq(dx), step.dy.eq(dy),
+                    step.dx_wrap.eq(dx - d.x_wrap), step.dy_wrap.eq(dy + d.stride),
+                    step.da.eq(da[:abits]), step.da_wrap.eq((da + d.wrap_daddr)[:abits])]
+
+        def derive_thresholds(step):
+            # The cycle after ``start``: from the registers ``derive`` wrote.
+            return [step.after_plain.eq(step.threshold - step.dx),
+                    step.after_wrap.eq(step.threshold - step.dx_wrap)]
+
+        def stepped(y, x, a, wrap, step):
+            """Window origin moved by ``step``, wrapping once to the next output row:
+            enough because every step is less than one output row. ``wrap`` (x is at or
+            past the threshold) is a register, decided when x was written, so a step is
+            an adder and a multiplexer; the next ``wrap`` compares the old x with the
+            thresholds of both outcomes at the same time."""
+            return (Mux(wrap, y + step.dy_wrap, y + step.dy),
+                    Mux(wrap, x + step.dx_wrap, x + step.dx),
+                    Mux(wrap, a + step.da_wrap, a + step.da)[:abits],
+                    Mux(wrap, x >= step.after_wrap, x >= step.after_plain))
+
+        pixel_step = Signal(_step_layout(abits))
+        group_step = Signal(_step_layout(abits))
+        row_skip = Signal(abits)
 
         running = Signal()
+        prepare = Signal()  # the cycle after start: second-level derived registers
         init = Signal()
         index = Signal(range(rows))  # lane being initialised
         walker_y, walker_x = Signal(COORD), Signal(COORD)
         walker_a = Signal(abits)
+        walker_wrap = Signal()
+        lane_wrap = [Signal(name=f"lane{r}_wrap") for r in range(rows)]
+        home_wrap = [Signal(name=f"home{r}_wrap") for r in range(rows)]
         lane_y = [Signal(COORD, name=f"lane{r}_y") for r in range(rows)]
         lane_x = [Signal(COORD, name=f"lane{r}_x") for r in range(rows)]
         lane_a = [Signal(abits, name=f"lane{r}_a") for r in range(rows)]
@@ -110,32 +187,58 @@ class AddressGenerator(wiring.Component):
         home_x = [Signal(COORD, name=f"home{r}_x") for r in range(rows)]
         home_a = [Signal(abits, name=f"home{r}_a") for r in range(rows)]
 
-        u, v = Signal(3), Signal(3)
-        c = Signal(16)
         offset = Signal(abits)
         w_addr, w_tile = Signal(self.wbits), Signal(self.wbits)
-        group, tile = Signal(16), Signal(16)
 
-        m.d.comb += self.busy.eq(init | running | out.valid)
+        # The loop counters c, v, u, group, tile. Each carries a registered ``last`` flag
+        # decided one step ahead (the counter equals its limit - 2 now, so it will equal
+        # limit - 1 after this increment), against limits registered at ``start``.
+        c = _LoopCounter("c", 16, d.in_channels)
+        v = _LoopCounter("v", 3, d.kernel_w)
+        u = _LoopCounter("u", 3, d.kernel_h)
+        group = _LoopCounter("group", 16, d.pixel_groups)
+        tile = _LoopCounter("tile", 16, d.col_tiles)
+
+        # The inside test iy = y + u in [0, H), ix = x + v in [0, W) as y in [-u, H - u),
+        # x in [-v, W - v): bounds kept in registers that move with u and v, so a lane's
+        # test is four comparisons of registers with no adder in front.
+        y_low, y_high = Signal(COORD), Signal(COORD)
+        x_low, x_high = Signal(COORD), Signal(COORD)
+        height, width = Signal(16), Signal(16)
+
+        m.d.comb += self.busy.eq(prepare | init | running | out.valid)
 
         with m.If(self.start & ~self.busy):
             m.d.sync += [
-                init.eq(1), index.eq(0),
+                prepare.eq(1), index.eq(0),
                 walker_y.eq(-d.pad_top), walker_x.eq(-d.pad_left),
                 walker_a.eq(d.origin_addr[:abits]),
-                u.eq(0), v.eq(0), c.eq(0), offset.eq(0),
-                w_addr.eq(0), w_tile.eq(0), group.eq(0), tile.eq(0),
+                offset.eq(0), w_addr.eq(0), w_tile.eq(0),
+                row_skip.eq(d.row_skip[:abits]),
+                height.eq(d.in_height), width.eq(d.in_width),
+                y_low.eq(0), y_high.eq(d.in_height), x_low.eq(0), x_high.eq(d.in_width),
+                *derive(pixel_step, d.stride, 0, d.pixel_daddr),
+                *derive(group_step, d.group_dx, d.group_dy, d.group_daddr),
+                *c.load(), *v.load(), *u.load(), *group.load(), *tile.load(),
             ]
 
+        with m.If(prepare):
+            m.d.sync += [prepare.eq(0), init.eq(1),
+                         walker_wrap.eq(walker_x >= pixel_step.threshold),
+                         *derive_thresholds(pixel_step), *derive_thresholds(group_step)]
+
         with m.If(init):
-            ny, nx, na = stepped(walker_y, walker_x, walker_a, d.stride, 0, d.pixel_daddr)
+            ny, nx, na, nwrap = stepped(walker_y, walker_x, walker_a, walker_wrap, pixel_step)
             m.d.sync += [walker_y.eq(ny), walker_x.eq(nx), walker_a.eq(na),
-                         index.eq(index + 1)]
+                         walker_wrap.eq(nwrap), index.eq(index + 1)]
+            # The walker's own flag is for its pixel step; the lanes take group steps.
+            group_wrap = walker_x >= group_step.threshold
             for r in range(rows):
                 with m.If(index == r):
                     m.d.sync += [lane_y[r].eq(walker_y), lane_x[r].eq(walker_x),
-                                 lane_a[r].eq(walker_a), home_y[r].eq(walker_y),
-                                 home_x[r].eq(walker_x), home_a[r].eq(walker_a)]
+                                 lane_a[r].eq(walker_a), lane_wrap[r].eq(group_wrap),
+                                 home_y[r].eq(walker_y), home_x[r].eq(walker_x),
+                                 home_a[r].eq(walker_a), home_wrap[r].eq(group_wrap)]
             with m.If(index == rows - 1):
                 m.d.sync += [init.eq(0), running.eq(1)]
 
@@ -143,46 +246,47 @@ class AddressGenerator(wiring.Component):
         advance = ~out.valid | out.ready
         with m.If(advance):
             m.d.sync += out.valid.eq(running)
-        c_last = c == d.in_channels - 1
-        v_last = v == d.kernel_w - 1
-        u_last = u == d.kernel_h - 1
         with m.If(advance & running):
             for r in range(rows):
-                iy = lane_y[r] + u
-                ix = lane_x[r] + v
                 m.d.sync += [
                     out.payload.addr[r].eq(lane_a[r] + offset),
-                    out.payload.inside[r].eq((iy >= 0) & (iy < d.in_height)
-                                             & (ix >= 0) & (ix < d.in_width)),
+                    out.payload.inside[r].eq((lane_y[r] >= y_low) & (lane_y[r] < y_high)
+                                             & (lane_x[r] >= x_low) & (lane_x[r] < x_high)),
                 ]
             m.d.sync += [out.payload.w_addr.eq(w_addr),
-                         out.payload.last.eq(c_last & v_last & u_last)]
+                         out.payload.last.eq(c.last & v.last & u.last)]
 
-            with m.If(~c_last):
-                m.d.sync += [c.eq(c + 1), offset.eq(offset + 1), w_addr.eq(w_addr + 1)]
-            with m.Elif(~v_last):
-                m.d.sync += [c.eq(0), v.eq(v + 1), offset.eq(offset + 1),
-                             w_addr.eq(w_addr + 1)]
-            with m.Elif(~u_last):
-                m.d.sync += [c.eq(0), v.eq(0), u.eq(u + 1),
-                             offset.eq(offset + d.row_skip[:abits]), w_addr.eq(w_addr + 1)]
+            with m.If(~c.last):
+                m.d.sync += [*c.increment(), offset.eq(offset + 1), w_addr.eq(w_addr + 1)]
+            with m.Elif(~v.last):
+                m.d.sync += [*c.restart(), *v.increment(), offset.eq(offset + 1),
+                             w_addr.eq(w_addr + 1), x_low.eq(x_low - 1),
+                             x_high.eq(x_high - 1)]
+            with m.Elif(~u.last):
+                m.d.sync += [*c.restart(), *v.restart(), *u.increment(),
+                             offset.eq(offset + row_skip), w_addr.eq(w_addr + 1),
+                             x_low.eq(0), x_high.eq(width),
+                             y_low.eq(y_low - 1), y_high.eq(y_high - 1)]
             with m.Else():
                 # End of a group (one R x C output tile).
-                m.d.sync += [c.eq(0), v.eq(0), u.eq(0), offset.eq(0)]
-                with m.If(group != d.pixel_groups - 1):
-                    m.d.sync += [group.eq(group + 1), w_addr.eq(w_tile)]
+                m.d.sync += [*c.restart(), *v.restart(), *u.restart(), offset.eq(0),
+                             x_low.eq(0), x_high.eq(width), y_low.eq(0), y_high.eq(height)]
+                with m.If(~group.last):
+                    m.d.sync += [*group.increment(), w_addr.eq(w_tile)]
                     for r in range(rows):
-                        ny, nx, na = stepped(lane_y[r], lane_x[r], lane_a[r],
-                                             d.group_dx, d.group_dy, d.group_daddr)
-                        m.d.sync += [lane_y[r].eq(ny), lane_x[r].eq(nx), lane_a[r].eq(na)]
+                        ny, nx, na, nwrap = stepped(lane_y[r], lane_x[r], lane_a[r],
+                                                    lane_wrap[r], group_step)
+                        m.d.sync += [lane_y[r].eq(ny), lane_x[r].eq(nx), lane_a[r].eq(na),
+                                     lane_wrap[r].eq(nwrap)]
                 with m.Else():
                     # Next column tile: its weights follow this tile's in the buffer.
-                    m.d.sync += [group.eq(0), w_addr.eq(w_addr + 1), w_tile.eq(w_addr + 1)]
+                    m.d.sync += [*group.restart(), w_addr.eq(w_addr + 1),
+                                 w_tile.eq(w_addr + 1)]
                     for r in range(rows):
                         m.d.sync += [lane_y[r].eq(home_y[r]), lane_x[r].eq(home_x[r]),
-                                     lane_a[r].eq(home_a[r])]
-                    with m.If(tile == d.col_tiles - 1):
+                                     lane_a[r].eq(home_a[r]), lane_wrap[r].eq(home_wrap[r])]
+                    with m.If(tile.last):
                         m.d.sync += running.eq(0)
                     with m.Else():
-                        m.d.sync += tile.eq(tile + 1)
+                        m.d.sync += tile.increment()
         return m

@@ -191,10 +191,17 @@ class ConvEngine(wiring.Component):
         m.d.comb += [addrgen.descriptor.eq(desc), addrgen.start.eq(launch)]
 
         # Read stage: the memories' own output registers hold the beat while the array
-        # stalls (read enable low), so this stage adds no extra data registers.
+        # stalls (read enable low). Operand stage: a block RAM's read data comes late in
+        # the cycle (~5.6 ns on ECP5), so it is registered as it is before the byte select
+        # and the zero-point multiplexer, which then work on the copy; both stages move
+        # together (`advance`).
         read_valid, read_inside, read_last = Signal(), Signal(rows), Signal()
+        op_valid, op_inside, op_last = Signal(), Signal(rows), Signal()
+        op_words = [Signal(8 * ACTIVATIONS_PER_WORD, name=f"op_word{r}") for r in range(rows)]
+        op_weights = Signal(data.ArrayLayout(signed(8), cols))
         byte_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
         read_byte = [Signal(byte_shift, name=f"read_byte{r}") for r in range(rows)]
+        op_byte = [Signal(byte_shift, name=f"op_byte{r}") for r in range(rows)]
         # A beat waits while activations still stream in and one of the words it reads
         # (inside the image) is not written yet; addresses rise through the first column
         # tile, so this holds the array only where loading is ahead of computing.
@@ -206,36 +213,49 @@ class ConvEngine(wiring.Component):
         row_written = Signal()
         m.d.comb += [loaded.eq((act_complete | written.all()) & row_written),
                      row_written.eq(weights_complete | (beat.w_addr < weight_ptr))]
-        advance = ~read_valid | array.operands.ready
+        advance = ~op_valid | array.operands.ready
         m.d.comb += addrgen.beats.ready.eq(advance & loaded)
         with m.If(advance):
             m.d.sync += [read_valid.eq(addrgen.beats.valid & loaded),
                          read_inside.eq(beat.inside),
-                         read_last.eq(beat.last)]
+                         read_last.eq(beat.last),
+                         op_valid.eq(read_valid), op_inside.eq(read_inside),
+                         op_last.eq(read_last)]
             m.d.sync += [read_byte[r].eq(beat.addr[r][:byte_shift]) for r in range(rows)]
+            m.d.sync += [op_byte[r].eq(read_byte[r]) for r in range(rows)]
         for r, mem in enumerate(act_mems):
             rd = mem.read_port()
             m.d.comb += [rd.addr.eq(beat.addr[r] >> byte_shift), rd.en.eq(advance),
                          array.operands.payload.a[r].eq(
-                             Mux(read_inside[r], rd.data.as_value().word_select(
-                                 read_byte[r], 8).as_signed(), desc.x_zero_point))]
+                             Mux(op_inside[r], op_words[r].word_select(op_byte[r], 8).as_signed(),
+                                 desc.x_zero_point))]
+            with m.If(advance):
+                m.d.sync += op_words[r].eq(rd.data)
         weight_rd = weight_mem.read_port()
+        with m.If(advance):
+            m.d.sync += op_weights.eq(weight_rd.data)
         m.d.comb += [
             weight_rd.addr.eq(addrgen.beats.payload.w_addr), weight_rd.en.eq(advance),
-            array.operands.payload.b.eq(weight_rd.data),
-            array.operands.payload.last.eq(read_last),
-            array.operands.valid.eq(read_valid),
-            self.issued.eq(read_valid & array.operands.ready),
-            self.stalled.eq(read_valid & ~array.operands.ready),
+            array.operands.payload.b.eq(op_weights),
+            array.operands.payload.last.eq(op_last),
+            array.operands.valid.eq(op_valid),
+            self.issued.eq(op_valid & array.operands.ready),
+            self.stalled.eq(op_valid & ~array.operands.ready),
         ]
 
         # --- Array results -> requantizer -> output --------------------------------------
         m.submodules.requant = requant = Requantizer(lanes=cols)
         row = Signal(range(rows))
         group, tile = Signal(16), Signal(16)
-        last_group = group == desc.pixel_groups - 1
+        # `group == pixel_groups - 1` and `tile == col_tiles - 1` as flags decided one
+        # increment ahead against limits registered at `start` (they gate the array's
+        # result handshake, which must not wait on a subtractor and a comparator).
+        last_group, last_tile = Signal(), Signal()
+        groups_penultimate, tiles_penultimate = Signal(16), Signal(16)
+        one_group = Signal()
+        last_row = Signal(8)  # last_rows - 1
         row_valid = ~last_group | (row < desc.last_rows)
-        layer_last = (tile == desc.col_tiles - 1) & last_group & (row == desc.last_rows - 1)
+        layer_last = last_tile & last_group & (row == last_row)
 
         # The requantizer's per-lane constants are static inputs: they change between
         # column tiles only once the previous tile's rows have left its pipeline.
@@ -269,13 +289,20 @@ class ConvEngine(wiring.Component):
             with m.If(row == rows - 1):
                 m.d.sync += row.eq(0)
                 with m.If(~last_group):
-                    m.d.sync += group.eq(group + 1)
+                    m.d.sync += [group.eq(group + 1),
+                                 last_group.eq(group == groups_penultimate)]
                 with m.Else():
-                    m.d.sync += [group.eq(0), tile.eq(tile + 1),
+                    m.d.sync += [group.eq(0), tile.eq(tile + 1), last_group.eq(one_group),
+                                 last_tile.eq(tile == tiles_penultimate),
                                  need_params.eq(1), param_wait.eq(1)]
         with m.If(self.start & ~busy):
+            d = self.descriptor
             m.d.sync += [row.eq(0), group.eq(0), tile.eq(0),
-                         need_params.eq(1), param_wait.eq(1)]
+                         need_params.eq(1), param_wait.eq(1),
+                         last_group.eq(d.pixel_groups == 1), one_group.eq(d.pixel_groups == 1),
+                         groups_penultimate.eq(d.pixel_groups - 2),
+                         last_tile.eq(d.col_tiles == 1), tiles_penultimate.eq(d.col_tiles - 2),
+                         last_row.eq(d.last_rows - 1)]
 
         wiring.connect(m, requant.results, wiring.flipped(self.output))
         with m.If(left & self.output.payload.last):

@@ -3,48 +3,118 @@
 ``rounding_shift`` is the hardware twin of ``models.requant.rounding_shift``:
 ``(p + 2**(n - 1) - 1 + p[n]) >> n`` with ``p = value * M`` exact and an arithmetic shift,
 so the result is ``value * M / 2**n`` rounded to nearest with ties to even (ONNX
-QuantizeLinear's rule). Bit ``n`` of the product is the only addition to a ties-up
-rounder: one multiplexer into the same adder.
+QuantizeLinear's rule).
+
+The hardware computes the same number without the wide addition in front of the shifter:
+with ``p = q * 2**n + r`` (``q = p >> n``, ``0 <= r < 2**n``), the sum above carries into
+``q`` exactly when ``r > 2**(n - 1)`` or ``r == 2**(n - 1)`` and ``q`` is odd, that is
+``round = p[n - 1] & (p[n - 2:0] != 0 | q[0])``, and the result is ``q + round``. The
+shifter, the round bit and the sticky OR of the bits below it all read the product side by
+side, and the increment can take a stage of its own.
 """
 
-from amaranth import Const, Mux, Signal, signed
+from amaranth import Cat, Mux, Signal, signed
 
 from contract.requant import SHIFT_MAX, SHIFT_MIN
 
+from .wide_multiply import PRODUCT_LATENCY, pipelined_product
 
-def rounding_shift(m, value, multiplier, shift, *, en, name):
-    """Two register stages computing ``value * multiplier / 2**shift``, rounded half to even.
 
-    Stage 1 registers the exact product together with its shift, stage 2 the rounded,
-    shifted result; both advance while ``en``. Registering the shift lets ``multiplier``
-    and ``shift`` change every cycle (a unit time-shared between lanes or operands).
-    ``shift`` below 1 is outside the contract and treated as 1 so the rounding term stays
-    an integer. Returns the stage-2 register (64-bit signed).
+def rounding_shift(m, value, multiplier, shift, *, en, name, stages=2, pipelined=False,
+                   narrow=None, platform=None):
+    """Register stages computing ``value * multiplier / 2**shift``, rounded half to even.
+
+    Stage 1 registers the exact product with its shift amount and the mask of the bits
+    below the round bit (decoded from ``shift`` beside the multiplier, so the shift
+    stage decodes nothing). With ``stages=2`` stage 2 registers the rounded, shifted
+    result; with ``stages=3`` stage 2 registers the truncated quotient, its round and
+    sticky bits, and stage 3 the increment, which halves the longest path (for a clock
+    near the array's). All stages advance while ``en``. Registering the shift lets
+    ``multiplier`` and ``shift`` change every cycle (a unit time-shared between lanes or
+    operands). ``shift`` below 1 is outside the contract and treated as 1 so the rounding
+    term stays an integer. With ``pipelined`` the product takes
+    ``hw.wide_multiply.PRODUCT_LATENCY`` stages instead of one (DSP blocks with their own
+    registers, then two sums; ``platform`` picks the DSP primitive), for a clock above
+    ~80 MHz on ECP5. Latency:
+    ``stages - 1 + (PRODUCT_LATENCY if pipelined else 1)``. Returns the last stage's
+    register (64-bit signed).
+
+    ``narrow=b`` (with ``stages=3``) saturates for a consumer that clamps to a range well
+    inside ``b`` bits: the register is ``b + 1`` bits, equal to the result whenever the
+    truncated quotient fits ``b`` signed bits, and otherwise ``+-2**(b - 1)`` (give or
+    take the rounding increment) with the result's sign. The test for "fits" reads the
+    quotient register beside the increment, so the wide value never reaches a
+    comparator.
     """
+    if stages not in (2, 3):
+        raise ValueError(f"stages must be 2 or 3, not {stages!r}")
+    if narrow is not None and (stages != 3 or not 2 <= narrow <= 63):
+        raise ValueError(f"narrow must be 2..63 bits with stages=3, not {narrow!r}")
     width = len(value) + len(multiplier) + 1
-    product = Signal(signed(width), name=f"{name}_product")
-    # Sign-extended so that bit ``amount`` exists for every shift (a variable bit select
-    # past the top of a signal is undefined, not the sign).
+    # Sign-extended so that every bit the shift amount can select exists (a variable bit
+    # select past the top of a signal is undefined, not the sign).
     extended = Signal(signed(max(width, SHIFT_MAX + 1)), name=f"{name}_extended")
-    amount = Signal(range(SHIFT_MAX + 1), name=f"{name}_amount")
-    rounding = Signal(signed(64), name=f"{name}_rounding")
-    odd = Signal(name=f"{name}_odd")
-    result = Signal(signed(64), name=f"{name}_shifted")
-    held = Signal(SHIFT_MAX.bit_length(), name=f"{name}_shift")  # goes with `product`
+    held = Signal(range(SHIFT_MAX + 1), name=f"{name}_shift")  # goes with `product`
+    below = Signal(SHIFT_MAX, name=f"{name}_below")  # 2**(n - 1) - 1: bits under the round bit
+    clamped = Signal(range(SHIFT_MAX + 1), name=f"{name}_amount")
+    m.d.comb += clamped.eq(Mux(shift < SHIFT_MIN, SHIFT_MIN, shift))
+    quotient = Signal(signed(64), name=f"{name}_quotient")
+    round_bit = Signal(name=f"{name}_round")
+    sticky = Signal(name=f"{name}_sticky")
     m.d.comb += [
-        amount.eq(held),
-        rounding.eq((Const(1, 64) << (amount - 1)[:6]) - 1),
-        extended.eq(product),
-        # The parity of the truncated quotient: a tie rounds up only when it is odd.
-        odd.eq(extended.bit_select(amount, 1)),
+        quotient.eq(extended >> held),
+        round_bit.eq(extended.bit_select((held - 1)[:6], 1)),
+        sticky.eq((extended & below).any()),
     ]
+    result = Signal(signed(64), name=f"{name}_shifted")
+    def decode(amount):
+        # 2**(n - 1) - 1 bit by bit (bit i is set when i < n - 1): a comparison of six
+        # bits with a constant per bit, rather than a shifter and a 63-bit borrow chain.
+        return Cat(*(amount > i + 1 for i in range(SHIFT_MAX)))
+
+    if pipelined:
+        product = pipelined_product(m, value, multiplier, en=en, name=name,
+                                    platform=platform)
+        # The shift travels beside the product's stages; its mask is decoded from the
+        # first of them (a register), not from the input's multiplexers.
+        first = Signal.like(held, name=f"{name}_shift_d0")
+        with m.If(en):
+            m.d.sync += first.eq(clamped)
+        clamped, decoded = first, decode(first)
+        for stage in range(1, PRODUCT_LATENCY - 1):
+            next_held = Signal.like(held, name=f"{name}_shift_d{stage}")
+            next_below = Signal.like(below, name=f"{name}_below_d{stage}")
+            with m.If(en):
+                m.d.sync += [next_held.eq(clamped), next_below.eq(decoded)]
+            clamped, decoded = next_held, next_below
+    else:
+        decoded = decode(clamped)
+        product = Signal(signed(width), name=f"{name}_product")
+        with m.If(en):
+            m.d.sync += product.eq(value * multiplier)
     with m.If(en):
-        m.d.sync += [
-            product.eq(value * multiplier),
-            held.eq(Mux(shift < SHIFT_MIN, SHIFT_MIN, shift)),
-            result.eq((product + rounding + odd) >> amount),
-        ]
-    return result
+        m.d.sync += [held.eq(clamped), below.eq(decoded)]
+    m.d.comb += extended.eq(product)
+    if stages == 2:
+        with m.If(en):
+            m.d.sync += result.eq(quotient + (round_bit & (sticky | quotient[0])))
+        return result
+    q = Signal(signed(64), name=f"{name}_q")
+    q_round = Signal(name=f"{name}_q_round")
+    with m.If(en):
+        m.d.sync += [q.eq(quotient), q_round.eq(round_bit & (sticky | quotient[0]))]
+    if narrow is None:
+        with m.If(en):
+            m.d.sync += result.eq(q + q_round)
+        return result
+    top = q[narrow - 1:]
+    fits = (top == 0) | (top == (1 << len(top)) - 1)
+    bound = 1 << (narrow - 1)
+    saturated = Mux(fits, q[:narrow].as_signed(), Mux(q[-1], -bound, bound - 1))
+    narrowed = Signal(signed(narrow + 1), name=f"{name}_narrowed")
+    with m.If(en):
+        m.d.sync += narrowed.eq(saturated + q_round)
+    return narrowed
 
 
 def clamp(value, lo, hi):

@@ -10,6 +10,14 @@ Dropped pixels are still consumed: a frame's last pooled beat (the one with ``la
 held back until the frame's final input pixel has been taken, so whoever ends a pass on
 that ``last`` leaves nothing of the frame in the input stream. (Before, an odd last row or
 column was left behind and read by the next pass.)
+
+Timing: a block RAM's read data arrives late in the cycle (about 5.6 ns on ECP5), so it
+only ever goes into a register. The line buffer word of a pair is read one pixel early (at
+the previous pair's second pixel, or at the end of the even row for the first pair),
+captured at the pair's first pixel (``line_q``), and compared at its second. The one read
+that can meet a write of the same word (the end of an even row two pixels wide) has its
+capture forced to -128 (the flip-flops' synchronous set/reset, no multiplexer behind the
+RAM) and the written value folded into the pair's first pixel instead.
 """
 
 from amaranth import Module, Mux, Signal, signed
@@ -25,6 +33,13 @@ def pixel_layout(lanes):
 
 def _max(a, b):
     return Mux(a > b, a, b)
+
+
+def _max3(a, b, c):
+    """``max(a, b, c)`` with its three comparisons side by side (one comparator deep, then
+    a selection), rather than two maxima in a row."""
+    a_b, a_c, b_c = a > b, a > c, b > c
+    return Mux(a_b & a_c, a, Mux(~a_b & b_c, b, c))
 
 
 class MaxPool2x2(wiring.Component):
@@ -74,19 +89,36 @@ class MaxPool2x2(wiring.Component):
         # The frame's final input pixel, paired or not.
         frame_end = (x + 1 == self.width) & (y + 1 == self.height)
         pending = Signal()
+        row_end = x + 1 == self.width
+        # Prefetch: the first pair's word at the end of an even row, the next pair's word
+        # at an odd row's odd pixel when that pair exists (x + 2 < width, so its index
+        # (x + 1) / 2 is below width // 2, inside the buffer).
+        first_fetch = take & ~odd_y & row_end
+        next_fetch = take & odd_y & odd_x & (x + 2 < self.width)
+        line_q = Signal(data.ArrayLayout(signed(8), lanes))  # this pair's line word
+        bypass = Signal()  # the fetch met the write of its own word: `bypassed` holds it
+        bypassed = Signal(data.ArrayLayout(signed(8), lanes))
         m.d.comb += [
-            read.addr.eq(x >> 1),
-            read.en.eq(take & odd_y & ~odd_x),
+            read.addr.eq(Mux(first_fetch, 0, (x >> 1) + 1)),
+            read.en.eq(first_fetch | next_fetch),
             write.addr.eq(x >> 1),
             write.en.eq(take & ~odd_y & odd_x),
         ]
+        with m.If(first_fetch | next_fetch):
+            m.d.sync += [bypass.eq(write.en & (write.addr == 0) & first_fetch),
+                         bypassed.eq(write.data)]
         for lane in range(lanes):
             m.d.comb += write.data[lane].eq(_max(pair_max[lane], pixel[lane]))
         with m.If(take):
             with m.If(~odd_x):
-                m.d.sync += pair_max.eq(pixel)
+                with m.If(bypass & odd_y):
+                    for lane in range(lanes):
+                        m.d.sync += [line_q[lane].eq(-128),
+                                     pair_max[lane].eq(_max(pixel[lane], bypassed[lane]))]
+                with m.Else():
+                    m.d.sync += [pair_max.eq(pixel), line_q.eq(read.data)]
             # End of a frame: restart the counters for the next one (next channel group).
-            with m.If(x + 1 == self.width):
+            with m.If(row_end):
                 m.d.sync += x.eq(0)
                 m.d.sync += y.eq(Mux(y + 1 == self.height, 0, y + 1))
             with m.Else():
@@ -102,7 +134,7 @@ class MaxPool2x2(wiring.Component):
                 ]
                 for lane in range(lanes):
                     m.d.sync += self.pooled.payload.x[lane].eq(
-                        _max(_max(read.data[lane], pair_max[lane]), pixel[lane]))
+                        _max3(line_q[lane], pair_max[lane], pixel[lane]))
             with m.Elif(pending & frame_end):
                 m.d.sync += [self.pooled.valid.eq(1), pending.eq(0)]
             with m.Elif(self.pooled.ready):

@@ -29,6 +29,11 @@ def output_layout(lanes):
     return data.StructLayout({"y": data.ArrayLayout(signed(8), lanes), "last": 1})
 
 
+#: Width the rescaled value is saturated to before the zero point and the int8 clamp
+#: (any width from 9 bits is exact: 2**8 - 1 - 128 is still the top of int8).
+NARROW_BITS = 10
+
+
 class RequantParams(data.Struct):
     """Per-layer constants shared by all lanes."""
     zero_point: signed(8)
@@ -57,7 +62,10 @@ class Requantizer(wiring.Component):
         Rescalers, a divisor of ``lanes``; by default ``contract.postprocess.requant_units(lanes)``.
     """
 
-    LATENCY = 5  # holding register, sum, product, shift, clamp (collector)
+    #: Holding register, sum, product (four: DSP input and output registers, two sums),
+    #: shift (quotient, round bit), increment, narrowing and zero point, clamp (the
+    #: collector).
+    LATENCY = 10
 
     def __init__(self, *, lanes, acc_width=ACC_WIDTH, units=None):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
@@ -96,11 +104,15 @@ class Requantizer(wiring.Component):
             with m.If(advance):
                 m.d.sync += [total.eq(accs[unit] + biases[unit]),
                              multiplier.eq(multipliers[unit]), shift.eq(shifts[unit])]
+            # z + shifted is clamped to int8 next: a rescaled value past +-2**9 lands on
+            # the same bound as its saturation does (|z| <= 128), so the shifter hands over
+            # an 11-bit saturated value and the zero point and the clamp work on 11 bits.
             shifted = rounding_shift(m, total, multiplier, shift, en=advance,
-                                     name=f"unit{unit}")
-            # 65 bits: z + shifted can exceed int8 by far before the clamp.
-            biased = Signal(signed(65), name=f"biased{unit}")
-            m.d.comb += biased.eq(shifted + self.params.zero_point)
+                                     name=f"unit{unit}", stages=3, pipelined=True,
+                                     narrow=NARROW_BITS, platform=platform)
+            biased = Signal(signed(NARROW_BITS + 2), name=f"biased{unit}")
+            with m.If(advance):
+                m.d.sync += biased.eq(shifted + self.params.zero_point)
             results.append(clamp(biased, self.params.lo, self.params.hi))
         # The collector register is the last stage (the clamp's).
         share.collect(results, self.results.payload.y)

@@ -8,12 +8,24 @@ stream format without importing the hardware.
 from contract.postprocess import requant_units
 from contract.streams import ACTIVATIONS_PER_WORD, output_words, param_words, weight_words
 
-__all__ = ["PASS_LATENCY_CYCLES", "pass_cycles"]
+__all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
 
 #: Cycles per engine pass beyond loading and computing: the descriptor writes, lane
 #: set-up, the array's skew and drain and the requantizer's stages (fitted on the 8x8
-#: twin; docs/conv-engine.md).
-PASS_LATENCY_CYCLES = 94
+#: twin; docs/conv-engine.md). 94 before the retiming for the board clock (issue 12),
+#: which added the address generator's set-up cycle, the operand register after the
+#: buffers and five requantizer stages.
+PASS_LATENCY_CYCLES = 101
+
+#: The requantizer's stages (``hw.requant.Requantizer.LATENCY``; the driver does not import
+#: the hardware). Between column tiles the engine waits for them to empty before it
+#: switches the per-channel constants; that wait shows when the output side is the
+#: bottleneck (below), and hides behind the next group's beats otherwise.
+REQUANT_LATENCY = 10
+
+#: Cycles a column-tile switch costs an output-bound pass: the requantizer's drain and
+#: refill and the parameter read (fitted on the 4x4 twin, tests/test_dataflow.py).
+TILE_SWITCH_CYCLES = REQUANT_LATENCY + 4
 
 
 def _group_ready_words(engine_pass, rows):
@@ -44,7 +56,8 @@ def pass_cycles(engine_pass, config):
     tile's first group waits for its last weight row. A group takes K cycles (a beat per
     cycle) unless its output beats are slower (a beat of C bytes leaves the time-shared
     requantizer and the output stream every ``max(output_words(C) + 1, C /
-    requant_units(C))`` cycles). Plus :data:`PASS_LATENCY_CYCLES`.
+    requant_units(C))`` cycles); when that is the bottleneck, each column tile after the
+    first also waits :data:`TILE_SWITCH_CYCLES`. Plus :data:`PASS_LATENCY_CYCLES`.
     """
     rows, cols = config.rows, config.cols
     d = engine_pass.descriptor
@@ -59,9 +72,10 @@ def pass_cycles(engine_pass, config):
     for ready, cost in zip(_group_ready_words(engine_pass, rows), costs, strict=True):
         end = max(end, ready) + cost
     act_words = -(-engine_pass.activations.size // ACTIVATIONS_PER_WORD)
+    switch = TILE_SWITCH_CYCLES if k <= rows * per_output else 0
     for tile in range(1, tiles):
         weights_in = act_words + tile * tile_rows * per_row
-        end = max(end + costs[0], weights_in + 1) + sum(costs[1:])
+        end = max(end + switch + costs[0], weights_in + 1) + sum(costs[1:])
     # Words the array never reads (rows a stride skips) are still taken before the end.
     end = max(end, act_words + (tiles - 1) * tile_rows * per_row)
     return load + end + PASS_LATENCY_CYCLES

@@ -197,6 +197,11 @@ def run_address_generator(config, desc, count, rng):
     (7, 2, (3, 2, 0, 3), 1, (9, 7), 3),   # large kernel, stride 2, asymmetric pads
     (1, 2, (0, 0, 0, 0), 3, (5, 5), 4),   # 1x1, stride 2: OW = 3 < R wraps in a group
     (2, 1, (1, 0, 1, 1), 2, (3, 2), 1),   # even kernel, OW = 3, one output channel
+    # Every loop of length 1 but the tiles (each beat ends a group; one group): the
+    # registered `last` flags of single-iteration loops.
+    (1, 1, (0, 0, 0, 0), 1, (2, 2), 9),
+    # Several groups, one beat each, and a pixel step that wraps rows every other group.
+    (1, 1, (0, 0, 0, 0), 1, (3, 6), 4),
 ])
 def test_address_generator_order(kernel, stride, pads, c_in, size, c_out, rng):
     top, left, bottom, right = pads

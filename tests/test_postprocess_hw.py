@@ -101,6 +101,27 @@ def test_max_pool_matches_golden(height, width, rng, seed):
         + first_difference(got, want.astype(np.int64))
 
 
+def test_max_pool_two_wide_frames_do_not_share_a_bypass(rng, seed):
+    """Two pixels wide, the line-buffer read of an odd row meets the write of the row above
+    and takes the written value from a bypass; frames of large values followed by frames
+    of small ones show a bypass leaking into the next frame's even row."""
+    lanes, frames = 2, 4
+    x = rng.integers(-128, 1, (frames, lanes, 2, 2), dtype=np.int8)
+    x[0::2] = 127
+    dut = MaxPool2x2(lanes=lanes, max_width=16)
+
+    def setup(ctx):
+        ctx.set(dut.width, 2)
+        ctx.set(dut.height, 2)
+
+    payloads = [{"x": [int(v) for v in x[f, :, r, c]], "last": r == 1 and c == 1}
+                for f in range(frames) for r in range(2) for c in range(2)]
+    out = simulate(dut, setup, (dut.pixels, payloads), dut.pooled, frames, rng)
+    got = np.array([[int(v) for v in beat.x] for beat in out])
+    want = x.max(axis=(2, 3)).astype(np.int64)
+    assert np.array_equal(got, want), f"seed={seed}: " + first_difference(got, want)
+
+
 def test_narrowed_input_rescale_is_exact(rng, seed):
     """The identity the residual-add unit's 9 x 31-bit input rescale rests on
     (docs/conv-engine.md): rnd(v << 20, M, n) == rnd(v, M, n - 20) for every n > 20, checked

@@ -100,6 +100,31 @@ def test_ties_round_to_even(seed):
     compare(got, want, seed, "ties")
 
 
+def test_narrowing_before_the_clamp_is_exact(seed):
+    """Rescaled values around the narrowing bound (+-2**9) and the int8 range, with the
+    zero points and clamps that move the clamp's edge furthest: the saturated narrow value
+    must land on the same bound as the wide one, and values inside it pass unchanged."""
+    # M / 2**n = 1/2: acc = 2 * target (+1 for the ties) gives rescaled values `target`.
+    targets = np.concatenate([np.arange(c - 4, c + 4) for c in
+                              (-1 << 20, -1030, -514, -385, -255, 0, 255, 383, 511, 1026)])
+    acc = (2 * targets + np.tile([0, 1], len(targets) // 2)).reshape(-1, 4)
+    bias = np.zeros(4, dtype=np.int64)
+    multiplier = np.full(4, 2**30)
+    shift = np.full(4, 31)
+    for zero_point, lo, hi in ((-128, -128, 127), (127, -128, 127), (0, -5, 6), (127, 126, 127)):
+        got = run_requantizer(4, acc, bias, multiplier, shift, zero_point, lo, hi, units=2)
+        want = expected(acc, bias, multiplier, shift, zero_point, lo, hi)
+        compare(got, want, seed, f"narrowing z={zero_point} lo={lo} hi={hi}")
+
+
+def test_rounding_shift_stages_are_checked():
+    from amaranth import Module, Signal
+
+    from hw.fixedpoint import rounding_shift
+    with pytest.raises(ValueError, match="stages must be 2 or 3, not 4"):
+        rounding_shift(Module(), Signal(8), Signal(8), Signal(6), en=1, name="x", stages=4)
+
+
 def test_bad_parameters():
     with pytest.raises(ValueError, match="lanes must be a positive integer, not 0"):
         Requantizer(lanes=0)

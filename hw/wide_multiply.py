@@ -1,0 +1,81 @@
+"""A pipelined wide multiplier (up to 35 x 34 bits) out of four 18 x 18 products.
+
+``value * multiplier`` with ``value`` signed and ``multiplier`` unsigned, both split at bit
+17: ``v = vh * 2**17 + vl``, ``M = Mh * 2**17 + Ml`` with ``vl``, ``Ml`` unsigned 17-bit
+and ``vh`` signed, ``Mh`` unsigned, each at most 18 bits signed, so each partial product
+is one MULT18X18D. Then ``v * M = vl*Ml + (vl*Mh + vh*Ml) * 2**17 + vh*Mh * 2**34``, and
+since ``0 <= vl*Ml < 2**34`` the outer two terms are a concatenation, not an addition.
+
+Stages: the DSP's input registers, its output registers (inside the block on ECP5: a
+multiplier with its registers in the fabric runs at about half the speed), the middle sum
+beside the concatenation, and the final sum. :data:`PRODUCT_LATENCY` in all.
+"""
+
+from amaranth import Cat, ClockSignal, Const, Instance, Signal, signed
+
+__all__ = ["PRODUCT_LATENCY", "multiply18", "pipelined_product"]
+
+#: Enabled cycles from the operands to the product of :func:`pipelined_product`.
+PRODUCT_LATENCY = 4
+
+_SPLIT = 17
+
+
+def multiply18(m, a, b, *, en, name, platform):
+    """``a * b`` (signed 18 x 18 -> 36 bits), two enabled cycles after ``a``, ``b``.
+
+    On ECP5 (``platform.family``) one MULT18X18D with its input and output registers,
+    instantiated in ``m`` itself (as a submodule of its own, several of them tripped an
+    assertion in Yosys 0.70's ABC reintegration); elsewhere (simulation) behavioural with
+    the same latency.
+    """
+    p = Signal(signed(36), name=f"{name}_p")
+    if getattr(platform, "family", None) == "ecp5":
+        a18, b18 = Signal(signed(18), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b")
+        m.d.comb += [a18.eq(a), b18.eq(b)]
+        ports = {f"i_A{i}": a18[i] for i in range(18)}
+        ports.update({f"i_B{i}": b18[i] for i in range(18)})
+        ports.update({f"o_P{i}": p[i] for i in range(36)})
+        # Unused inputs are left unconnected, as in hw.multiplier (nextpnr cannot route a
+        # constant to some of them).
+        m.submodules[f"{name}_dsp"] = Instance(
+            "MULT18X18D",
+            p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
+            p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
+            p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
+            p_REG_PIPELINE_CLK="NONE", p_REG_INPUTC_CLK="NONE",
+            p_GSR="DISABLED", p_RESETMODE="SYNC", p_SOURCEB_MODE="B_SHIFT",
+            p_MULT_BYPASS="DISABLED", p_CAS_MATCH_REG="FALSE",
+            i_SIGNEDA=Const(1, 1), i_SIGNEDB=Const(1, 1),
+            i_SOURCEA=Const(0, 1), i_SOURCEB=Const(0, 1),
+            i_CLK0=ClockSignal(), i_CE0=en, i_RST0=Const(0, 1),
+            **ports,
+        )
+    else:
+        a18, b18 = Signal(signed(18), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b")
+        with m.If(en):
+            m.d.sync += [a18.eq(a), b18.eq(b), p.eq(a18 * b18)]
+    return p
+
+
+def pipelined_product(m, value, multiplier, *, en, name, platform=None):
+    """``value * multiplier`` (``value`` signed, ``multiplier`` unsigned) after
+    :data:`PRODUCT_LATENCY` cycles that advance while ``en``; returns the register."""
+    if len(value) > 2 * _SPLIT + 1 or len(multiplier) > 2 * _SPLIT:
+        raise ValueError(f"{name}: operands of at most {2 * _SPLIT + 1} x {2 * _SPLIT} "
+                         f"bits, not {len(value)} x {len(multiplier)}")
+    v_lo, v_hi = value.as_unsigned()[:_SPLIT], value.as_signed() >> _SPLIT
+    m_lo, m_hi = multiplier[:_SPLIT], multiplier >> _SPLIT
+    partial = []
+    for index, (a, b) in enumerate(((v_lo, m_lo), (v_lo, m_hi), (v_hi, m_lo), (v_hi, m_hi))):
+        partial.append(multiply18(m, a, b, en=en, name=f"{name}_pp{index}",
+                                  platform=platform))
+    width = len(value) + len(multiplier) + 1
+    outer = Signal(signed(width), name=f"{name}_outer")   # vl*Ml + vh*Mh * 2**34
+    middle = Signal(signed(38), name=f"{name}_middle")    # vl*Mh + vh*Ml
+    product = Signal(signed(width), name=f"{name}_product")
+    with m.If(en):
+        m.d.sync += [outer.eq(Cat(partial[0][:2 * _SPLIT], partial[3]).as_signed()),
+                     middle.eq(partial[1] + partial[2]),
+                     product.eq(outer + (middle << _SPLIT))]
+    return product
