@@ -14,10 +14,20 @@ from hw.sequencer import Phase
 from sim.cocotb_util import StreamMonitor, clock_and_reset, send_stream
 
 LOADER_OUTPUTS = ("params", "weights", "acts", "pairs", "pixels")
+#: The loader's inputs, held low through the reset.
+LOADER_INPUTS = ("h2c__valid", "load_last", "weights_held", "clear", "adding",
+                 *(f"{p}__ready" for p in LOADER_OUTPUTS))
+WRITER_INPUTS = ("results__valid", "c2h__ready", "hold_last", "clear")
 
 
 def _seed():
     return int(os.environ.get("TESSERA_SEED", "1"))
+
+
+async def _start(dut, idle_inputs):
+    """Clock and reset with ``idle_inputs`` low; the lanes and the seeded generator."""
+    await clock_and_reset(dut, idle_inputs)
+    return int(os.environ["TESSERA_LANES"]), np.random.default_rng(_seed())
 
 
 def _join(words):
@@ -50,10 +60,7 @@ async def _take(dut, port, count, rng, stall, *, load_last=True):
 
 @cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "host_loader")
 async def test_host_loader(dut):
-    cols = int(os.environ["TESSERA_LANES"])
-    rng = np.random.default_rng(_seed())
-    await clock_and_reset(dut, ("h2c__valid", "load_last", "weights_held", "clear", "adding",
-                                *(f"{p}__ready" for p in LOADER_OUTPUTS)))
+    cols, rng = await _start(dut, LOADER_INPUTS)
     monitors = {p: StreamMonitor(dut, p) for p in ("h2c", *LOADER_OUTPUTS)}
     for monitor in monitors.values():
         cocotb.start_soon(monitor.run())
@@ -103,11 +110,8 @@ async def test_host_loader(dut):
 
 @cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "host_loader")
 async def test_host_loader_clear_drops_a_partial_entry(dut):
-    cols = int(os.environ["TESSERA_LANES"])
+    cols, rng = await _start(dut, LOADER_INPUTS)
     per_beat = weight_words(cols)
-    rng = np.random.default_rng(_seed())
-    await clock_and_reset(dut, ("h2c__valid", "load_last", "weights_held", "clear", "adding",
-                                *(f"{p}__ready" for p in LOADER_OUTPUTS)))
     dut.phase.value = Phase.REST_WEIGHTS.value
     stale = rng.integers(0, 2**WORD_BITS, per_beat - 1 or 1, dtype=np.uint64)
     if per_beat > 1:
@@ -126,10 +130,8 @@ async def test_host_loader_clear_drops_a_partial_entry(dut):
 
 @cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "result_writer")
 async def test_result_writer(dut):
-    cols = int(os.environ["TESSERA_LANES"])
+    cols, rng = await _start(dut, WRITER_INPUTS)
     per_out = output_words(cols)
-    rng = np.random.default_rng(_seed())
-    await clock_and_reset(dut, ("results__valid", "c2h__ready", "hold_last", "clear"))
     monitors = {p: StreamMonitor(dut, p) for p in ("results", "c2h")}
     for monitor in monitors.values():
         cocotb.start_soon(monitor.run())
