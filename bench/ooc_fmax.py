@@ -74,10 +74,14 @@ def make_block(name, rows, cols):
     if name == "maxpool":
         from hw.maxpool import MaxPool2x2
         return MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH)
+    if name == "residual_add":
+        from hw.residual_add import ResidualAdd
+        return ResidualAdd(lanes=cols)
     if name == "conv_engine":
         from hw.conv_engine import ConvEngine
         return ConvEngine(config)
-    raise SystemExit(f"unknown block {name!r}: addrgen, requant, maxpool, conv_engine")
+    raise SystemExit(f"unknown block {name!r}: addrgen, requant, maxpool, residual_add, "
+                     "conv_engine")
 
 
 class _Platform:

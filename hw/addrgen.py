@@ -21,7 +21,7 @@ Timing (ECP5 at 125 MHz): no per-cycle path reads a descriptor field. Everything
 from it (loop limits, the steps pre-added for both outcomes of a row wrap, the wrap
 thresholds) is registered in the two cycles after ``start``; loop ``last`` flags and each
 lane's "this step wraps" flag are registers decided one step ahead; the inside test
-compares a lane's origin with bounds that move with ``u`` and ``v``. A beat is then one
+reads per-lane window positions that count with ``u`` and ``v``. A beat is then one
 adder or comparator deep (``bench/ooc_fmax.py addrgen`` times it alone).
 """
 
@@ -199,11 +199,12 @@ class AddressGenerator(wiring.Component):
         group = _LoopCounter("group", 16, d.pixel_groups)
         tile = _LoopCounter("tile", 16, d.col_tiles)
 
-        # The inside test iy = y + u in [0, H), ix = x + v in [0, W) as y in [-u, H - u),
-        # x in [-v, W - v): bounds kept in registers that move with u and v, so a lane's
-        # test is four comparisons of registers with no adder in front.
-        y_low, y_high = Signal(COORD), Signal(COORD)
-        x_low, x_high = Signal(COORD), Signal(COORD)
+        # The inside test iy = y + u in [0, H), ix = x + v in [0, W) on per-lane registers
+        # that hold iy and ix themselves: they count up with u and v and are reloaded from
+        # the lane origin when u or v restart, so a lane's test is two sign bits and two
+        # comparisons with registers, side by side, with no adder in front.
+        lane_iy = [Signal(COORD, name=f"lane{r}_iy") for r in range(rows)]
+        lane_ix = [Signal(COORD, name=f"lane{r}_ix") for r in range(rows)]
         height, width = Signal(16), Signal(16)
 
         m.d.comb += self.busy.eq(prepare | init | running | out.valid)
@@ -216,7 +217,6 @@ class AddressGenerator(wiring.Component):
                 offset.eq(0), w_addr.eq(0), w_tile.eq(0),
                 row_skip.eq(d.row_skip[:abits]),
                 height.eq(d.in_height), width.eq(d.in_width),
-                y_low.eq(0), y_high.eq(d.in_height), x_low.eq(0), x_high.eq(d.in_width),
                 *derive(pixel_step, d.stride, 0, d.pixel_daddr),
                 *derive(group_step, d.group_dx, d.group_dy, d.group_daddr),
                 *c.load(), *v.load(), *u.load(), *group.load(), *tile.load(),
@@ -236,6 +236,7 @@ class AddressGenerator(wiring.Component):
             for r in range(rows):
                 with m.If(index == r):
                     m.d.sync += [lane_y[r].eq(walker_y), lane_x[r].eq(walker_x),
+                                 lane_iy[r].eq(walker_y), lane_ix[r].eq(walker_x),
                                  lane_a[r].eq(walker_a), lane_wrap[r].eq(group_wrap),
                                  home_y[r].eq(walker_y), home_x[r].eq(walker_x),
                                  home_a[r].eq(walker_a), home_wrap[r].eq(group_wrap)]
@@ -250,8 +251,8 @@ class AddressGenerator(wiring.Component):
             for r in range(rows):
                 m.d.sync += [
                     out.payload.addr[r].eq(lane_a[r] + offset),
-                    out.payload.inside[r].eq((lane_y[r] >= y_low) & (lane_y[r] < y_high)
-                                             & (lane_x[r] >= x_low) & (lane_x[r] < x_high)),
+                    out.payload.inside[r].eq(~lane_iy[r][-1] & ~lane_ix[r][-1]
+                                             & (lane_iy[r] < height) & (lane_ix[r] < width)),
                 ]
             m.d.sync += [out.payload.w_addr.eq(w_addr),
                          out.payload.last.eq(c.last & v.last & u.last)]
@@ -260,23 +261,23 @@ class AddressGenerator(wiring.Component):
                 m.d.sync += [*c.increment(), offset.eq(offset + 1), w_addr.eq(w_addr + 1)]
             with m.Elif(~v.last):
                 m.d.sync += [*c.restart(), *v.increment(), offset.eq(offset + 1),
-                             w_addr.eq(w_addr + 1), x_low.eq(x_low - 1),
-                             x_high.eq(x_high - 1)]
+                             w_addr.eq(w_addr + 1)]
+                m.d.sync += [lane_ix[r].eq(lane_ix[r] + 1) for r in range(rows)]
             with m.Elif(~u.last):
                 m.d.sync += [*c.restart(), *v.restart(), *u.increment(),
-                             offset.eq(offset + row_skip), w_addr.eq(w_addr + 1),
-                             x_low.eq(0), x_high.eq(width),
-                             y_low.eq(y_low - 1), y_high.eq(y_high - 1)]
+                             offset.eq(offset + row_skip), w_addr.eq(w_addr + 1)]
+                m.d.sync += [lane_iy[r].eq(lane_iy[r] + 1) for r in range(rows)]
+                m.d.sync += [lane_ix[r].eq(lane_x[r]) for r in range(rows)]
             with m.Else():
                 # End of a group (one R x C output tile).
-                m.d.sync += [*c.restart(), *v.restart(), *u.restart(), offset.eq(0),
-                             x_low.eq(0), x_high.eq(width), y_low.eq(0), y_high.eq(height)]
+                m.d.sync += [*c.restart(), *v.restart(), *u.restart(), offset.eq(0)]
                 with m.If(~group.last):
                     m.d.sync += [*group.increment(), w_addr.eq(w_tile)]
                     for r in range(rows):
                         ny, nx, na, nwrap = stepped(lane_y[r], lane_x[r], lane_a[r],
                                                     lane_wrap[r], group_step)
                         m.d.sync += [lane_y[r].eq(ny), lane_x[r].eq(nx), lane_a[r].eq(na),
+                                     lane_iy[r].eq(ny), lane_ix[r].eq(nx),
                                      lane_wrap[r].eq(nwrap)]
                 with m.Else():
                     # Next column tile: its weights follow this tile's in the buffer.
@@ -284,6 +285,7 @@ class AddressGenerator(wiring.Component):
                                  w_tile.eq(w_addr + 1)]
                     for r in range(rows):
                         m.d.sync += [lane_y[r].eq(home_y[r]), lane_x[r].eq(home_x[r]),
+                                     lane_iy[r].eq(home_y[r]), lane_ix[r].eq(home_x[r]),
                                      lane_a[r].eq(home_a[r]), lane_wrap[r].eq(home_wrap[r])]
                     with m.If(tile.last):
                         m.d.sync += running.eq(0)
