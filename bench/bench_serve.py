@@ -21,10 +21,16 @@ Phases (CPU provider, one device worker, one-image binary requests), for the dig
 4. B alone at 2x capacity -> B's share of the capacity: each tenant holds a soft quota of
    half the device, so B runs past its half only by borrowing A's idle one;
 5. the predictor's error (``/v2/models/m/stats``) after phase 3, p50/p95 of
-   |predicted - measured| / measured, per run size.
+   |predicted - measured| / measured, per run size;
+6. the scheduler alone on a simulated clock (:mod:`tessera.serve.simulate`, run as a child
+   process): tenant A's SLO attainment under the tail batch bound, the median bound before
+   it, and no bound, with modelled run times and no front end or other load.
 """
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -175,6 +181,33 @@ def tenant_metrics(label, phases, slo_ms, capacity):
     ]
 
 
+def simulate_scheduler():
+    """``python -m tessera.serve.simulate`` (a child process: ``bench`` may not import
+    ``tessera``): the server's admission and queue on a simulated clock, per model, jitter
+    and batch bound."""
+    done = subprocess.run([sys.executable, "-m", "tessera.serve.simulate"], cwd=ROOT,
+                          capture_output=True, text=True, check=True, timeout=600)
+    return json.loads(done.stdout)
+
+
+def simulation_metrics(simulated):
+    """Per model and jitter: A's SLO attainment under the tail bound, beside the median
+    bound (the rule before) and no bound; B's share of the capacity meanwhile."""
+    found = {(r["model"], r["sigma"], r["rule"]): r for r in simulated}
+    metrics = []
+    for model, sigma in dict.fromkeys((r["model"], r["sigma"]) for r in simulated):
+        tail, median, none = (found[model, sigma, rule] for rule in ("tail", "median", "none"))
+        metrics.append(metric(
+            f"simulated scheduler, {model}, jitter {sigma}: tenant A SLO attainment",
+            round(tail["a_slo_attainment"], 5), "fraction", peer="median bound (before)",
+            peer_value=round(median["a_slo_attainment"], 5), target=">= 0.999",
+            note=f"no bound: {none['a_slo_attainment']:.4f}; B's share of capacity "
+                 f"{tail['b_share_of_capacity']:.2f} (median bound "
+                 f"{median['b_share_of_capacity']:.2f}); SLO {tail['slo_ms']:.2f} ms; "
+                 f"{tail['a_sent']} A requests; no HTTP front end, no other load"))
+    return metrics
+
+
 def check(summary):
     """Nothing lost, nothing wrong, nothing answered twice: else the bench fails."""
     bad = {k: summary[k] for k in ("lost", "wrong", "answered_twice") if summary[k]}
@@ -227,12 +260,15 @@ def main():
         phases.update(more)
         metrics += tenant_metrics("resnet8", phases, slo_ms, full)
         results["resnet8"] = phases
+    simulated = simulate_scheduler()
+    metrics += simulation_metrics(simulated)
     metrics.append(metric("lost or wrong answers (all phases)",
                           sum(p["lost"] + p["wrong"] for r in results.values()
                               for k, p in r.items() if k != "predictor"),
                           "requests", target="0"))
     write_results("serve", metrics, seed=SEED, seconds_per_phase=SECONDS, provider="cpu",
-                  models=["digits_qdq.onnx", "random_models resnet8"], phases=results)
+                  models=["digits_qdq.onnx", "random_models resnet8"], phases=results,
+                  scheduler_simulation=simulated)
 
 
 if __name__ == "__main__":
