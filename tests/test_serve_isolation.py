@@ -4,8 +4,9 @@ latency-bound request's own run fit in its SLO; once it is idle, full batches ag
 
 A fake slow provider (the real session, after a sleep of 10 ms + 10 ms per image) makes
 each run's duration known; the checks are on the runs' sizes and order and on the modelled
-durations, never on wall-clock timings. The admission's clock is a fake one, so "A active"
-and "A idle" do not depend on how fast the machine is.
+durations, never on measured timings (the one wait: A's second request is posted while a
+B batch of about 70 ms runs). The admission's clock is a fake one, so "A active" and
+"A idle" do not depend on how fast the machine is.
 """
 
 import asyncio
