@@ -13,7 +13,7 @@ shifter, the round bit and the sticky OR of the bits below it all read the produ
 side, and the increment can take a stage of its own.
 """
 
-from amaranth import Cat, Mux, Signal, signed
+from amaranth import Array, Cat, Const, Mux, Signal, signed
 
 from contract.requant import SHIFT_MAX, SHIFT_MIN
 
@@ -29,10 +29,12 @@ def rounding_shift(m, value, multiplier, shift, *, en, name, stages=2, pipelined
     stage decodes nothing). With ``stages=2`` stage 2 registers the rounded, shifted
     result; with ``stages=3`` stage 2 registers the truncated quotient, its round and
     sticky bits, and stage 3 the increment, which halves the longest path (for a clock
-    near the array's). All stages advance while ``en``. Registering the shift lets
-    ``multiplier`` and ``shift`` change every cycle (a unit time-shared between lanes or
-    operands). ``shift`` below 1 is outside the contract and treated as 1 so the rounding
-    term stays an integer. With ``pipelined`` the product takes
+    near the array's); ``stages=4`` (with ``pipelined``) also splits the shifter, a coarse
+    shift by a multiple of 8 registered before the last 1 to 8 bits. All stages advance
+    while ``en``. Registering the shift lets ``multiplier`` and ``shift`` change every
+    cycle (a unit time-shared between lanes or operands). ``shift`` below 1 is outside
+    the contract and treated as 1 so the rounding term stays an integer. With
+    ``pipelined`` the product takes
     ``hw.wide_multiply.PRODUCT_LATENCY`` stages instead of one (DSP blocks with their own
     registers, then two sums; ``platform`` picks the DSP primitive), for a clock above
     ~80 MHz on ECP5. Latency:
@@ -46,10 +48,10 @@ def rounding_shift(m, value, multiplier, shift, *, en, name, stages=2, pipelined
     quotient register beside the increment, so the wide value never reaches a
     comparator.
     """
-    if stages not in (2, 3):
-        raise ValueError(f"stages must be 2 or 3, not {stages!r}")
-    if narrow is not None and (stages != 3 or not 2 <= narrow <= 63):
-        raise ValueError(f"narrow must be 2..63 bits with stages=3, not {narrow!r}")
+    if stages not in (2, 3, 4) or (stages == 4 and not pipelined):
+        raise ValueError(f"stages must be 2 or 3, or 4 with pipelined, not {stages!r}")
+    if narrow is not None and (stages < 3 or not 2 <= narrow <= 63):
+        raise ValueError(f"narrow must be 2..63 bits with stages 3 or 4, not {narrow!r}")
     width = len(value) + len(multiplier) + 1
     # Sign-extended so that every bit the shift amount can select exists (a variable bit
     # select past the top of a signal is undefined, not the sign).
@@ -61,11 +63,12 @@ def rounding_shift(m, value, multiplier, shift, *, en, name, stages=2, pipelined
     quotient = Signal(signed(64), name=f"{name}_quotient")
     round_bit = Signal(name=f"{name}_round")
     sticky = Signal(name=f"{name}_sticky")
-    m.d.comb += [
-        quotient.eq(extended >> held),
-        round_bit.eq(extended.bit_select((held - 1)[:6], 1)),
-        sticky.eq((extended & below).any()),
-    ]
+    if stages < 4:
+        m.d.comb += [
+            quotient.eq(extended >> held),
+            round_bit.eq(extended.bit_select((held - 1)[:6], 1)),
+            sticky.eq((extended & below).any()),
+        ]
     result = Signal(signed(64), name=f"{name}_shifted")
     def decode(amount):
         # 2**(n - 1) - 1 bit by bit (bit i is set when i < n - 1): a comparison of six
@@ -95,6 +98,9 @@ def rounding_shift(m, value, multiplier, shift, *, en, name, stages=2, pipelined
     with m.If(en):
         m.d.sync += [held.eq(clamped), below.eq(decoded)]
     m.d.comb += extended.eq(product)
+    if stages == 4:
+        quotient, round_bit, sticky = _two_step_shift(m, extended, clamped, en=en,
+                                                      name=name)
     if stages == 2:
         with m.If(en):
             m.d.sync += result.eq(quotient + (round_bit & (sticky | quotient[0])))
@@ -115,6 +121,36 @@ def rounding_shift(m, value, multiplier, shift, *, en, name, stages=2, pipelined
     with m.If(en):
         m.d.sync += narrowed.eq(saturated + q_round)
     return narrowed
+
+
+def _two_step_shift(m, extended, amount, *, en, name):
+    """The quotient, round bit and sticky bit of ``extended >> n`` over two stages:
+    a coarse shift by the multiple of 8 below ``n - 1`` (with the OR of the bits it drops),
+    registered, then the remaining 1 to 8 bits. Each stage is an 8-way selection rather
+    than a 64-way one. ``amount`` is ``n`` one stage ahead of ``extended``'s register
+    stage; returns expressions for the stage after the coarse one."""
+    n_minus_1 = Signal(6, name=f"{name}_nm1")
+    with m.If(en):
+        m.d.sync += n_minus_1.eq(amount - 1)  # beside `held`: goes with the product
+    hi, lo = n_minus_1[3:], n_minus_1[:3]
+    coarse = Signal(signed(len(extended)), name=f"{name}_coarse")
+    coarse_sticky = Signal(name=f"{name}_coarse_sticky")
+    fine = Signal(3, name=f"{name}_fine")
+    with m.If(en):
+        m.d.sync += [
+            coarse.eq(Array([extended >> (8 * k) for k in range(8)])[hi]),
+            coarse_sticky.eq(Array([Const(0, 1)] + [extended[:8 * k].any()
+                                                    for k in range(1, 8)])[hi]),
+            fine.eq(lo),
+        ]
+    # n - 1 = 8 * hi + lo: the round bit p[n - 1] is coarse[lo], the quotient
+    # p >> n = coarse >> (lo + 1), and the bits below the round bit are p[:8 * hi]
+    # (`coarse_sticky`) and coarse[:lo].
+    quotient = Array([coarse >> (j + 1) for j in range(8)])[fine]
+    round_bit = coarse.bit_select(fine, 1)
+    sticky = coarse_sticky | Array([Const(0, 1)] + [coarse[:j].any()
+                                                    for j in range(1, 8)])[fine]
+    return quotient, round_bit, sticky
 
 
 def clamp(value, lo, hi):

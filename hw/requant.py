@@ -63,9 +63,9 @@ class Requantizer(wiring.Component):
     """
 
     #: Holding register, sum, product (four: DSP input and output registers, two sums),
-    #: shift (quotient, round bit), increment, narrowing and zero point, clamp (the
-    #: collector).
-    LATENCY = 10
+    #: shift (two: by a multiple of 8, then the rest with the round and sticky bits),
+    #: increment and saturation, zero point, clamp (the collector).
+    LATENCY = 11
 
     def __init__(self, *, lanes, acc_width=ACC_WIDTH, units=None):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
@@ -108,7 +108,7 @@ class Requantizer(wiring.Component):
             # the same bound as its saturation does (|z| <= 128), so the shifter hands over
             # an 11-bit saturated value and the zero point and the clamp work on 11 bits.
             shifted = rounding_shift(m, total, multiplier, shift, en=advance,
-                                     name=f"unit{unit}", stages=3, pipelined=True,
+                                     name=f"unit{unit}", stages=4, pipelined=True,
                                      narrow=NARROW_BITS, platform=platform)
             biased = Signal(signed(NARROW_BITS + 2), name=f"biased{unit}")
             with m.If(advance):

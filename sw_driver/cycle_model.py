@@ -14,14 +14,14 @@ __all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
 #: set-up, the array's skew and drain and the requantizer's stages (fitted on the 8x8
 #: twin; docs/conv-engine.md). 94 before the retiming for the board clock (issue 12),
 #: which added the address generator's set-up cycle, the operand register after the
-#: buffers and five requantizer stages.
-PASS_LATENCY_CYCLES = 101
+#: buffers and six requantizer stages.
+PASS_LATENCY_CYCLES = 102
 
 #: The requantizer's stages (``hw.requant.Requantizer.LATENCY``; the driver does not import
 #: the hardware). Between column tiles the engine waits for them to empty before it
 #: switches the per-channel constants; that wait shows when the output side is the
 #: bottleneck (below), and hides behind the next group's beats otherwise.
-REQUANT_LATENCY = 10
+REQUANT_LATENCY = 11
 
 #: Cycles a column-tile switch costs an output-bound pass: the requantizer's drain and
 #: refill and the parameter read (fitted on the 4x4 twin, tests/test_dataflow.py).

@@ -100,6 +100,23 @@ def test_ties_round_to_even(seed):
     compare(got, want, seed, "ties")
 
 
+def test_every_shift_through_both_steps_of_the_shifter(rng, seed):
+    """Shifts 1..62 (every coarse step of 8 and every remainder), each on accumulators
+    aimed at results around the int8 range (so rounding decides them) and on one of random
+    magnitude."""
+    multiplier = rng.integers(2**30, 2**31, 2)
+    for first in range(1, 63, 2):
+        shift = np.array([first, first + 1])
+        target = rng.integers(-200, 200, (4, 2))
+        aimed = np.floor(target * 2.0 ** shift / multiplier) + rng.integers(-2, 3, (4, 2))
+        wild = rng.choice([-1, 1], (1, 2)) * rng.integers(0, 2**31, (1, 2))
+        acc = np.clip(np.concatenate([aimed, wild]), -2**31, 2**31 - 1).astype(np.int64)
+        got = run_requantizer(2, acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127,
+                              units=1)
+        want = expected(acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127)
+        compare(got, want, seed, f"shifts={shift.tolist()}")
+
+
 def test_narrowing_before_the_clamp_is_exact(seed):
     """Rescaled values around the narrowing bound (+-2**9) and the int8 range, with the
     zero points and clamps that move the clamp's edge furthest: the saturated narrow value
@@ -121,8 +138,10 @@ def test_rounding_shift_stages_are_checked():
     from amaranth import Module, Signal
 
     from hw.fixedpoint import rounding_shift
-    with pytest.raises(ValueError, match="stages must be 2 or 3, not 4"):
+    with pytest.raises(ValueError, match="stages must be 2 or 3, or 4 with pipelined, not 4"):
         rounding_shift(Module(), Signal(8), Signal(8), Signal(6), en=1, name="x", stages=4)
+    with pytest.raises(ValueError, match="narrow must be 2..63 bits with stages 3 or 4"):
+        rounding_shift(Module(), Signal(8), Signal(8), Signal(6), en=1, name="x", narrow=8)
 
 
 def test_bad_parameters():
