@@ -44,7 +44,10 @@ FLAGS = ["--cc", "--exe", "--build", "-j", "2", "-CFLAGS", "-fPIC",
 # copies each through several temporaries per cycle. Flattening and letting Yosys fold
 # resets and enables into its flip-flop cells ($sdffe) gives one guarded assignment per
 # register: twice the cycles per second for the 8x8 twin. ``opt_clean`` must run before
-# ``opt_dff``, or the flip-flops are not recognised after ``flatten``.
+# ``opt_dff``, or the flip-flops are not recognised after ``flatten``. ``wreduce`` and
+# ``opt -full`` then drop the bits that are constant or unused (32-bit counters compared
+# with small limits, sign extensions): 20 % more cycles per second again (8x8, measured
+# back to back on the reference layer: 0.81 -> 0.94 M with host work, 0.87 -> 1.06 M idle).
 YOSYS_SCRIPT = """\
 read_rtlil {source}
 proc -norom
@@ -53,6 +56,8 @@ opt_clean
 opt_expr
 opt_merge
 opt_dff
+wreduce
+opt -full
 opt_clean
 memory_collect
 write_verilog -norename -noattr {target}
