@@ -61,6 +61,10 @@ class MaxPool2x2(wiring.Component):
             "pooled": Out(stream.Signature(pixel_layout(lanes))),
             "width": In(range(max_width + 1)),
             "height": In(range(1 << 16)),
+            # High while a pass may send pixels; the lookahead registers below follow
+            # `width` and `height` only then, so a layer that does not pool (whose
+            # descriptor still sets them) leaves the pool's registers still.
+            "active": In(1, init=1),
         })
 
     def elaborate(self, platform):
@@ -95,7 +99,7 @@ class MaxPool2x2(wiring.Component):
         # its address is held in registers for the x of the next take (x + 1 == width,
         # x + 2 < width, (x >> 1) + 1), so the RAM's address and enable are a gate away
         # from flip-flops; they are recomputed every cycle, so `width` must be steady
-        # from the cycle before a frame's first pixel.
+        # from the cycle before a frame's first pixel, with `active` high.
         row_end = Signal()      # x + 1 == width
         pair_ahead = Signal()   # x + 2 < width
         next_pair = Signal(range(self.max_width // 2 + 2), init=1)  # (x >> 1) + 1
@@ -104,7 +108,7 @@ class MaxPool2x2(wiring.Component):
         with m.Elif(take):
             m.d.sync += [row_end.eq(self.width == 1), pair_ahead.eq(self.width > 2),
                          next_pair.eq(1)]
-        with m.Else():
+        with m.Elif(self.active):
             m.d.sync += [row_end.eq(x + 1 == self.width), pair_ahead.eq(x + 2 < self.width)]
         with m.If(take & ~row_end & odd_x):
             m.d.sync += next_pair.eq(next_pair + 1)
@@ -116,7 +120,7 @@ class MaxPool2x2(wiring.Component):
         with m.Elif(take & row_end):
             m.d.sync += [last_row.eq(y + 2 == self.height),
                          last_row_pair.eq(y + 2 == (self.height & ~1))]
-        with m.Else():
+        with m.Elif(self.active):
             m.d.sync += [last_row.eq(y + 1 == self.height),
                          last_row_pair.eq(y + 1 == (self.height & ~1))]
         # A pixel pairs up only when its partner column exists (drops an odd last column).

@@ -150,6 +150,7 @@ class AcceleratorTop(wiring.Component):
         # --- the max pool takes the engine's output (CONV with pooling) or the host's
         # pixels (POOL) -------------------------------------------------------------------
         streaming = seq.phase == Phase.STREAM
+        m.d.comb += pool.active.eq(seq.busy & seq.pooling)
         with m.If(streaming):
             m.d.comb += [pool.pixels.payload.eq(loader.pixels.payload),
                          pool.pixels.valid.eq(loader.pixels.valid),
