@@ -11,7 +11,9 @@ multiplier with its registers in the fabric runs at about half the speed), the m
 beside the concatenation, and the final sum. :data:`PRODUCT_LATENCY` in all.
 """
 
-from amaranth import Cat, ClockSignal, Const, Instance, Signal, signed
+from amaranth import Cat, Signal, signed
+
+from .multiplier import mult18x18d
 
 __all__ = ["PRODUCT_LATENCY", "multiply18", "pipelined_product"]
 
@@ -33,24 +35,7 @@ def multiply18(m, a, b, *, en, name, platform):
     if getattr(platform, "family", None) == "ecp5":
         a18, b18 = Signal(signed(18), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b")
         m.d.comb += [a18.eq(a), b18.eq(b)]
-        ports = {f"i_A{i}": a18[i] for i in range(18)}
-        ports.update({f"i_B{i}": b18[i] for i in range(18)})
-        ports.update({f"o_P{i}": p[i] for i in range(36)})
-        # Unused inputs are left unconnected, as in hw.multiplier (nextpnr cannot route a
-        # constant to some of them).
-        m.submodules[f"{name}_dsp"] = Instance(
-            "MULT18X18D",
-            p_REG_INPUTA_CLK="CLK0", p_REG_INPUTA_CE="CE0", p_REG_INPUTA_RST="RST0",
-            p_REG_INPUTB_CLK="CLK0", p_REG_INPUTB_CE="CE0", p_REG_INPUTB_RST="RST0",
-            p_REG_OUTPUT_CLK="CLK0", p_REG_OUTPUT_CE="CE0", p_REG_OUTPUT_RST="RST0",
-            p_REG_PIPELINE_CLK="NONE", p_REG_INPUTC_CLK="NONE",
-            p_GSR="DISABLED", p_RESETMODE="SYNC", p_SOURCEB_MODE="B_SHIFT",
-            p_MULT_BYPASS="DISABLED", p_CAS_MATCH_REG="FALSE",
-            i_SIGNEDA=Const(1, 1), i_SIGNEDB=Const(1, 1),
-            i_SOURCEA=Const(0, 1), i_SOURCEB=Const(0, 1),
-            i_CLK0=ClockSignal(), i_CE0=en, i_RST0=Const(0, 1),
-            **ports,
-        )
+        m.submodules[f"{name}_dsp"] = mult18x18d(a18, b18, p, en=en)
     else:
         a18, b18 = Signal(signed(18), name=f"{name}_a"), Signal(signed(18), name=f"{name}_b")
         with m.If(en):
