@@ -21,6 +21,7 @@ from contract.postprocess import add_units
 from models.eltwise import ADD_LEFT_SHIFT
 
 from .fixedpoint import clamp, rounding_shift
+from .requant import NARROW_BITS
 from .timeshare import TimeShare
 
 
@@ -62,8 +63,10 @@ class ResidualAdd(wiring.Component):
         Datapaths, a divisor of ``lanes``; by default ``contract.postprocess.add_units(lanes)``.
     """
 
-    # holding register, zero points, 2 x rescale (2 each), sum, output rescale (2), clamp
-    LATENCY = 8
+    # holding register, zero points, 2 x rescale (7 each, side by side), sum, output
+    # rescale (7), clamp. The rescales are ``rounding_shift``'s pipelined form (products
+    # in DSP registers, a two-step shift), as in the requantizer, for the board clock.
+    LATENCY = 18
 
     def __init__(self, *, lanes, units=None):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
@@ -96,16 +99,19 @@ class ResidualAdd(wiring.Component):
             with m.If(advance):
                 m.d.sync += [a.eq(a_in[unit] - p.a_zero_point),
                              b.eq(b_in[unit] - p.b_zero_point)]
+            pipelined = dict(stages=4, pipelined=True, platform=platform)
             a1 = rounding_shift(m, a, p.a_multiplier, p.a_shift - ADD_LEFT_SHIFT,
-                                en=advance, name=f"a{unit}")
+                                en=advance, name=f"a{unit}", **pipelined)
             b1 = rounding_shift(m, b, p.b_multiplier, p.b_shift - ADD_LEFT_SHIFT,
-                                en=advance, name=f"b{unit}")
+                                en=advance, name=f"b{unit}", **pipelined)
             total = Signal(signed(29), name=f"sum{unit}")  # |a1|, |b1| < 2**27
             with m.If(advance):
                 m.d.sync += total.eq(a1 + b1)
+            # Saturated to NARROW_BITS before the zero point and the int8 clamp, exactly
+            # as in the requantizer (any width from 9 bits gives the same clamped value).
             y = rounding_shift(m, total, p.y_multiplier, p.y_shift, en=advance,
-                               name=f"y{unit}")
-            biased = Signal(signed(65), name=f"biased{unit}")
+                               name=f"y{unit}", narrow=NARROW_BITS, **pipelined)
+            biased = Signal(signed(NARROW_BITS + 2), name=f"biased{unit}")
             m.d.comb += biased.eq(y + p.y_zero_point)
             results.append(clamp(biased, p.lo, p.hi))
         share.collect(results, self.results.payload.y)

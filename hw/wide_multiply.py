@@ -51,11 +51,23 @@ def pipelined_product(m, value, multiplier, *, en, name, platform=None):
                          f"bits, not {len(value)} x {len(multiplier)}")
     v_lo, v_hi = value.as_unsigned()[:_SPLIT], value.as_signed() >> _SPLIT
     m_lo, m_hi = multiplier[:_SPLIT], multiplier >> _SPLIT
+    width = len(value) + len(multiplier) + 1
+    if len(value) <= _SPLIT + 1:
+        # A value that fits one DSP input takes two products, v*Ml + v*Mh * 2**17, on the
+        # same stages (so the same latency): the residual add's int8-sized operands.
+        low = multiply18(m, value, m_lo, en=en, name=f"{name}_pp0", platform=platform)
+        high = multiply18(m, value, m_hi, en=en, name=f"{name}_pp1", platform=platform)
+        low_q = Signal(signed(36), name=f"{name}_low")
+        high_q = Signal(signed(36), name=f"{name}_high")
+        product = Signal(signed(width), name=f"{name}_product")
+        with m.If(en):
+            m.d.sync += [low_q.eq(low), high_q.eq(high),
+                         product.eq(low_q + (high_q << _SPLIT))]
+        return product
     partial = []
     for index, (a, b) in enumerate(((v_lo, m_lo), (v_lo, m_hi), (v_hi, m_lo), (v_hi, m_hi))):
         partial.append(multiply18(m, a, b, en=en, name=f"{name}_pp{index}",
                                   platform=platform))
-    width = len(value) + len(multiplier) + 1
     outer = Signal(signed(width), name=f"{name}_outer")   # vl*Ml + vh*Mh * 2**34
     middle = Signal(signed(38), name=f"{name}_middle")    # vl*Mh + vh*Ml
     product = Signal(signed(width), name=f"{name}_product")
