@@ -168,6 +168,15 @@ class HostBridge(wiring.Component):
             with m.If(give_up & ~self.rx.valid):
                 m.next = "SYNC"
 
+        # CSR writes leave through registers: the address then reaches the CSR decoder from
+        # a flip-flop instead of from the receive RAM's read port (that path, RAM -> CSR
+        # decode -> read mux, was the whole board build's longest). The write lands one
+        # cycle after its frame word is read, long before the ACK has left.
+        wr_addr, wr_data, wr_en = Signal(ADDR_WIDTH), Signal(32), Signal()
+        m.d.sync += wr_en.eq(0)
+        m.d.comb += [self.csr.addr.eq(Mux(wr_en, wr_addr, word0[:ADDR_WIDTH])),
+                     self.csr.w_data.eq(wr_data), self.csr.w_en.eq(wr_en)]
+
         with m.FSM(name="bridge") as fsm:
 
             with m.State("SYNC"):
@@ -241,7 +250,7 @@ class HostBridge(wiring.Component):
                     m.d.comb += index_next.eq(0)
                     m.next = "CSR_WRITE"
                 with m.Elif(check(FrameType.CSR_READ, 4)):
-                    m.d.comb += [self.csr.addr.eq(word0[:ADDR_WIDTH]), self.csr.r_en.eq(1)]
+                    m.d.comb += self.csr.r_en.eq(1)  # at `word0` (no write in flight)
                     m.next = "CSR_READ"
                 with m.Elif(check(FrameType.DMA_READ, 4)):
                     limit = Mux(word0 < stored, word0, stored)
@@ -264,9 +273,9 @@ class HostBridge(wiring.Component):
                     m.next = "TX_SYNC"
             with m.State("CSR_WRITE"):
                 # One register a cycle, in the frame's order.
-                m.d.comb += [self.csr.addr.eq(rx_r.data[:ADDR_WIDTH]),
-                             self.csr.w_data.eq(rx_r2.data), self.csr.w_en.eq(1),
-                             index_next.eq(index + 1)]
+                m.d.sync += [wr_addr.eq(rx_r.data[:ADDR_WIDTH]), wr_data.eq(rx_r2.data),
+                             wr_en.eq(1)]
+                m.d.comb += index_next.eq(index + 1)
                 with m.If((index + 1) << 1 == words_in):
                     m.d.sync += respond(FrameType.ACK)
                     m.next = "TX_SYNC"
