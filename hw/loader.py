@@ -106,14 +106,10 @@ class HostLoader(wiring.Component):
             self.acts.valid.eq((phase == Phase.ACTIVATIONS) & self.h2c.valid),
             self.act_taken.eq(self.acts.valid & self.acts.ready),
         ]
-        taken = Signal()
-        m.d.comb += [
-            taken.eq((self.params.valid & self.params.ready)
-                     | (self.weights.valid & self.weights.ready)
-                     | (self.pairs.valid & self.pairs.ready)
-                     | (self.pixels.valid & self.pixels.ready)),
-            self.entry_taken.eq(taken),
-        ]
-        with m.If(taken | self.clear):
+        m.d.comb += self.entry_taken.eq((self.params.valid & self.params.ready)
+                                        | (self.weights.valid & self.weights.ready)
+                                        | (self.pairs.valid & self.pairs.ready)
+                                        | (self.pixels.valid & self.pixels.ready))
+        with m.If(self.entry_taken | self.clear):
             m.d.sync += count.eq(0)
         return m

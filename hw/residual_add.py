@@ -92,6 +92,7 @@ class ResidualAdd(wiring.Component):
         advance = share.step
         a_in = share.select(share.beat.a, "a_in")
         b_in = share.select(share.beat.b, "b_in")
+        pipelined = dict(stages=4, pipelined=True, platform=platform)
         results = []
         for unit in range(self.units):
             a = Signal(signed(9), name=f"a{unit}")
@@ -99,7 +100,6 @@ class ResidualAdd(wiring.Component):
             with m.If(advance):
                 m.d.sync += [a.eq(a_in[unit] - p.a_zero_point),
                              b.eq(b_in[unit] - p.b_zero_point)]
-            pipelined = dict(stages=4, pipelined=True, platform=platform)
             a1 = rounding_shift(m, a, p.a_multiplier, p.a_shift - ADD_LEFT_SHIFT,
                                 en=advance, name=f"a{unit}", **pipelined)
             b1 = rounding_shift(m, b, p.b_multiplier, p.b_shift - ADD_LEFT_SHIFT,

@@ -11,17 +11,13 @@ final word goes; ``clear`` (soft reset) drops a beat half sent.
 """
 
 from amaranth import Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.streams import WORD_BITS, output_words
 
 from .host_words import word_layout
-
-
-def result_layout(cols):
-    """A result beat: C int8 (two's complement bits) and the pass's ``last``."""
-    return data.StructLayout({"y": data.ArrayLayout(8, cols), "last": 1})
+from .requant import output_layout
 
 
 class ResultWriter(wiring.Component):
@@ -36,7 +32,8 @@ class ResultWriter(wiring.Component):
     def __init__(self, cols):
         self.cols = cols
         super().__init__({
-            "results": In(stream.Signature(result_layout(cols))),
+            # The engine's output beat; the pool's and the adder's have the same bits.
+            "results": In(stream.Signature(output_layout(cols))),
             "c2h": Out(stream.Signature(word_layout())),
             "hold_last": In(1),
             "clear": In(1),

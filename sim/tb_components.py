@@ -30,9 +30,9 @@ async def _start(dut, idle_inputs):
     return int(os.environ["TESSERA_LANES"]), np.random.default_rng(_seed())
 
 
-def _join(words):
-    """Host words as one integer, the first word lowest (the link's order)."""
-    return sum(int(w) << (WORD_BITS * i) for i, w in enumerate(words))
+def _join(values, width=WORD_BITS):
+    """``width``-bit values as one integer, the first lowest (the link's order)."""
+    return sum(int(v) << (width * i) for i, v in enumerate(values))
 
 
 def _last_offset(dut, port):
@@ -154,10 +154,10 @@ async def test_result_writer(dut):
     for case in range(3):
         count = int(rng.integers(1, 20))
         values = rng.integers(0, 256, (count, cols), dtype=np.uint64)
-        beats = [_join_bytes(row) | int(i == count - 1) << (8 * cols)
+        beats = [_join(row, 8) | int(i == count - 1) << (8 * cols)
                  for i, row in enumerate(values)]
         for i, row in enumerate(values):
-            words = [(_join_bytes(row) >> (WORD_BITS * k)) & (2**WORD_BITS - 1)
+            words = [(_join(row, 8) >> (WORD_BITS * k)) & (2**WORD_BITS - 1)
                      for k in range(per_out)]
             want += [w | int(i == count - 1 and k == per_out - 1) << WORD_BITS
                      for k, w in enumerate(words)]
@@ -180,6 +180,3 @@ async def test_result_writer(dut):
         f"seed={_seed()}: c2h words differ; got {[hex(b) for b in monitors['c2h'].beats[:4]]}"
         f", want {[hex(b) for b in want[:4]]}")
 
-
-def _join_bytes(row):
-    return sum(int(v) << (8 * i) for i, v in enumerate(row))
