@@ -80,8 +80,11 @@ def make_block(name, rows, cols):
     if name == "conv_engine":
         from hw.conv_engine import ConvEngine
         return ConvEngine(config)
+    if name == "host_bridge":  # the UART bridge; the array size does not change it
+        from hw.host_bridge import HostBridge
+        return HostBridge()
     raise SystemExit(f"unknown block {name!r}: addrgen, requant, maxpool, residual_add, "
-                     "conv_engine")
+                     "conv_engine, host_bridge")
 
 
 class _Platform:

@@ -10,7 +10,10 @@ without removing them, and the next new request commits the removal, so a lost D
 is sent again whole.
 
 Both memories (256 x 32 bits each) have synchronous read ports, so they map onto block RAM
-on the ECP5 and on the iCE40, which has no LUT RAM.
+on the ECP5 and on the iCE40, which has no LUT RAM. Every word read from them lands in a
+flip-flop before any logic sees it: an ECP5 DP16KD without its output register takes
+5.6 ns from clock to data, so even one LUT level behind it cannot make 125 MHz (the
+response CRC on the c2h RAM's read data was the 4x4 board build's longest path, 15.0 ns).
 """
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -160,8 +163,14 @@ class HostBridge(wiring.Component):
         give_up = Signal()
         m.d.comb += give_up.eq(gap == self.gap_cycles)
 
-        sent = Signal()  # a DATA payload byte left this cycle
         m.d.comb += index_next.eq(index)
+        # The c2h word being sent, from a flip-flop. Reads run one word ahead: the header
+        # states read the first word (count is 0 from TX_TYPE on), TX_PAYLOAD reads the
+        # word after the one going out, and the last byte of a word loads the next one.
+        tx_word = Signal(32)
+        # The h2c word on offer, from a flip-flop for the same reason (it goes on to the
+        # loader's gather mux and the engine's activation input).
+        h2c_word = Signal(32)
 
         def listen():
             m.d.comb += self.rx.ready.eq(1)
@@ -257,9 +266,9 @@ class HostBridge(wiring.Component):
                     m.d.sync += [pending.eq(limit), *respond(FrameType.DATA, 0, limit << 2)]
                     m.next = "TX_SYNC"
                 with m.Elif(writing & (length != 0)):
-                    m.d.comb += index_next.eq(0)
+                    m.d.comb += index_next.eq(0)  # rx_r reads word 0 for PUSH_LOAD
                     m.d.sync += stall.eq(0)
-                    m.next = "PUSH"
+                    m.next = "PUSH_LOAD"
                 with m.Elif(frame_type < 0x80):
                     known = Const(0)
                     for kind in FrameType:
@@ -282,10 +291,15 @@ class HostBridge(wiring.Component):
             with m.State("CSR_READ"):
                 m.d.sync += respond(FrameType.CSR_VALUE, self.csr.r_data, 4)
                 m.next = "TX_SYNC"
+            with m.State("PUSH_LOAD"):
+                # Word `index` leaves the RAM; PUSH offers it from h2c_word. Two cycles a
+                # word at most, against the 1,680 a word takes on the wire at 3 Mbaud.
+                m.d.sync += h2c_word.eq(rx_r.data)
+                m.next = "PUSH"
             with m.State("PUSH"):
                 final = index + 1 == words_in
                 m.d.comb += [self.h2c.valid.eq(1),
-                             self.h2c.payload.data.eq(rx_r.data),
+                             self.h2c.payload.data.eq(h2c_word),
                              self.h2c.payload.last.eq(
                                  final & (frame_type == FrameType.DMA_WRITE_LAST))]
                 with m.If(self.h2c.ready):
@@ -294,6 +308,8 @@ class HostBridge(wiring.Component):
                     with m.If(final):
                         m.d.sync += respond(FrameType.ACK)
                         m.next = "TX_SYNC"
+                    with m.Else():
+                        m.next = "PUSH_LOAD"
                 with m.Elif(stall == self.stall_cycles):
                     m.d.sync += respond(FrameType.ERROR, LinkError.H2C_STALL, 4)
                     m.next = "TX_SYNC"
@@ -311,33 +327,41 @@ class HostBridge(wiring.Component):
             with m.State("TX_SYNC"):
                 m.d.sync += [crc.eq(CRC_INIT), count.eq(0)]
                 send(SYNC, "TX_TYPE", update_crc=False)
-            with m.State("TX_TYPE"):
-                send(tx_type, "TX_SEQ")
-            with m.State("TX_SEQ"):
-                send(tx_seq, "TX_LEN_LO")
-            with m.State("TX_LEN_LO"):
-                send(tx_len[:8], "TX_LEN_HI")
-            with m.State("TX_LEN_HI"):
-                send(tx_len[8:], "TX_PAYLOAD")
+            for state, byte, following in (("TX_TYPE", tx_type, "TX_SEQ"),
+                                           ("TX_SEQ", tx_seq, "TX_LEN_LO"),
+                                           ("TX_LEN_LO", tx_len[:8], "TX_LEN_HI"),
+                                           ("TX_LEN_HI", tx_len[8:], "TX_PAYLOAD")):
+                with m.State(state):
+                    # The last of these cycles leaves the first word in tx_word: each
+                    # state lasts a cycle at least, and two states before it read it.
+                    m.d.sync += tx_word.eq(c2h_r.data)
+                    send(byte, following)
             with m.State("TX_PAYLOAD"):
                 with m.If(count == tx_len):
                     m.next = "TX_CRC_HI"
                 with m.Else():
-                    source = Mux(resp_type == FrameType.DATA, c2h_r.data, resp_value)
+                    source = Mux(resp_type == FrameType.DATA, tx_word, resp_value)
                     byte = source.word_select(count[:2], 8)
                     m.d.comb += [self.tx.valid.eq(1), self.tx.payload.eq(byte)]
                     with m.If(self.tx.ready):
                         m.d.sync += [crc.eq(crc16_byte(crc, byte)), count.eq(count + 1)]
-                        m.d.comb += sent.eq(1)
+                        with m.If(count[:2] == 3):
+                            # c2h_r has read the next word since this one's first byte.
+                            m.d.sync += tx_word.eq(c2h_r.data)
             with m.State("TX_CRC_HI"):
                 send(crc[8:], "TX_CRC_LO", update_crc=False)
             with m.State("TX_CRC_LO"):
                 send(crc[:8], "SYNC", update_crc=False)
         m.d.comb += [
-            rx_r.addr.eq(Mux(fsm.ongoing("CSR_WRITE"), index_next << 1, index_next)),
+            # In PUSH the next word, from `index` alone: h2c.ready (the core's) does not
+            # reach the RAM's address.
+            rx_r.addr.eq(Mux(fsm.ongoing("CSR_WRITE"), index_next << 1,
+                             Mux(fsm.ongoing("PUSH"), index + 1, index_next))),
             rx_r2.addr.eq((index_next << 1) | 1),
-            # The word of the next payload byte; count is 0 from TX_TYPE on.
-            c2h_r.addr.eq((head + ((count + sent) >> 2))[:len(c2h_r.addr)]),
+            # From registers only (tx.ready no longer reaches it): one word ahead of the
+            # one going out while the payload is sent, the first word before.
+            c2h_r.addr.eq((head + (count >> 2) + fsm.ongoing("TX_PAYLOAD"))
+                          [:len(c2h_r.addr)]),
         ]
         m.d.sync += index.eq(index_next)
         receiving = Cat(fsm.ongoing(state) for state in (

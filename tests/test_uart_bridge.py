@@ -5,6 +5,8 @@ file and stream sinks: every request type, a repeated SEQ (not executed twice, r
 resent), a corrupt frame (NAK), a DATA response kept until the next request, a refused
 request, and a frame abandoned after a silent gap."""
 
+import random
+
 import pytest
 from amaranth import Module
 from amaranth.lib import wiring
@@ -36,20 +38,27 @@ class FakeCore(wiring.Component):
 GAP, STALL = 200, 300  # the contract's limits are 2^16 and 2^20 cycles: too long here
 
 
-def run_bridge(script, c2h_words=(), h2c_ready=1):
-    """Run ``script(exchange)`` against a bridge; returns (h2c words seen, result)."""
+def run_bridge(script, c2h_words=(), h2c_ready=1, cycles=100_000):
+    """Run ``script(exchange)`` against a bridge; returns (h2c words seen, result).
+
+    ``h2c_ready`` is 0 or 1 for the whole run, or a ``random.Random`` that draws it anew
+    every cycle (backpressure from the core)."""
     m = Module()
     m.submodules.bridge = bridge = HostBridge(gap_cycles=GAP, stall_cycles=STALL)
     m.submodules.core = core = FakeCore()
     wiring.connect(m, bridge.csr, core.csr)
     h2c, result = [], {}
 
+    def draw():
+        return h2c_ready.random() < 0.5 if isinstance(h2c_ready, random.Random) else h2c_ready
+
     async def h2c_sink(ctx):
-        ctx.set(bridge.h2c.ready, h2c_ready)
+        ctx.set(bridge.h2c.ready, draw())
         async for _, _, valid, ready, payload in ctx.tick().sample(
                 bridge.h2c.valid, bridge.h2c.ready, bridge.h2c.payload):
             if valid and ready:
                 h2c.append((payload.data, payload.last))
+            ctx.set(bridge.h2c.ready, draw())
 
     async def c2h_source(ctx):
         await ctx.tick().repeat(50)
@@ -83,7 +92,7 @@ def run_bridge(script, c2h_words=(), h2c_ready=1):
     sim.add_process(h2c_sink)
     sim.add_testbench(c2h_source)
     sim.add_testbench(host)
-    sim.run_until(1e-8 * 100_000)
+    sim.run_until(1e-8 * cycles)
     assert "value" in result, "the bridge stopped answering"
     return h2c, result["value"]
 
@@ -134,6 +143,42 @@ def test_requests_repeats_and_errors():
         (FrameType.CSR_VALUE, 14, link.words([6])),
     ]
     assert h2c == [(7, 0), (8, 0), (9, 1)]
+
+
+def test_full_frames_under_backpressure_and_a_read_buffer_that_wraps():
+    """Both RAM read paths at their limits: a DMA write of the largest payload offered to a
+    core that takes a word on a random half of the cycles, and DATA responses of 200 words
+    at most from a read buffer that wraps (its words go out one word behind the RAM read)."""
+    seed = 12
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    sent = [rng.getrandbits(32) for _ in range(link.MAX_PAYLOAD_WORDS)]
+    stored = [rng.getrandbits(32) for _ in range(link.READ_BUFFER_WORDS + 144)]
+
+    async def script(exchange):
+        return [await exchange(FrameType.LINK_RESET, 0),
+                await exchange(FrameType.DMA_WRITE_LAST, 1, link.words(sent)),
+                await exchange(FrameType.DMA_READ, 2, link.words([200])),
+                await exchange(FrameType.DMA_READ, 2, link.words([200])),  # resent whole
+                await exchange(FrameType.DMA_READ, 3, link.words([200])),
+                await exchange(FrameType.DMA_READ, 4, link.words([200]))]
+
+    h2c, replies = run_bridge(script, c2h_words=stored, h2c_ready=random.Random(seed),
+                              cycles=40_000)
+    assert len(h2c) == len(sent), f"seed {seed}: {len(h2c)} h2c words, not {len(sent)}"
+    for i, (got, word) in enumerate(zip(h2c, sent, strict=True)):
+        want = (word, int(i == len(sent) - 1))
+        assert got == want, f"seed {seed}: h2c word {i} is {got}, not {want}"
+    expected = [(FrameType.ACK, 0, b""), (FrameType.ACK, 1, b""),
+                (FrameType.DATA, 2, link.words(stored[:200])),
+                (FrameType.DATA, 2, link.words(stored[:200])),
+                # Only the 56 words left of the full buffer: the 200 are freed by this
+                # request, too late for it. The next 144 wrap round the buffer's end.
+                (FrameType.DATA, 3, link.words(stored[200:256])),
+                (FrameType.DATA, 4, link.words(stored[256:]))]
+    assert len(replies) == len(expected)
+    for i, (got, want) in enumerate(zip(replies, expected, strict=True)):
+        assert got == want, f"seed {seed}: reply {i} differs: {got[:2]} != {want[:2]}"
 
 
 def test_a_frame_cut_short_is_abandoned_after_the_gap():
