@@ -7,12 +7,13 @@ offers none (``ray.cluster_utils.Cluster``, every node on 127.0.0.1, as in
 tests/test_ray_cluster.py).
 
 What runs is the product: ``tessera run-dataset MODEL --ray ADDRESS --actors W`` as its own
-process (the bench may not import ``tessera``; tests/test_layering.py), writing one ``.npy``
-shard per batch. The workload is the ResNet-8-like zoo model on the ``cpu`` provider, about
-0.8 ms a sample here, so a batch computes for a fifth of a second and Ray's per-batch cost
-is small beside it (the digits CNN, 14 µs a sample, measured only Ray's overheads:
-docs/scale-out.md). Every worker and the driver run with ``OPENBLAS_NUM_THREADS=1``, so one
-worker is one core.
+process (the bench may not import ``tessera``; tests/test_layering.py), writing a ``.npy``
+shard of ``BATCH`` samples as soon as they are back (Ray Data hands the actors batches of
+about that size, bundled from its input blocks). The workload is the ResNet-8-like zoo
+model on the ``cpu`` provider, about 0.8 ms a sample here, so a batch computes for a fifth
+of a second and Ray's per-batch cost is small beside it (the digits CNN, 14 µs a sample,
+measured only Ray's overheads: docs/scale-out.md). Every worker and the driver run with
+``OPENBLAS_NUM_THREADS=1``, so one worker is one core.
 
 Two throughputs per run:
 
@@ -26,10 +27,10 @@ Each figure is the median of ``REPEATS`` runs, 1 and 2 workers interleaved so th
 from elsewhere falls on both alike. The peer is one ``InferenceSession`` in this process
 over the same batches, whose outputs every run must match bit for bit, in order; and two
 plain processes without Ray, one session each over half the batches, show what the
-machine itself gives two sessions (its own ceiling, whatever runs them). Also
-recorded per run: the CPU seconds of the driver, the Ray workers and Ray's daemons (read
-from /proc, sampled every half second, so a process that lives less than that is missed),
-which show where two cores go when the scaling falls short.
+machine itself gives two sessions (its own ceiling, whatever runs them). Also recorded per
+run: the CPU seconds of the driver, the Ray workers, Ray's daemons and the rest of the
+machine (read from /proc, sampled every half second, so a process that lives less than
+that is missed), which show where the two cores went when the scaling falls short.
 """
 
 import os
@@ -57,7 +58,7 @@ BATCH = 256
 #: 120 batches: about 25 s for one worker.
 SAMPLES = 120 * BATCH
 WORKERS = (1, 2)
-REPEATS = 3
+REPEATS = 5
 #: Issue 15: throughput within 80 % of linear in the number of workers.
 TARGET_EFFICIENCY = 0.8
 #: Object store of each simulated node: the input (about 380 MB as Ray Data rows) lives
@@ -282,14 +283,15 @@ def run_on_cluster(address, model, inputs, workers, reference):
             raise RuntimeError(f"run-dataset with {workers} workers failed "
                                f"({process.returncode}):\n{output}")
         shards = sorted(Path(out).glob("part-*.npy"))
-        y = np.concatenate([np.load(shard) for shard in shards])
+        arrays = [np.load(shard) for shard in shards]
+        y = np.concatenate(arrays)
         differ = np.argwhere(y != reference) if y.shape == reference.shape else [()]
         if len(differ):
             raise AssertionError(f"{workers} workers: outputs {y.shape} {y.dtype} differ from "
                                  f"the single-process run's {reference.shape} "
                                  f"{reference.dtype}, first at {tuple(differ[0])}")
         times = [shard.stat().st_mtime_ns / 1e9 for shard in shards]
-        sizes = [BATCH] * len(shards)
+        sizes = [len(array) for array in arrays]
     return {"workers": workers, "wall_s": round(wall, 2),
             "end_to_end_samples_per_s": round(len(reference) / wall, 1),
             "steady_samples_per_s": round(steady_rate(times, sizes), 1),
@@ -308,15 +310,16 @@ def main():
           f"load average {load:.2f}")
     reference, single = single_process(model, x)
     print(f"  one session in this process: {single:.1f} samples/s")
-    plain = plain_processes(model, x, max(WORKERS))
-    print(f"  {max(WORKERS)} plain processes, one session each: {plain:.1f} samples/s")
     cluster = _start_cluster()
-    runs = []
+    runs, plain = [], []
     try:
         with tempfile.TemporaryDirectory(prefix="tessera-batch-input-") as folder:
             inputs = Path(folder) / "x.npy"
             np.save(inputs, x)
             for repeat in range(REPEATS):
+                plain.append(plain_processes(model, x, max(WORKERS)))
+                print(f"  {max(WORKERS)} plain processes, one session each, repeat {repeat}: "
+                      f"{plain[-1]:.1f} samples/s")
                 for workers in WORKERS:
                     run = run_on_cluster(cluster.address, model, inputs, workers, reference)
                     run["repeat"] = repeat
@@ -329,6 +332,7 @@ def main():
         return statistics.median(r[key] for r in runs if r["workers"] == workers)
 
     one, two = (median(w, "steady_samples_per_s") for w in WORKERS)
+    plain_rates, plain = plain, statistics.median(plain)
     e2e_one, e2e_two = (median(w, "end_to_end_samples_per_s") for w in WORKERS)
     ratio, efficiency = scaling(one, two, WORKERS[-1])
     e2e_ratio, e2e_efficiency = scaling(e2e_one, e2e_two, WORKERS[-1])
@@ -340,7 +344,8 @@ def main():
         metric("plain_processes_scaling", round(plain / single, 3), "x",
                peer="one session in one process, same run", peer_value=round(single, 1),
                note=f"{max(WORKERS)} processes without Ray, {plain:.1f} samples/s in all: "
-                    f"what this machine gives {max(WORKERS)} sessions, Ray or not"),
+                    f"what this machine gives {max(WORKERS)} sessions, Ray or not "
+                    f"(median of {REPEATS}, each repeat before the cluster runs)"),
         metric("steady_one_worker_samples_per_s", one, "samples/s",
                peer="one session in one process, same run", peer_value=round(single, 1),
                note="first shard written to last, median"),
@@ -364,7 +369,9 @@ def main():
                          cluster="head 0 CPUs + 2 nodes of 1 CPU, all on 127.0.0.1",
                          openblas_num_threads=os.environ.get("OPENBLAS_NUM_THREADS"),
                          load_average_at_start=round(load, 2),
-                         load_average_at_end=round(os.getloadavg()[0], 2), runs=runs)
+                         load_average_at_end=round(os.getloadavg()[0], 2),
+                         plain_processes_samples_per_s=[round(r, 1) for r in plain_rates],
+                         runs=runs)
 
 
 if __name__ == "__main__":
