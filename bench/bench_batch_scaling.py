@@ -31,6 +31,9 @@ machine itself gives two sessions (its own ceiling, whatever runs them). Also re
 run: the CPU seconds of the driver, the Ray workers, Ray's daemons and the rest of the
 machine (read from /proc, sampled every half second, so a process that lives less than
 that is missed), which show where the two cores went when the scaling falls short.
+
+``make bench NAMES=batch_scaling``: about 7 minutes here, both cores busy throughout, so
+other work on the machine lowers the figures (the ``other`` CPU seconds show how much).
 """
 
 import os
