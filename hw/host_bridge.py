@@ -16,6 +16,8 @@ flip-flop before any logic sees it: an ECP5 DP16KD without its output register t
 response CRC on the c2h RAM's read data was the 4x4 board build's longest path, 15.0 ns).
 """
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
@@ -61,6 +63,16 @@ class Crc16(wiring.Component):
         return m
 
 
+def _read_port(m, memory, name):
+    """A synchronous read of ``memory``: an asynchronous port and a flip-flop, which Yosys
+    merges into one block RAM port (the same cycle of latency as ``read_port()``), reading
+    the memory's ``no_rw_check`` on the way. Returns an object with ``addr`` and ``data``."""
+    port = memory.read_port(domain="comb")
+    data = Signal(memory.shape, name=f"{name}_data")
+    m.d.sync += data.eq(port.data)
+    return SimpleNamespace(addr=port.addr, data=data)
+
+
 class HostBridge(wiring.Component):
     """Frames on ``rx``/``tx`` to the top's ``csr`` bus and ``h2c``/``c2h`` streams.
 
@@ -88,23 +100,37 @@ class HostBridge(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         depth = READ_BUFFER_WORDS
-        m.submodules.rx_mem = rx_mem = Memory(shape=32, depth=MAX_PAYLOAD_WORDS, init=[])
-        m.submodules.c2h_mem = c2h_mem = Memory(shape=32, depth=depth, init=[])
+        # No word is ever read in the cycle it is written: the receive buffer is written
+        # while a frame arrives and read after, and a c2h word is written at wr_ptr, outside
+        # [head, head + stored) where every word read for a response lies. `no_rw_check`
+        # tells Yosys so; without it Yosys keeps the read-old-data rule on a collision with
+        # a delayed write, an address comparator and a multiplexer behind the RAM: logic
+        # after the DP16KD's 5.6 ns again. Yosys reads the attribute only where it merges a
+        # flip-flop into an asynchronous read port, so the ports are built that way
+        # (`_read_port`); a synchronous port declares its collision rule itself.
+        no_collision = {"no_rw_check": 1}
+        m.submodules.rx_mem = rx_mem = Memory(shape=32, depth=MAX_PAYLOAD_WORDS, init=[],
+                                              attrs=no_collision)
+        m.submodules.c2h_mem = c2h_mem = Memory(shape=32, depth=depth, init=[],
+                                                attrs=no_collision)
         rx_w = rx_mem.write_port()
-        # Synchronous read ports (block RAM on both boards; the iCE40 has no LUT RAM): each
-        # is addressed with the *next* index, so the word for the current one is ready.
-        rx_r = rx_mem.read_port()
-        rx_r2 = rx_mem.read_port()  # CSR writes take an (offset, value) pair
+        # Synchronous reads (block RAM on both boards; the iCE40 has no LUT RAM): each is
+        # addressed with the *next* index, so the word for the current one is ready.
+        rx_r = _read_port(m, rx_mem, "rx_r")
+        rx_r2 = _read_port(m, rx_mem, "rx_r2")  # CSR writes take an (offset, value) pair
         c2h_w = c2h_mem.write_port()
-        c2h_r = c2h_mem.read_port()
+        c2h_r = _read_port(m, c2h_mem, "c2h_r")
 
         # --- device-to-host words: always gathered while there is room ------------------
         wr_ptr = Signal(range(2 * depth))
         head = Signal(range(2 * depth))     # first word not yet committed as delivered
         pending = Signal(range(depth + 1))  # words of the last DATA response
+        # wr_ptr - head, kept in a register of its own (updated with both) so that a DATA
+        # response's length and c2h.ready start from flip-flops, not from a subtractor.
         stored = Signal(range(depth + 1))
+        released = Signal(range(depth + 1))  # words head moves past at this cycle's edge
+        m.d.sync += stored.eq(stored + c2h_w.en - released)
         m.d.comb += [
-            stored.eq((wr_ptr - head)[:len(wr_ptr)]),
             self.c2h.ready.eq(stored < depth),
             c2h_w.addr.eq(wr_ptr[:-1]),
             c2h_w.data.eq(self.c2h.payload.data),
@@ -128,6 +154,9 @@ class HostBridge(wiring.Component):
         count = Signal(range(MAX_PAYLOAD + 2))   # payload bytes received / sent
         shift = Signal(32)                        # payload word being assembled
         word0 = Signal(32)                        # first two payload words, for CSR frames
+        asked = Signal(range(depth + 1))          # word0 of a DMA_READ, at most the buffer
+        # word0 is set two cycles at least before EXECUTE reads `asked` (CRC_HI, CRC_LO).
+        m.d.sync += asked.eq(Mux(word0 < depth, word0, depth))
         crc_hi = Signal(8)
         last_seq = Signal(8)
         have_last = Signal()                      # last_seq/response are valid
@@ -139,6 +168,10 @@ class HostBridge(wiring.Component):
         resp_value = Signal(32)
         index = Signal(range(MAX_PAYLOAD_WORDS + 1))  # h2c word / CSR pair being done
         index_next = Signal.like(index)
+        # `index` is the frame's last word (PUSH) or register pair (CSR_WRITE): a flip-flop
+        # set a cycle ahead, so no adder and comparator sit before the response registers'
+        # enables (index -> +1 -> == -> resp_* was the bridge's longest path, 9.1 ns).
+        final = Signal()
         stall = Signal(range(self.stall_cycles + 1))
 
         words_in = length[2:]
@@ -185,6 +218,30 @@ class HostBridge(wiring.Component):
         m.d.sync += wr_en.eq(0)
         m.d.comb += [self.csr.addr.eq(Mux(wr_en, wr_addr, word0[:ADDR_WIDTH])),
                      self.csr.w_data.eq(wr_data), self.csr.w_en.eq(wr_en)]
+
+        # The request decoded into flip-flops, so EXECUTE's choice (and the response
+        # registers' enables behind it) starts from five bits, not from TYPE and LEN.
+        # Both are set in the header, two cycles at least before EXECUTE (CRC_HI, CRC_LO).
+        def check(kind, nbytes):
+            return (frame_type == kind) & (length == nbytes)
+        is_csr_write, is_csr_read, is_dma_read, is_push = (
+            Signal(name=name) for name in ("is_csr_write", "is_csr_read", "is_dma_read",
+                                           "is_push"))
+        error_code = Signal(8)
+        known = Const(0)
+        for kind in FrameType:
+            if kind < 0x80:  # a request: a response type is not one here
+                known = known | (frame_type == kind)
+        writing = ((frame_type == FrameType.DMA_WRITE)
+                   | (frame_type == FrameType.DMA_WRITE_LAST))
+        m.d.sync += [
+            is_csr_write.eq((frame_type == FrameType.CSR_WRITE) & (length != 0)
+                            & (length[:3] == 0)),
+            is_csr_read.eq(check(FrameType.CSR_READ, 4)),
+            is_dma_read.eq(check(FrameType.DMA_READ, 4)),
+            is_push.eq(writing & (length != 0)),
+            error_code.eq(Mux(known, LinkError.BAD_LENGTH, LinkError.BAD_TYPE)),
+        ]
 
         with m.FSM(name="bridge") as fsm:
 
@@ -239,53 +296,50 @@ class HostBridge(wiring.Component):
                         m.d.sync += nak.eq(1)
                         m.next = "TX_SYNC"
                     with m.Elif(frame_type == FrameType.LINK_RESET):
-                        m.d.sync += [head.eq(wr_ptr), pending.eq(0),
-                                     *respond(FrameType.ACK, store=False), have_last.eq(0)]
-                        m.next = "TX_SYNC"
+                        m.next = "RESET"
                     with m.Elif(have_last & (seq == last_seq)):
                         m.d.sync += nak.eq(0)
                         m.next = "TX_SYNC"  # a repeat: send the stored response again
                     with m.Else():
-                        # A new request: the last DATA response was delivered.
-                        m.d.sync += [head.eq(head + pending), pending.eq(0)]
-                        m.next = "EXECUTE"
+                        m.next = "COMMIT"
+            # Moving head (and `stored` with it) takes a state of its own, so the frame's
+            # checks above do not reach the subtraction that updates `stored`.
+            with m.State("RESET"):
+                m.d.comb += released.eq(stored)
+                m.d.sync += [head.eq(wr_ptr), pending.eq(0),
+                             *respond(FrameType.ACK, store=False), have_last.eq(0)]
+                m.next = "TX_SYNC"
+            with m.State("COMMIT"):
+                # A new request: the last DATA response was delivered.
+                m.d.comb += released.eq(pending)
+                m.d.sync += [head.eq(head + pending), pending.eq(0)]
+                m.next = "EXECUTE"
             with m.State("EXECUTE"):
-                def check(kind, nbytes):
-                    return (frame_type == kind) & (length == nbytes)
-                writing = ((frame_type == FrameType.DMA_WRITE)
-                           | (frame_type == FrameType.DMA_WRITE_LAST))
-                with m.If((frame_type == FrameType.CSR_WRITE) & (length != 0)
-                          & (length[:3] == 0)):
+                with m.If(is_csr_write):
                     m.d.comb += index_next.eq(0)
+                    m.d.sync += final.eq(words_in == 2)
                     m.next = "CSR_WRITE"
-                with m.Elif(check(FrameType.CSR_READ, 4)):
+                with m.Elif(is_csr_read):
                     m.d.comb += self.csr.r_en.eq(1)  # at `word0` (no write in flight)
                     m.next = "CSR_READ"
-                with m.Elif(check(FrameType.DMA_READ, 4)):
-                    limit = Mux(word0 < stored, word0, stored)
+                with m.Elif(is_dma_read):
+                    limit = Mux(asked < stored, asked, stored)
                     m.d.sync += [pending.eq(limit), *respond(FrameType.DATA, 0, limit << 2)]
                     m.next = "TX_SYNC"
-                with m.Elif(writing & (length != 0)):
+                with m.Elif(is_push):
                     m.d.comb += index_next.eq(0)  # rx_r reads word 0 for PUSH_LOAD
                     m.d.sync += stall.eq(0)
                     m.next = "PUSH_LOAD"
-                with m.Elif(frame_type < 0x80):
-                    known = Const(0)
-                    for kind in FrameType:
-                        if kind < 0x80:
-                            known = known | (frame_type == kind)
-                    code = Mux(known, LinkError.BAD_LENGTH, LinkError.BAD_TYPE)
-                    m.d.sync += respond(FrameType.ERROR, code, 4)
-                    m.next = "TX_SYNC"
                 with m.Else():
-                    m.d.sync += respond(FrameType.ERROR, LinkError.BAD_TYPE, 4)
+                    m.d.sync += respond(FrameType.ERROR, error_code, 4)
                     m.next = "TX_SYNC"
             with m.State("CSR_WRITE"):
                 # One register a cycle, in the frame's order.
                 m.d.sync += [wr_addr.eq(rx_r.data[:ADDR_WIDTH]), wr_data.eq(rx_r2.data),
                              wr_en.eq(1)]
                 m.d.comb += index_next.eq(index + 1)
-                with m.If((index + 1) << 1 == words_in):
+                m.d.sync += final.eq((index + 2) << 1 == words_in)
+                with m.If(final):
                     m.d.sync += respond(FrameType.ACK)
                     m.next = "TX_SYNC"
             with m.State("CSR_READ"):
@@ -294,10 +348,9 @@ class HostBridge(wiring.Component):
             with m.State("PUSH_LOAD"):
                 # Word `index` leaves the RAM; PUSH offers it from h2c_word. Two cycles a
                 # word at most, against the 1,680 a word takes on the wire at 3 Mbaud.
-                m.d.sync += h2c_word.eq(rx_r.data)
+                m.d.sync += [h2c_word.eq(rx_r.data), final.eq(index + 1 == words_in)]
                 m.next = "PUSH"
             with m.State("PUSH"):
-                final = index + 1 == words_in
                 m.d.comb += [self.h2c.valid.eq(1),
                              self.h2c.payload.data.eq(h2c_word),
                              self.h2c.payload.last.eq(

@@ -148,12 +148,13 @@ def test_requests_repeats_and_errors():
 def test_full_frames_under_backpressure_and_a_read_buffer_that_wraps():
     """Both RAM read paths at their limits: a DMA write of the largest payload offered to a
     core that takes a word on a random half of the cycles, and DATA responses of 200 words
-    at most from a read buffer that wraps (its words go out one word behind the RAM read)."""
+    at most from a read buffer that wraps (its words go out one word behind the RAM read),
+    then a reset that drops the words still stored."""
     seed = 12
     print(f"seed {seed}")
     rng = random.Random(seed)
     sent = [rng.getrandbits(32) for _ in range(link.MAX_PAYLOAD_WORDS)]
-    stored = [rng.getrandbits(32) for _ in range(link.READ_BUFFER_WORDS + 144)]
+    stored = [rng.getrandbits(32) for _ in range(link.READ_BUFFER_WORDS + 164)]
 
     async def script(exchange):
         return [await exchange(FrameType.LINK_RESET, 0),
@@ -161,7 +162,10 @@ def test_full_frames_under_backpressure_and_a_read_buffer_that_wraps():
                 await exchange(FrameType.DMA_READ, 2, link.words([200])),
                 await exchange(FrameType.DMA_READ, 2, link.words([200])),  # resent whole
                 await exchange(FrameType.DMA_READ, 3, link.words([200])),
-                await exchange(FrameType.DMA_READ, 4, link.words([200]))]
+                await exchange(FrameType.DMA_READ, 4, link.words([100])),
+                # The reset drops the 100 words sent and the 64 still stored.
+                await exchange(FrameType.LINK_RESET, 0),
+                await exchange(FrameType.DMA_READ, 1, link.words([200]))]
 
     h2c, replies = run_bridge(script, c2h_words=stored, h2c_ready=random.Random(seed),
                               cycles=40_000)
@@ -173,9 +177,10 @@ def test_full_frames_under_backpressure_and_a_read_buffer_that_wraps():
                 (FrameType.DATA, 2, link.words(stored[:200])),
                 (FrameType.DATA, 2, link.words(stored[:200])),
                 # Only the 56 words left of the full buffer: the 200 are freed by this
-                # request, too late for it. The next 144 wrap round the buffer's end.
+                # request, too late for it. The next words wrap round the buffer's end.
                 (FrameType.DATA, 3, link.words(stored[200:256])),
-                (FrameType.DATA, 4, link.words(stored[256:]))]
+                (FrameType.DATA, 4, link.words(stored[256:356])),
+                (FrameType.ACK, 0, b""), (FrameType.DATA, 1, b"")]
     assert len(replies) == len(expected)
     for i, (got, want) in enumerate(zip(replies, expected, strict=True)):
         assert got == want, f"seed {seed}: reply {i} differs: {got[:2]} != {want[:2]}"
