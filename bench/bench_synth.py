@@ -3,8 +3,9 @@
 Synthesizes ``hw.top.AcceleratorTop`` of the default configuration with YoWASP Yosys
 ``synth_ecp5 -noflatten`` (no place and route, no board: the top's ports stay ports) and
 writes ``bench/results/synth.json``: MULT18X18D, LUT4, TRELLIS_FF and DP16KD of the whole
-top and of each block (the systolic array, the requantizer, the residual-add unit, the max
-pool, the convolution engine around the array), and ``postprocess_dsp_fraction``, the
+top and of each block (the systolic array, the post-processing bank that requantizes and
+adds, the max pool, the convolution engine around the array), and
+``postprocess_dsp_fraction``, the
 MULT18X18D outside the array over those inside it (issue 11's target: at most 0.25, so the
 8x8 top fits an ECP5-85F's 156 with the multipliers going to the array).
 
@@ -34,8 +35,7 @@ TOP_NAME = "accelerator_top"
 #: Block name -> its path below the top (``hw/top.py``, ``hw/conv_engine.py``).
 BLOCKS = {
     "array": "engine.array",
-    "requantizer": "engine.requant",
-    "residual_add": "add",
+    "postprocess": "engine.postprocess",
     "maxpool": "pool",
     "conv_engine": "engine",
 }

@@ -77,6 +77,9 @@ def make_block(name, rows, cols):
     if name == "residual_add":
         from hw.residual_add import ResidualAdd
         return ResidualAdd(lanes=cols)
+    if name == "postprocess":  # the engine's bank: requantization and residual add
+        from hw.postprocess import PostProcessBank
+        return PostProcessBank(lanes=cols)
     if name == "conv_engine":
         from hw.conv_engine import ConvEngine
         return ConvEngine(config)
@@ -84,7 +87,7 @@ def make_block(name, rows, cols):
         from hw.host_bridge import HostBridge
         return HostBridge()
     raise SystemExit(f"unknown block {name!r}: addrgen, requant, maxpool, residual_add, "
-                     "conv_engine, host_bridge")
+                     "postprocess, conv_engine, host_bridge")
 
 
 class _Platform:

@@ -29,7 +29,7 @@ import json
 import math
 from pathlib import Path
 
-from contract.postprocess import add_units, requant_units
+from contract.postprocess import postprocess_multipliers
 
 MODEL_PATH = Path(__file__).resolve().parent / "resource_model.json"
 #: Where the sweep's builds are and what each one's record is called (``bench.sweep``).
@@ -97,7 +97,7 @@ def features(config, family):
         "pes": float(r * c),
         "edge": float(r + c),
         "side": math.sqrt(r * c),
-        "post_mults": float(4 * requant_units(c) + 8 * add_units(c)),
+        "post_mults": float(postprocess_multipliers(c)),
         "ram_blocks": float(r * ram_blocks(config.act_depth, 8, family)
                             + ram_blocks(config.weight_depth, 8 * c, family)),
     }

@@ -1,20 +1,35 @@
-"""How many arithmetic units the post-processing blocks share between their lanes.
+"""How many rescalers the post-processing bank owns and how its lanes share them.
 
-The requantizer and the residual-add unit take beats of C lanes (the array's columns) but
-own fewer multiplier datapaths, time-shared: a beat takes ``C // units`` cycles. The
-array yields at most R*C results every K cycles, so a few units keep up with it at a
-fraction of the array's multipliers (docs/conv-engine.md, "Post-processing"). Read by the
-RTL (``hw.requant``, ``hw.residual_add``) and by the driver's cycle model.
+The engine's post-processing bank (``hw.postprocess.PostProcessBank``) takes beats of C
+lanes (the array's columns) and owns a few full 32 x 31-bit rescalers (four MULT18X18D
+each), time-shared between the lanes: a beat takes ``C // units`` cycles. The same
+rescalers serve the requantization of CONV passes and the residual add of ADD passes, which
+never run at the same time (docs/conv-engine.md, "Post-processing"). The array yields at
+most R*C results every K cycles, so a few rescalers keep up with it at a fraction of the
+array's multipliers. Read by the RTL and by the driver's cycle model.
 """
 
-__all__ = ["ADD_LANES_PER_UNIT", "REQUANT_LANES_PER_UNIT", "add_units", "requant_units",
+__all__ = ["ADD_LANES_PER_UNIT", "ADD_LATENCY", "ADD_RESCALERS_PER_UNIT",
+           "MULTIPLIERS_PER_RESCALER", "REQUANT_LANES_PER_UNIT", "REQUANT_LATENCY",
+           "add_units", "bank_rescalers", "postprocess_multipliers", "requant_units",
            "shared_units"]
 
-#: Lanes one 32 x 31-bit rescaler serves in the requantizer (four MULT18X18D each).
-REQUANT_LANES_PER_UNIT = 4
-#: Lanes one residual-add datapath serves (two narrowed input rescalers and one output
-#: rescaler: eight MULT18X18D).
+#: Lanes one rescaler serves in requantization (CONV passes): 4 rescalers for 8 lanes, a
+#: beat every 2 cycles, as fast as a 1x1 layer with 16 input channels yields them.
+REQUANT_LANES_PER_UNIT = 2
+#: Lanes one residual-add datapath serves (ADD passes): 1 for 8 lanes, a lane a cycle.
 ADD_LANES_PER_UNIT = 8
+#: Rescalers one residual-add datapath takes: the two input rescales and the output one.
+ADD_RESCALERS_PER_UNIT = 3
+#: MULT18X18D of one 32 x 31-bit rescaler (``hw.wide_multiply``).
+MULTIPLIERS_PER_RESCALER = 4
+#: Cycles from a beat's transfer into the bank to its result, per mode, under a ready
+#: consumer, for a beat of one group of lanes (each further group adds a cycle): the
+#: holding register, the input stage, a rescale (seven stages), the zero point and the
+#: collector; the add's output rescale follows its sum (eight more). The bank's test
+#: measures both on the RTL.
+REQUANT_LATENCY = 11
+ADD_LATENCY = 19
 
 
 def shared_units(lanes, per_unit):
@@ -26,11 +41,22 @@ def shared_units(lanes, per_unit):
 
 
 def requant_units(lanes):
-    """Rescalers of a requantizer ``lanes`` wide (2 for the 8x8 array: 8 MULT18X18D)."""
+    """Rescalers serving a beat ``lanes`` wide in requantization (4 for the 8x8 array: a
+    beat every 2 cycles)."""
     return shared_units(lanes, REQUANT_LANES_PER_UNIT)
 
 
 def add_units(lanes):
-    """Datapaths of a residual-add unit ``lanes`` wide (1 for the 8x8 array: 8
-    MULT18X18D)."""
+    """Residual-add datapaths (three rescalers each) serving a beat ``lanes`` wide (1 for
+    the 8x8 array: a beat every 8 cycles)."""
     return shared_units(lanes, ADD_LANES_PER_UNIT)
+
+
+def bank_rescalers(lanes):
+    """Rescalers of the post-processing bank: enough for either mode (4 for the 8x8)."""
+    return max(requant_units(lanes), ADD_RESCALERS_PER_UNIT * add_units(lanes))
+
+
+def postprocess_multipliers(lanes):
+    """MULT18X18D outside the array: the bank's rescalers (16 for the 8x8 array)."""
+    return MULTIPLIERS_PER_RESCALER * bank_rescalers(lanes)

@@ -40,7 +40,7 @@ from pathlib import Path
 from amaranth.build import Clock, Resource
 
 from contract.config import ArrayConfig, ConvEngineConfig
-from contract.postprocess import add_units, requant_units
+from contract.postprocess import postprocess_multipliers
 
 from .boards import icebreaker, ulx3s
 from .boards.accelerator import DEFAULT_BAUD, AcceleratorBoardTop
@@ -127,10 +127,9 @@ def default_config(board):
 
 def multipliers_needed(config):
     """Hardware multipliers (18x18 or 16x16 DSP blocks) of the whole accelerator: one per
-    PE, four per requantizer rescaler and eight per residual-add datapath
-    (``contract.postprocess``); what ``synth_ecp5`` produces for the default tops."""
-    return (config.rows * config.cols + 4 * requant_units(config.cols)
-            + 8 * add_units(config.cols))
+    PE and four per rescaler of the post-processing bank (``contract.postprocess``); what
+    ``synth_ecp5`` produces for the default tops."""
+    return config.rows * config.cols + postprocess_multipliers(config.cols)
 
 
 def _check_fits(board, config):

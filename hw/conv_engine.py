@@ -7,9 +7,10 @@ requantizer, running one int8 convolution layer per ``start``.
  param_in ──► per-column-tile bias/M/n table         │                    │ results
  descriptor, start ─► AddressGenerator ──────────────┘      drop rows past the last pixel
                                                              ▼
-                                          Requantizer (bias', M, n of the column tile)
+                          PostProcessBank, requantizing (bias', M, n of the column tile)
                                                              ▼
                                                   output {y[C] int8, last}
+ add_operands {a[C], b[C]} ─► PostProcessBank, adding (ADD passes) ─► add_results
 ```
 
 The host folds the activation zero point into the bias (``bias' = bias - z_x * sum(w)``,
@@ -28,6 +29,11 @@ weight row it needs is written, so loading the activations overlaps computing th
 column tile, and loading the next tiles' weights overlaps computing the current one
 (docs/conv-engine.md, "Dataflow"). ``done`` rises with the last output
 beat and stays high until the next ``start``. The descriptor is latched at ``start``.
+
+Post-processing: the requantizer's rescalers also serve the residual add of ADD passes
+(``hw.postprocess.PostProcessBank``), so the engine carries the add's streams
+(``add_operands`` in, ``add_results`` out, ``add_params``) beside its own; ``adding``
+picks the mode and may change only between passes (docs/conv-engine.md, "Post-processing").
 """
 
 from amaranth import Module, Mux, Signal, signed, unsigned
@@ -39,7 +45,9 @@ from contract.config import ConvEngineConfig
 from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 
 from .addrgen import AddressGenerator, address_width, descriptor_layout
-from .requant import Requantizer, output_layout
+from .postprocess import PostProcessBank
+from .requant import output_layout
+from .residual_add import add_params_layout, operand_pair_layout, sum_layout
 from .systolic import SystolicArray
 
 
@@ -72,7 +80,8 @@ def param_load_layout(cols):
 
 
 class ConvEngine(wiring.Component):
-    """One int8 convolution layer (bit-exact with ``models.conv`` + ``models.requant``).
+    """One int8 convolution layer (bit-exact with ``models.conv`` + ``models.requant``), and
+    the residual add of ADD passes through its post-processing bank.
 
     Parameters
     ----------
@@ -104,6 +113,11 @@ class ConvEngine(wiring.Component):
             # or one waited for the array.
             "issued": Out(1),
             "stalled": Out(1),
+            # ADD passes through the same post-processing bank (the engine is idle then).
+            "adding": In(1),
+            "add_operands": In(stream.Signature(operand_pair_layout(cols))),
+            "add_results": Out(stream.Signature(sum_layout(cols))),
+            "add_params": In(add_params_layout()),
         })
 
     def elaborate(self, platform):
@@ -243,8 +257,15 @@ class ConvEngine(wiring.Component):
             self.stalled.eq(op_valid & ~array.operands.ready),
         ]
 
-        # --- Array results -> requantizer -> output --------------------------------------
-        m.submodules.requant = requant = Requantizer(lanes=cols)
+        # --- Array results -> requantizer -> output; the add's operands -> the same bank --
+        m.submodules.postprocess = post = PostProcessBank(lanes=cols)
+        # The mode fans out to every multiplexer of the bank: it leaves a register (a pass's
+        # first beat comes cycles after the opcode is latched, and the bank's streams stay
+        # not ready until its mode matches).
+        m.d.sync += post.adding.eq(self.adding)
+        m.d.comb += post.add_params.eq(self.add_params)
+        wiring.connect(m, wiring.flipped(self.add_operands), post.operands)
+        wiring.connect(m, post.sums, wiring.flipped(self.add_results))
         row = Signal(range(rows))
         group, tile = Signal(16), Signal(16)
         # `group == pixel_groups - 1` and `tile == col_tiles - 1` as flags decided one
@@ -261,28 +282,28 @@ class ConvEngine(wiring.Component):
         # column tiles only once the previous tile's rows have left its pipeline.
         need_params = Signal()
         param_wait = Signal()  # the table read for `tile` is one cycle old only after this
-        in_flight = Signal(range(Requantizer.LATENCY + 2))
+        in_flight = Signal(range(PostProcessBank.REQUANT_LATENCY + 2))
         params = Signal(param_word_layout(cols))
         param_rd = param_mem.read_port()
         m.d.comb += param_rd.addr.eq(tile)
         m.d.sync += param_wait.eq(0)
-        entered = requant.accumulators.valid & requant.accumulators.ready
+        entered = post.accumulators.valid & post.accumulators.ready
         left = self.output.valid & self.output.ready
         m.d.sync += in_flight.eq(in_flight + entered - left)
         with m.If(need_params & ~param_wait & (in_flight == 0)):
             m.d.sync += [params.eq(param_rd.data), need_params.eq(0)]
 
         m.d.comb += [
-            requant.accumulators.payload.acc.eq(array.results.payload.c),
-            requant.accumulators.payload.last.eq(layer_last),
-            requant.accumulators.valid.eq(array.results.valid & row_valid & ~need_params),
-            array.results.ready.eq(~need_params & (~row_valid | requant.accumulators.ready)),
-            requant.bias.eq(params.bias),
-            requant.multiplier.eq(params.multiplier),
-            requant.shift.eq(params.shift),
-            requant.params.zero_point.eq(desc.y_zero_point),
-            requant.params.lo.eq(desc.lo),
-            requant.params.hi.eq(desc.hi),
+            post.accumulators.payload.acc.eq(array.results.payload.c),
+            post.accumulators.payload.last.eq(layer_last),
+            post.accumulators.valid.eq(array.results.valid & row_valid & ~need_params),
+            array.results.ready.eq(~need_params & (~row_valid | post.accumulators.ready)),
+            post.bias.eq(params.bias),
+            post.multiplier.eq(params.multiplier),
+            post.shift.eq(params.shift),
+            post.params.zero_point.eq(desc.y_zero_point),
+            post.params.lo.eq(desc.lo),
+            post.params.hi.eq(desc.hi),
         ]
         with m.If(array.results.valid & array.results.ready):
             m.d.sync += row.eq(row + 1)
@@ -304,7 +325,7 @@ class ConvEngine(wiring.Component):
                          last_tile.eq(d.col_tiles == 1), tiles_penultimate.eq(d.col_tiles - 2),
                          last_row.eq(d.last_rows - 1)]
 
-        wiring.connect(m, requant.results, wiring.flipped(self.output))
+        wiring.connect(m, post.results, wiring.flipped(self.output))
         with m.If(left & self.output.payload.last):
             m.d.sync += [busy.eq(0), self.done.eq(1)]
         return m

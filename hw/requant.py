@@ -7,6 +7,10 @@ Implements ``models.requant.requantize`` applied to ``acc + bias``::
 with a 64-bit product and ``hw.fixedpoint.rounding_shift`` (nearest, ties to even).
 ``acc + bias`` wraps at 32 bits like the hardware accumulator it continues; the golden
 models refuse layers where that could happen, so inside the contract there is no wrap.
+
+The engine requantizes through ``hw.postprocess.PostProcessBank``, whose rescalers also
+serve the residual add; this standalone block and its tests remain for the rounding
+datapath and the layouts they share.
 """
 
 from amaranth import Module, Signal, signed, unsigned

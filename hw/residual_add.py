@@ -9,6 +9,10 @@ The hardware twin of ``models.eltwise.add`` (TFLite's quantized ADD), per lane::
 where ``rnd(v, M, n)`` is ``hw.fixedpoint.rounding_shift``: ``v * M / 2**n`` rounded half
 to even,
 with the six multiplier/shift constants from ``models.eltwise.add_multipliers``.
+
+The top computes ADD passes with the requantizer's rescalers instead
+(``hw.postprocess.PostProcessBank``); this standalone block remains with its tests, and its
+layouts are the bank's.
 """
 
 from amaranth import Module, Signal, signed, unsigned

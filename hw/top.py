@@ -19,7 +19,8 @@ final word. With ``POOL_ENABLE`` the engine's output goes through the 2x2 max po
 
 ``POOL`` streams ``STREAM_BEATS`` pixels of C int8 (row-major, ``POOL_FRAMES`` frames)
 through the max pool alone; ``ADD`` streams ``STREAM_BEATS`` beats of C bytes of ``a`` then
-C bytes of ``b`` through the residual-add unit (``ADD_*`` registers).
+C bytes of ``b`` through the residual add (``ADD_*`` registers), which the engine's
+post-processing bank computes with the requantizer's rescalers (``hw/postprocess.py``).
 Port names at the Verilog top (``csr__addr``, ``h2c__payload``, ...) map one-to-one onto an
 AXI4-Lite / AXI4-Stream bridge such as XDMA in stream mode.
 """
@@ -39,7 +40,6 @@ from .host_words import word_layout
 from .loader import HostLoader
 from .maxpool import MaxPool2x2
 from .perf_counters import PerfCounters
-from .residual_add import ResidualAdd
 from .result_writer import ResultWriter
 from .sequencer import CommandSequencer, Phase
 
@@ -53,8 +53,8 @@ class AcceleratorTop(wiring.Component):
     csr ─► CsrBank ─► CommandSequencer (m.FSM): phase, load_last, engine_start ─► all below
     h2c ─► HostLoader ─ params, weights, acts ─► ConvEngine ─┬──────────────┐
                       ├ pixels (POOL) ─► MaxPool2x2 ◄──────────┘ (pooling)  │
-                      └ pairs (ADD) ──► ResidualAdd                         │
-           engine / pool / adder results ─► ResultWriter ─► c2h            │
+                      └ pairs (ADD) ──► ConvEngine.add_operands (its bank)  │
+           engine / pool / add results ─► ResultWriter ─► c2h              │
            PerfCounters ◄─ busy, phase, the engine's issue and stall ◄──────┘
     ```
 
@@ -89,7 +89,6 @@ class AcceleratorTop(wiring.Component):
         m.submodules.engine = engine = ResetInserter(soft_reset)(ConvEngine(cfg))
         m.submodules.pool = pool = ResetInserter(soft_reset)(
             MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH))
-        m.submodules.add = add = ResetInserter(soft_reset)(ResidualAdd(lanes=cols))
         m.submodules.writer = writer = ResultWriter(cols)
         m.submodules.perf = perf = PerfCounters(rows * cols)
 
@@ -109,7 +108,7 @@ class AcceleratorTop(wiring.Component):
             field = getattr(engine.descriptor, name)
             m.d.comb += field.eq(getattr(csr, f"conv_{name}")[:len(field)])
         for name, _, _, _ in ADD_PARAM_FIELDS:
-            field = getattr(add.params, name)
+            field = getattr(engine.add_params, name)
             m.d.comb += field.eq(getattr(csr, f"add_{name}")[:len(field)])
 
         # --- the sequencer: reads the command, tells every other component its phase ---
@@ -141,11 +140,12 @@ class AcceleratorTop(wiring.Component):
             loader.clear.eq(soft_reset | (csr.ctrl[0] & ~seq.busy)),
             engine.start.eq(seq.engine_start),
             engine.load_during_run.eq(1),
+            engine.adding.eq(seq.opcode == OPCODES["ADD"]),
         ]
         wiring.connect(m, loader.params, engine.param_in)
         wiring.connect(m, loader.weights, engine.weight_in)
         wiring.connect(m, loader.acts, engine.act_in)
-        wiring.connect(m, loader.pairs, add.operands)
+        wiring.connect(m, loader.pairs, engine.add_operands)
 
         # --- the max pool takes the engine's output (CONV with pooling) or the host's
         # pixels (POOL) -------------------------------------------------------------------
@@ -170,10 +170,10 @@ class AcceleratorTop(wiring.Component):
                          seq.frame_taken.eq(pool.pooled.valid & results.ready
                                             & pool.pooled.payload.last)]
         with m.Elif(seq.opcode == OPCODES["ADD"]):
-            m.d.comb += [results.payload.y.eq(add.results.payload.y),
-                         results.payload.last.eq(add.results.payload.last),
-                         results.valid.eq(add.results.valid),
-                         add.results.ready.eq(results.ready)]
+            m.d.comb += [results.payload.y.eq(engine.add_results.payload.y),
+                         results.payload.last.eq(engine.add_results.payload.last),
+                         results.valid.eq(engine.add_results.valid),
+                         engine.add_results.ready.eq(results.ready)]
         with m.Else():
             m.d.comb += [results.payload.y.eq(engine.output.payload.y),
                          results.payload.last.eq(engine.output.payload.last),

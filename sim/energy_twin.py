@@ -62,15 +62,14 @@ COVERAGE_FLAGS = ["--coverage-toggle", "--coverage-line",
 #: loader, output writer, performance counters) is host interface.
 BLOCK_PREFIXES = (
     ("core.engine.array", "systolic_array"),
-    ("core.engine.requant", "requant"),
+    ("core.engine.postprocess", "postprocess"),
     ("core.engine", "conv_engine"),
     ("core.pool", "pool"),
-    ("core.add", "residual_add"),
     ("core.csr", "csr_dma"),
     ("core", "csr_dma"),
 )
 #: Every block the report lists, in order.
-BLOCKS = ("systolic_array", "conv_engine", "requant", "pool", "residual_add", "csr_dma")
+BLOCKS = ("systolic_array", "conv_engine", "postprocess", "pool", "csr_dma")
 
 _MEMORY = re.compile(r"^\s*reg (?:\[(\d+):0\] )?(\\\S+|\w+)\s+\[(\d+):0\];\s*$")
 _REG = re.compile(r"^\s*reg (?:signed )?(?:\[\d+:0\] )?(\\\S+|\w+)\s*(?:=[^;]*)?;\s*$")

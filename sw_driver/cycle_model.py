@@ -5,7 +5,7 @@ pass). It counts the words the host link carries (``contract.streams``), so it f
 stream format without importing the hardware.
 """
 
-from contract.postprocess import requant_units
+from contract.postprocess import REQUANT_LATENCY, requant_units
 from contract.streams import ACTIVATIONS_PER_WORD, output_words, param_words, weight_words
 
 __all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
@@ -17,11 +17,10 @@ __all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
 #: buffers and six requantizer stages.
 PASS_LATENCY_CYCLES = 102
 
-#: The requantizer's stages (``hw.requant.Requantizer.LATENCY``; the driver does not import
-#: the hardware). Between column tiles the engine waits for them to empty before it
-#: switches the per-channel constants; that wait shows when the output side is the
-#: bottleneck (below), and hides behind the next group's beats otherwise.
-REQUANT_LATENCY = 11
+#: The post-processing bank's requantization stages (``contract.postprocess``). Between
+#: column tiles the engine waits for them to empty before it switches the per-channel
+#: constants; that wait shows when the output side is the bottleneck (below), and hides
+#: behind the next group's beats otherwise.
 
 #: Cycles a column-tile switch costs an output-bound pass: the requantizer's drain and
 #: refill and the parameter read (fitted on the 4x4 twin, tests/test_dataflow.py).

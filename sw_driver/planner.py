@@ -216,9 +216,10 @@ def device_work(layer, input_shape, config):
 #: Register writes of a POOL pass and of an ADD pass (sw_driver.accelerator's programs).
 POOL_CSR_WRITES, ADD_CSR_WRITES = 7, 15
 #: Fixed cycles of a POOL and of an ADD pass: fitted on the twin's PERF_CYCLES (31 for the
-#: pool on the 4x4 twin; 69 for the add on the 8x8 twin, 2x2 to 32x32 maps, with its
-#: pipelined rescales: 10 more than before them).
-POOL_FIXED_CYCLES, ADD_FIXED_CYCLES = 31, 69
+#: pool on the 4x4 twin; 70 for the add on the 8x8 twin, 2x2 to 32x32 maps: 69 with its own
+#: unit, one more through the shared post-processing bank, whose add path is a stage
+#: longer, contract.postprocess.ADD_LATENCY).
+POOL_FIXED_CYCLES, ADD_FIXED_CYCLES = 31, 70
 #: Cycles per POOL input beat beyond its words (the gatherer hands the beat on).
 EXTRA_CYCLES_PER_BEAT = 1
 
@@ -247,7 +248,7 @@ def _add_size(layer, shape):
 
 def add_cycles_per_beat(cols):
     """Cycles one ADD beat (C pairs) takes: its words plus one to gather them, or the
-    time-shared residual-add datapaths' ``C // add_units(C)`` if slower (8 on the 8x8)."""
+    post-processing bank's ``C // add_units(C)`` in add mode if slower (8 on the 8x8)."""
     return max(add_words(cols) + EXTRA_CYCLES_PER_BEAT, cols // add_units(cols))
 
 

@@ -19,9 +19,9 @@ def fake_stat():
         "\\accelerator_top.engine": module(LUT4=30),
         "\\accelerator_top.engine.array": module(MULT18X18D=16, LUT4=200, TRELLIS_FF=300),
         "\\accelerator_top.engine.array.pe0": module(LUT4=5),
-        "\\accelerator_top.engine.requant": module(MULT18X18D=4, LUT4=40),
+        "\\accelerator_top.engine.postprocess": module(MULT18X18D=4, LUT4=40),
+        "\\accelerator_top.engine.postprocess.r0": module(MULT18X18D=8, LUT4=60),
         "\\accelerator_top.engine.act_buffer0": module(DP16KD=2),
-        "\\accelerator_top.add": module(MULT18X18D=8, LUT4=60),
         "\\accelerator_top.pool": module(LUT4=7, DP16KD=1),
         # Not below "engine.array" although its name starts the same way.
         "\\accelerator_top.engine.array_shadow": module(MULT18X18D=1),
@@ -31,7 +31,8 @@ def fake_stat():
 def test_blocks_sum_their_subtree():
     blocks = bench_synth.block_cells(bench_synth.module_cells(fake_stat()))
     assert blocks["array"] == {"MULT18X18D": 16, "LUT4": 205, "TRELLIS_FF": 300, "DP16KD": 0}
-    assert blocks["conv_engine"]["MULT18X18D"] == 21
+    assert blocks["postprocess"]["MULT18X18D"] == 12
+    assert blocks["conv_engine"]["MULT18X18D"] == 29
     assert blocks["conv_engine"]["DP16KD"] == 2
     assert blocks["total"] == {"MULT18X18D": 29, "LUT4": 452, "TRELLIS_FF": 370,
                                "DP16KD": 3}
@@ -50,10 +51,10 @@ def test_json_names_every_block_and_the_fraction(tmp_path, monkeypatch):
     fraction = next(e for e in document["metrics"] if e["name"] == "postprocess_dsp_fraction")
     assert fraction["target"] == 0.25 and "misses the target" in fraction["note"]
     assert values["total MULT18X18D"] == 29
-    for block in ("array", "requantizer", "residual_add", "maxpool", "conv_engine"):
+    for block in ("array", "postprocess", "maxpool", "conv_engine"):
         for cell in ("MULT18X18D", "LUT4", "TRELLIS_FF", "DP16KD"):
             assert values[f"{block} {cell}"] == blocks[block][cell]
-    assert document["blocks"]["residual_add"]["MULT18X18D"] == 8
+    assert document["blocks"]["postprocess"]["MULT18X18D"] == 12
 
 
 def test_a_missing_block_is_named():

@@ -325,14 +325,14 @@ def test_counts_are_nonzero_exactly_for_the_blocks_a_layer_uses(energy_run, rng,
     want = requantize(conv2d(x, weights, params[0], x_zero_point=3, padding=1), *params[1:],
                       -2)
     np.testing.assert_array_equal(got, want, err_msg=f"seed={seed}: the energy twin's conv")
-    assert touched(activity) == {"systolic_array", "conv_engine", "requant", "csr_dma"}, \
+    assert touched(activity) == {"systolic_array", "conv_engine", "postprocess", "csr_dma"}, \
         f"seed={seed}: {activity['toggles']}"
     assert activity["macs"] > 0 and activity["cycles"] > 0
     pool_memory = [m for m in activity["memories"] if m["block"] == "pool"]
     assert pool_memory and all(m["reads"] == m["writes"] == 0 for m in pool_memory)
 
     activity, _ = energy_run.measure(conv_work(energy_run, x, weights, params, pool=True))
-    assert touched(activity) == {"systolic_array", "conv_engine", "requant", "pool",
+    assert touched(activity) == {"systolic_array", "conv_engine", "postprocess", "pool",
                                  "csr_dma"}, f"seed={seed}: {activity['toggles']}"
     assert sum(m["writes"] for m in activity["memories"] if m["block"] == "pool") > 0
 
@@ -341,7 +341,7 @@ def test_counts_are_nonzero_exactly_for_the_blocks_a_layer_uses(energy_run, rng,
     args = (a, 0.05, 3, b, 0.02, -128, 0.07, -4, -4, 127)
     activity, got = energy_run.measure(lambda: energy_run.accelerator.add(*args))
     np.testing.assert_array_equal(got, add(*args), err_msg=f"seed={seed}: the twin's add")
-    assert "residual_add" in touched(activity)
+    assert "postprocess" in touched(activity)  # the bank also adds
     assert activity["toggles"]["systolic_array"] == activity["toggles"]["pool"] == 0
     assert activity["macs"] == 0
 
@@ -360,7 +360,7 @@ def test_counts_repeat_exactly_and_scale_with_work(energy_run, rng, seed):
     assert again == one, f"seed={seed}: two runs of the same input counted differently"
     two, _ = energy_run.measure(conv_work(energy_run, x, weights, params))
     assert two["macs"] == 2 * one["macs"]
-    for block in ("systolic_array", "requant"):
+    for block in ("systolic_array", "postprocess"):
         ratio = two["toggles"][block] / one["toggles"][block]
         assert 1.7 < ratio < 2.3, f"seed={seed}: {block} toggles x{ratio:.2f} for 2x the work"
     reads = [sum(m["reads"] + m["writes"] for m in run["memories"]) for run in (one, two)]
@@ -395,7 +395,7 @@ def test_a_whole_model_through_the_driver(energy_run):
 
     activity, elsewhere = measure_model(energy_run, DIGITS_QDQ, batch=1, seed=3)
     # The digits CNN: convolutions with fused 2x2 max pools, no residual add.
-    assert touched(activity) == {"systolic_array", "conv_engine", "requant", "pool",
+    assert touched(activity) == {"systolic_array", "conv_engine", "postprocess", "pool",
                                  "csr_dma"}, activity["toggles"]
     assert "gap (GlobalAveragePool)" in elsewhere
     result = report(activity, BOARD, clock_mhz=100.0)

@@ -156,8 +156,8 @@ def test_bad_parameters():
 
 
 def test_default_units_share_the_lanes():
-    # The 8x8 array's 8 lanes share two 32x31-bit rescalers: a beat every 4 cycles.
-    assert [requant_units(n) for n in (1, 4, 8, 12, 16)] == [1, 1, 2, 3, 4]
+    # The 8x8 array's 8 lanes share four 32x31-bit rescalers: a beat every 2 cycles.
+    assert [requant_units(n) for n in (1, 4, 8, 12, 16)] == [1, 2, 4, 6, 8]
 
 
 def test_a_shared_beat_takes_lanes_over_units_cycles(seed):

@@ -27,9 +27,9 @@ MULTIPLIERS = {
 }
 
 # The whole accelerator per board, chosen to fit: the presets of the same names in
-# contract/config_file.py (one fact). Multipliers: one per PE plus 4 per requantizer
-# rescaler and 8 per residual-add datapath (hw.bitstream.multipliers_needed): 8x8 -> 80 of
-# 156, 6x8 -> 64 of 72, 4x4 -> 28 of 28.
+# contract/config_file.py (one fact). Multipliers: one per PE plus 4 per rescaler of the
+# post-processing bank (hw.bitstream.multipliers_needed): 8x8 -> 80 of 156, 6x8 -> 64 of
+# 72, 4x4 -> 28 of 28.
 DEFAULT_CONFIGS = {name: PRESETS[name] for name in PLATFORMS}
 
 # Design clock per board (MHz): 125 MHz is 25 MHz x 5 from the EHXPLLL; 3 Mbaud takes a

@@ -1,0 +1,260 @@
+"""The post-processing bank: one set of rescalers serving the requantization of CONV passes
+and the residual add of ADD passes.
+
+A rescaler is ``hw.fixedpoint.rounding_shift`` of a 32-bit value by a 31-bit multiplier
+(four MULT18X18D, ``hw.wide_multiply``). The bank owns
+``contract.postprocess.bank_rescalers(lanes)`` of them (four for eight lanes) and a mode,
+``adding``, that the sequencer sets per pass (CONV and ADD passes never overlap):
+
+- **requantization** (``adding`` low, ``models.requant.requantize`` of ``acc + bias``):
+  each of ``requant_units`` rescalers takes a lane a cycle, so a beat of ``lanes``
+  accumulators takes ``lanes // requant_units`` cycles (2 on the 8x8 array);
+- **residual add** (``adding`` high, ``models.eltwise.add``): a datapath of three
+  rescalers per ``add_units`` lanes, one lane a cycle each: two rescale ``a - z_a`` and
+  ``b - z_b`` side by side, the third rescales their sum, which is a requantization of
+  ``acc = a1 + b1`` with no bias (8 cycles a beat on the 8x8 array, as before).
+
+```
+ accumulators ─┐ holding  lanes   stage 1        rescale (7)        stage 9
+ operands ─────┴► beat ─► by phase ─► acc+bias ─► r0 ─────────────┬─► +z ─┐
+                                      a - z_a  ─► r0 (a1) ──┐     │       │  requant: out
+                                      b - z_b  ─► r1 (b1) ──┴─► a1+b1 ─┐  │  at stage 9
+                                      acc+bias ─► r2 ◄── (add: sum) ◄──┘  │  add: r2 again
+                                                         └─► +z ─► clamp ─┴► collector
+```
+
+The requantization path is as long as the requantizer's (``REQUANT_LATENCY``); the add
+path runs the third rescaler after the first two (``ADD_LATENCY``). The pipeline stalls
+as a whole; its output is taken from the stage of the current mode, and the stages past the
+requantization's output stay empty in that mode, so ``adding`` may change whenever the bank
+is empty (between passes).
+"""
+
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.config import check_positive_int
+from contract.postprocess import (
+    ADD_LATENCY,
+    REQUANT_LATENCY,
+    add_units,
+    bank_rescalers,
+    requant_units,
+)
+from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
+from models.eltwise import ADD_LEFT_SHIFT
+
+from .fixedpoint import clamp, rounding_shift
+from .requant import NARROW_BITS, RequantParams, accumulator_layout, output_layout
+from .residual_add import add_params_layout, operand_pair_layout, sum_layout
+from .wide_multiply import PRODUCT_LATENCY
+
+__all__ = ["PostProcessBank"]
+
+#: Register stages of one pipelined rescale (``rounding_shift(stages=4, pipelined=True)``).
+RESCALE_STAGES = 3 + PRODUCT_LATENCY
+#: Data stages between the holding register and the collector in each mode: the input
+#: stage, a rescale and the zero point; the add's second rescale follows its sum.
+_REQUANT_STAGES = 1 + RESCALE_STAGES + 1
+_ADD_STAGES = _REQUANT_STAGES + RESCALE_STAGES + 1
+#: Width the input rescales of the add keep: ``|a1|, |b1| < 255 * 2**19 < 2**27``
+#: (``add_multipliers`` gives input multipliers of at most 1/2), so 28 signed bits hold
+#: them exactly; the sum takes 29.
+_OPERAND_BITS = 28
+if (_REQUANT_STAGES + 2, _ADD_STAGES + 2) != (REQUANT_LATENCY, ADD_LATENCY):
+    raise AssertionError("contract.postprocess's latencies do not match the bank's stages")
+
+
+class PostProcessBank(wiring.Component):
+    """Requantization (CONV passes) or residual add (ADD passes) through shared rescalers.
+
+    The requantization side has the ports of ``hw.requant.Requantizer`` (``accumulators``
+    in, ``results`` out, per-lane ``bias`` / ``multiplier`` / ``shift`` and ``params``), the
+    add side those of ``hw.residual_add.ResidualAdd`` (``operands`` in, ``sums`` out,
+    ``add_params``). ``adding`` picks the side; the other side's streams are not ready and
+    not valid. Change ``adding`` only while the bank is empty.
+
+    Parameters
+    ----------
+    lanes : int
+        Results per beat (the systolic array's columns).
+    """
+
+    #: ``contract.postprocess``'s latencies, which the driver's cycle model reads.
+    REQUANT_LATENCY = REQUANT_LATENCY
+    ADD_LATENCY = ADD_LATENCY
+
+    def __init__(self, *, lanes):
+        self.lanes = check_positive_int("lanes", lanes, maximum=256)
+        self.requant_units = requant_units(lanes)
+        self.add_units = add_units(lanes)
+        self.rescalers = bank_rescalers(lanes)
+        super().__init__({
+            "adding": In(1),
+            "accumulators": In(stream.Signature(accumulator_layout(lanes))),
+            "results": Out(stream.Signature(output_layout(lanes))),
+            "bias": In(data.ArrayLayout(signed(BIAS_WIDTH), lanes)),
+            "multiplier": In(data.ArrayLayout(unsigned(MULTIPLIER_WIDTH), lanes)),
+            "shift": In(data.ArrayLayout(unsigned(SHIFT_WIDTH), lanes)),
+            "params": In(RequantParams),
+            "operands": In(stream.Signature(operand_pair_layout(lanes))),
+            "sums": Out(stream.Signature(sum_layout(lanes))),
+            "add_params": In(add_params_layout()),
+        })
+
+    def cycles_per_beat(self, adding):
+        """Cycles a beat takes in a mode (``adding`` false: requantization)."""
+        return self.lanes // (self.add_units if adding else self.requant_units)
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes, adding = self.lanes, self.adding
+        rq_units, add_dp = self.requant_units, self.add_units
+        rq_groups, add_groups = lanes // rq_units, lanes // add_dp
+        p, rq = self.add_params, self.params
+
+        # --- the holding register and the phase: which lanes enter the pipeline -------
+        acc_beat = Signal.like(self.accumulators.payload, name="acc_beat")
+        pair_beat = Signal.like(self.operands.payload, name="pair_beat")
+        held = Signal()
+        phase = Signal(range(max(rq_groups, add_groups)))
+        final_in = Mux(adding, phase == add_groups - 1, phase == rq_groups - 1)
+        advance = Signal()
+        take_in = Signal()
+        m.d.comb += [
+            take_in.eq(held & advance),
+            self.accumulators.ready.eq(~adding & (~held | (advance & final_in))),
+            self.operands.ready.eq(adding & (~held | (advance & final_in))),
+        ]
+        with m.If(take_in):
+            m.d.sync += phase.eq(Mux(final_in, 0, phase + 1))
+            with m.If(final_in):
+                m.d.sync += held.eq(0)
+        with m.If(self.accumulators.valid & self.accumulators.ready):
+            m.d.sync += [acc_beat.eq(self.accumulators.payload), held.eq(1)]
+        with m.If(self.operands.valid & self.operands.ready):
+            m.d.sync += [pair_beat.eq(self.operands.payload), held.eq(1)]
+
+        # --- valid and last through the stages; the output stage depends on the mode ---
+        out_valid, out_ready = Signal(), Signal()
+        valids = [held]
+        lasts = [Mux(adding, pair_beat.last, acc_beat.last) & final_in]
+        for stage in range(1, _ADD_STAGES + 1):
+            valid = Signal(name=f"valid_s{stage}")
+            last = Signal(name=f"last_s{stage}")
+            # Past the requantization's output the stages stay empty unless adding.
+            entering = valids[-1] & adding if stage == _REQUANT_STAGES + 1 else valids[-1]
+            with m.If(advance):
+                m.d.sync += [valid.eq(entering), last.eq(lasts[-1])]
+            valids.append(valid)
+            lasts.append(last)
+        out_last = Mux(adding, lasts[_ADD_STAGES], lasts[_REQUANT_STAGES])
+        m.d.comb += [
+            out_valid.eq(Mux(adding, valids[_ADD_STAGES], valids[_REQUANT_STAGES])),
+            advance.eq(~out_valid | out_ready),
+        ]
+        step = Signal()
+        m.d.comb += step.eq(advance & Cat(*valids[:_ADD_STAGES]).any())
+
+        def pick(values, units, groups, unit, name):
+            """The element of ``values`` (a lane array) for ``unit`` at this phase."""
+            picked = Signal.like(values[unit], name=name)
+            with m.Switch(phase):
+                for group in range(groups):
+                    with m.Case(group):
+                        m.d.comb += picked.eq(values[group * units + unit])
+            return picked
+
+        # --- stage 1 and the rescalers ---------------------------------------------------
+        zero_point = Mux(adding, p.y_zero_point, rq.zero_point)
+        lo, hi = Mux(adding, p.lo, rq.lo), Mux(adding, p.hi, rq.hi)
+        operand_out = {}  # (datapath, 0 for a / 1 for b) -> rescaled operand
+        clamped = {}  # rescaler -> its clamped result at the collector
+        for unit in range(self.rescalers):
+            datapath, role = divmod(unit, 3)
+            if datapath >= add_dp:
+                role = None
+            value = Signal(signed(ACC_WIDTH), name=f"value{unit}")
+            multiplier = Signal(unsigned(MULTIPLIER_WIDTH), name=f"m{unit}")
+            shift = Signal(unsigned(SHIFT_WIDTH), name=f"n{unit}")
+            rq_value, rq_m, rq_n = 0, 0, 0
+            if unit < rq_units:
+                rq_value = (pick(acc_beat.acc, rq_units, rq_groups, unit, f"acc{unit}")
+                            + pick(self.bias, rq_units, rq_groups, unit, f"bias{unit}"))
+                rq_m = pick(self.multiplier, rq_units, rq_groups, unit, f"rq_m{unit}")
+                rq_n = pick(self.shift, rq_units, rq_groups, unit, f"rq_n{unit}")
+            if role in (0, 1):
+                # rnd((x - z) << 20, M, n) == rnd(x - z, M, n - 20) (docs/conv-engine.md).
+                side = "ab"[role]
+                x = pick(getattr(pair_beat, side), add_dp, add_groups, datapath,
+                         f"{side}_in{datapath}")
+                add_value = x - getattr(p, f"{side}_zero_point")
+                add_m = getattr(p, f"{side}_multiplier")
+                add_n = getattr(p, f"{side}_shift") - ADD_LEFT_SHIFT
+                with m.If(step):
+                    m.d.sync += [value.eq(Mux(adding, add_value, rq_value)),
+                                 multiplier.eq(Mux(adding, add_m, rq_m)),
+                                 shift.eq(Mux(adding, add_n, rq_n))]
+            else:
+                with m.If(step):
+                    m.d.sync += [value.eq(rq_value), multiplier.eq(rq_m), shift.eq(rq_n)]
+            if role == 2:
+                # The output rescale of the add takes the sum of the first two, which is
+                # ready RESCALE_STAGES + 1 stages after stage 1.
+                total = Signal(signed(_OPERAND_BITS + 1), name=f"sum{datapath}")
+                with m.If(step):
+                    m.d.sync += total.eq(operand_out[datapath, 0] + operand_out[datapath, 1])
+                value = Mux(adding, total, value)
+                multiplier = Mux(adding, p.y_multiplier, multiplier)
+                shift = Mux(adding, p.y_shift, shift)
+            narrow = _OPERAND_BITS if role in (0, 1) else NARROW_BITS
+            shifted = rounding_shift(m, value, multiplier, shift, en=step, name=f"r{unit}",
+                                     stages=4, pipelined=True, narrow=narrow,
+                                     platform=platform)
+            if role in (0, 1):
+                operand_out[datapath, role] = shifted
+            # z + shifted is clamped to int8 at the collector: a value saturated to
+            # `narrow` bits lands on the same bound as the exact one (|z| <= 128).
+            biased = Signal(signed(narrow + 2), name=f"biased{unit}")
+            with m.If(step):
+                m.d.sync += biased.eq(shifted + zero_point)
+            clamped[unit] = clamp(biased, lo, hi)
+
+        # --- the collector: group results go into the output beat in place -------------
+        out_valid_reg, out_last_reg = Signal(), Signal()
+        beat_y = Signal(data.ArrayLayout(signed(8), lanes))
+        count = Signal(range(max(rq_groups, add_groups)))
+        final_out = Mux(adding, count == add_groups - 1, count == rq_groups - 1)
+        sink_ready = Mux(adding, self.sums.ready, self.results.ready)
+        take = Signal()
+        m.d.comb += [out_ready.eq(~out_valid_reg | sink_ready),
+                     take.eq(out_valid & out_ready)]
+        with m.If(take):
+            with m.If(final_out):
+                m.d.sync += [out_valid_reg.eq(1), out_last_reg.eq(out_last), count.eq(0)]
+            with m.Else():
+                m.d.sync += count.eq(count + 1)
+                with m.If(sink_ready):
+                    m.d.sync += out_valid_reg.eq(0)
+            with m.If(adding):
+                with m.Switch(count):
+                    for group in range(add_groups):
+                        with m.Case(group):
+                            m.d.sync += [beat_y[group * add_dp + d].eq(clamped[3 * d + 2])
+                                         for d in range(add_dp)]
+            with m.Else():
+                with m.Switch(count):
+                    for group in range(rq_groups):
+                        with m.Case(group):
+                            m.d.sync += [beat_y[group * rq_units + u].eq(clamped[u])
+                                         for u in range(rq_units)]
+        with m.Elif(sink_ready):
+            m.d.sync += out_valid_reg.eq(0)
+        m.d.comb += [
+            self.results.payload.y.eq(beat_y), self.results.payload.last.eq(out_last_reg),
+            self.results.valid.eq(out_valid_reg & ~adding),
+            self.sums.payload.y.eq(beat_y), self.sums.payload.last.eq(out_last_reg),
+            self.sums.valid.eq(out_valid_reg & adding),
+        ]
+        return m
