@@ -2,9 +2,11 @@
 device-to-host words, ``output_words(C)`` a beat, the lowest byte first, ``last`` on the
 pass's final word.
 
-A beat is taken only once the previous one's words are all sent (one beat register, no
-FIFO: the array produces at most one beat per pixel, and a beat takes ``ceil(C / 4)``
-cycles to send). ``hold_last`` keeps the final word back while the host is still sending
+A beat goes straight into the sending register when that is empty or sends its last word
+this cycle, and otherwise waits in a spare register, so beats leave back to back, one
+every ``output_words(C)`` cycles (a 1x1 layer with 16 input channels yields one every 2
+cycles on the 8x8 array); ``ready`` is the spare register's emptiness, a flip-flop.
+``hold_last`` keeps the final word back while the host is still sending
 (a stride that skips the last rows ends the computation before every activation word is
 read), so no input is left on the stream when the pass reports done. ``done`` pulses as the
 final word goes; ``clear`` (soft reset) drops a beat half sent.
@@ -47,18 +49,32 @@ class ResultWriter(wiring.Component):
         words_left = Signal(range(per_out + 1))
         final_beat = Signal()
         last_word = final_beat & (words_left == 1)
+        spare = Signal.like(self.results.payload, name="spare")
+        spare_full = Signal()
+        sent = Signal()
+        # The sending register is free next cycle: empty, or its last word goes now.
+        free = Signal()
         m.d.comb += [
-            self.results.ready.eq(words_left == 0),
+            self.results.ready.eq(~spare_full),
             self.c2h.valid.eq((words_left != 0) & ~(last_word & self.hold_last)),
             self.c2h.payload.data.eq(beat[:WORD_BITS]),
             self.c2h.payload.last.eq(last_word),
-            self.done.eq(self.c2h.valid & self.c2h.ready & last_word),
+            sent.eq(self.c2h.valid & self.c2h.ready),
+            self.done.eq(sent & last_word),
+            free.eq((words_left == 0) | ((words_left == 1) & sent)),
         ]
-        with m.If(self.results.valid & self.results.ready):
-            m.d.sync += [beat.eq(self.results.payload.y), words_left.eq(per_out),
-                         final_beat.eq(self.results.payload.last)]
-        with m.If(self.c2h.valid & self.c2h.ready):
+        with m.If(sent):
             m.d.sync += [beat.eq(beat >> WORD_BITS), words_left.eq(words_left - 1)]
+        # (`ready` is low while the spare is full, so at most one of the two loads below.)
+        with m.If(spare_full & free):
+            m.d.sync += [beat.eq(spare.y), words_left.eq(per_out),
+                         final_beat.eq(spare.last), spare_full.eq(0)]
+        with m.If(self.results.valid & self.results.ready):
+            with m.If(free):
+                m.d.sync += [beat.eq(self.results.payload.y), words_left.eq(per_out),
+                             final_beat.eq(self.results.payload.last)]
+            with m.Else():
+                m.d.sync += [spare.eq(self.results.payload), spare_full.eq(1)]
         with m.If(self.clear):
-            m.d.sync += words_left.eq(0)
+            m.d.sync += [words_left.eq(0), spare_full.eq(0)]
         return m

@@ -54,7 +54,7 @@ def pass_cycles(engine_pass, config):
     waiting for the words of its last input row; the other tiles' weights follow, and a
     tile's first group waits for its last weight row. A group takes K cycles (a beat per
     cycle) unless its output beats are slower (a beat of C bytes leaves the time-shared
-    requantizer and the output stream every ``max(output_words(C) + 1, C /
+    post-processing bank and the output writer every ``max(output_words(C), C /
     requant_units(C))`` cycles); when that is the bottleneck, each column tile after the
     first also waits :data:`TILE_SWITCH_CYCLES`. Plus :data:`PASS_LATENCY_CYCLES`.
     """
@@ -64,7 +64,7 @@ def pass_cycles(engine_pass, config):
     tile_rows = engine_pass.weights.shape[0] // tiles
     per_row = weight_words(cols) + 1
     load = per_row * tile_rows + (param_words(cols) + 1) * engine_pass.bias.shape[0]
-    per_output = max(output_words(cols) + 1, cols // requant_units(cols))
+    per_output = max(output_words(cols), cols // requant_units(cols))
     k = engine_pass.beats // (tiles * groups)
     costs = [max(k, rows * per_output)] * (groups - 1) + [max(k, d["last_rows"] * per_output)]
     end = 0
