@@ -45,7 +45,7 @@ from contract.postprocess import (
 from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
 from models.eltwise import ADD_LEFT_SHIFT
 
-from .fixedpoint import clamp, rounding_shift
+from .fixedpoint import rounding_shift
 from .requant import NARROW_BITS, RequantParams, accumulator_layout, output_layout
 from .residual_add import add_params_layout, operand_pair_layout, sum_layout
 from .wide_multiply import PRODUCT_LATENCY
@@ -119,7 +119,9 @@ class PostProcessBank(wiring.Component):
         pair_beat = Signal.like(self.operands.payload, name="pair_beat")
         held = Signal()
         phase = Signal(range(max(rq_groups, add_groups)))
-        final_in = Mux(adding, phase == add_groups - 1, phase == rq_groups - 1)
+        # `phase` is the mode's last group: a register decided one group ahead, since it
+        # gates both sinks' `ready`.
+        final_in = Signal()
         advance = Signal()
         take_in = Signal()
         m.d.comb += [
@@ -127,10 +129,16 @@ class PostProcessBank(wiring.Component):
             self.accumulators.ready.eq(~adding & (~held | (advance & final_in))),
             self.operands.ready.eq(adding & (~held | (advance & final_in))),
         ]
+        with m.If(~held):  # phase 0 (a beat's groups are taken back to back)
+            m.d.sync += final_in.eq(Mux(adding, add_groups == 1, rq_groups == 1))
         with m.If(take_in):
-            m.d.sync += phase.eq(Mux(final_in, 0, phase + 1))
             with m.If(final_in):
-                m.d.sync += held.eq(0)
+                m.d.sync += [phase.eq(0), held.eq(0),
+                             final_in.eq(Mux(adding, add_groups == 1, rq_groups == 1))]
+            with m.Else():
+                m.d.sync += [phase.eq(phase + 1),
+                             final_in.eq(Mux(adding, phase == add_groups - 2,
+                                             phase == rq_groups - 2))]
         with m.If(self.accumulators.valid & self.accumulators.ready):
             m.d.sync += [acc_beat.eq(self.accumulators.payload), held.eq(1)]
         with m.If(self.operands.valid & self.operands.ready):
@@ -167,8 +175,16 @@ class PostProcessBank(wiring.Component):
             return picked
 
         # --- stage 1 and the rescalers ---------------------------------------------------
-        zero_point = Mux(adding, p.y_zero_point, rq.zero_point)
-        lo, hi = Mux(adding, p.lo, rq.lo), Mux(adding, p.hi, rq.hi)
+        # The output constants of the mode, registered: static for a pass, and the mode
+        # changes only while the bank is empty (more than a cycle before a result).
+        # The clamp is decided beside the zero point's addition, against the bounds less
+        # the zero point (`x + z < lo` is `x < lo - z`), so the collector only selects.
+        zero_point, lo, hi = Signal(signed(8)), Signal(signed(8)), Signal(signed(8))
+        lo_less_z, hi_less_z = Signal(signed(10)), Signal(signed(10))
+        m.d.sync += [zero_point.eq(Mux(adding, p.y_zero_point, rq.zero_point)),
+                     lo.eq(Mux(adding, p.lo, rq.lo)), hi.eq(Mux(adding, p.hi, rq.hi)),
+                     lo_less_z.eq(Mux(adding, p.lo - p.y_zero_point, rq.lo - rq.zero_point)),
+                     hi_less_z.eq(Mux(adding, p.hi - p.y_zero_point, rq.hi - rq.zero_point))]
         operand_out = {}  # (datapath, 0 for a / 1 for b) -> rescaled operand
         clamped = {}  # rescaler -> its clamped result at the collector
         for unit in range(self.rescalers):
@@ -214,12 +230,16 @@ class PostProcessBank(wiring.Component):
                                      platform=platform)
             if role in (0, 1):
                 operand_out[datapath, role] = shifted
-            # z + shifted is clamped to int8 at the collector: a value saturated to
-            # `narrow` bits lands on the same bound as the exact one (|z| <= 128).
-            biased = Signal(signed(narrow + 2), name=f"biased{unit}")
+            # The clamp flags compare the whole (saturated) value; z + shifted is kept
+            # only to 8 bits, all the collector takes when neither flag is set (the sum is
+            # then inside int8). A value saturated to `narrow` bits lands on the same
+            # bound as the exact one (|z| <= 128).
+            biased = Signal(signed(8), name=f"biased{unit}")
+            below, above = Signal(name=f"below{unit}"), Signal(name=f"above{unit}")
             with m.If(step):
-                m.d.sync += biased.eq(shifted + zero_point)
-            clamped[unit] = clamp(biased, lo, hi)
+                m.d.sync += [biased.eq(shifted + zero_point), below.eq(shifted < lo_less_z),
+                             above.eq(shifted > hi_less_z)]
+            clamped[unit] = Mux(below, lo, Mux(above, hi, biased))
 
         # --- the collector: group results go into the output beat in place -------------
         out_valid_reg, out_last_reg = Signal(), Signal()

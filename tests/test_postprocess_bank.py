@@ -26,7 +26,9 @@ def requant_pass(rng, lanes, beats):
     shift = rng.integers(20, 63, lanes)
     shift[0] = 1
     zero_point = int(rng.integers(-128, 128))
-    lo, hi = (zero_point, 127) if rng.random() < 0.5 else (-128, 127)
+    # the int8 range, a fused ReLU, a ReLU6-like band
+    lo, hi = [(-128, 127), (zero_point, 127),
+              (zero_point, min(127, zero_point + 40))][int(rng.integers(3))]
     total = (acc + bias).astype(np.int32)
     want = requantize(total, multiplier, shift, zero_point, lo, hi, axis=1)
     setup = {"bias": [int(v) for v in bias], "multiplier": [int(v) for v in multiplier],
