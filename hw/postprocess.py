@@ -54,9 +54,10 @@ __all__ = ["PostProcessBank"]
 
 #: Register stages of one pipelined rescale (``rounding_shift(stages=4, pipelined=True)``).
 RESCALE_STAGES = 3 + PRODUCT_LATENCY
-#: Data stages between the holding register and the collector in each mode: the input
-#: stage, a rescale and the zero point; the add's second rescale follows its sum.
-_REQUANT_STAGES = 1 + RESCALE_STAGES + 1
+#: Data stages between the holding register and the collector in each mode: the lanes
+#: picked for the phase, the rescaler's input, a rescale and the zero point; the add's
+#: second rescale follows its sum.
+_REQUANT_STAGES = 2 + RESCALE_STAGES + 1
 _ADD_STAGES = _REQUANT_STAGES + RESCALE_STAGES + 1
 #: Width the input rescales of the add keep: ``|a1|, |b1| < 255 * 2**19 < 2**27``
 #: (``add_multipliers`` gives input multipliers of at most 1/2), so 28 signed bits hold
@@ -166,12 +167,14 @@ class PostProcessBank(wiring.Component):
         m.d.comb += step.eq(advance & Cat(*valids[:_ADD_STAGES]).any())
 
         def pick(values, units, groups, unit, name):
-            """The element of ``values`` (a lane array) for ``unit`` at this phase."""
+            """The element of ``values`` (a lane array) for ``unit`` at this phase, in a
+            register (stage 1: the selection does not share a cycle with the sums)."""
             picked = Signal.like(values[unit], name=name)
-            with m.Switch(phase):
-                for group in range(groups):
-                    with m.Case(group):
-                        m.d.comb += picked.eq(values[group * units + unit])
+            with m.If(step):
+                with m.Switch(phase):
+                    for group in range(groups):
+                        with m.Case(group):
+                            m.d.sync += picked.eq(values[group * units + unit])
             return picked
 
         # --- stage 1 and the rescalers ---------------------------------------------------
