@@ -26,10 +26,11 @@ MULTIPLIERS_PER_RESCALER = 4
 #: Cycles from a beat's transfer into the bank to its result, per mode, under a ready
 #: consumer, for a beat of one group of lanes (each further group adds a cycle): the
 #: holding register, the lanes of the phase, the rescaler's input, a rescale (seven
-#: stages), the zero point and the collector; the add's output rescale follows its sum
-#: (eight more). The bank's test measures both on the RTL.
-REQUANT_LATENCY = 12
-ADD_LATENCY = 20
+#: stages, then its saturation to a narrow width), the zero point and the collector; the
+#: add's output rescale follows its sum (nine more). The bank's test measures both on the
+#: RTL.
+REQUANT_LATENCY = 13
+ADD_LATENCY = 22
 
 
 def shared_units(lanes, per_unit):

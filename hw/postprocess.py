@@ -15,10 +15,10 @@ A rescaler is ``hw.fixedpoint.rounding_shift`` of a 32-bit value by a 31-bit mul
   ``acc = a1 + b1`` with no bias (8 cycles a beat on the 8x8 array, as before).
 
 ```
- accumulators ─┐ holding  lanes   stage 1        rescale (7)        stage 9
+ accumulators ─┐ holding  lanes   stage 1        rescale (8)       stage 10
  operands ─────┴► beat ─► by phase ─► acc+bias ─► r0 ─────────────┬─► +z ─┐
                                       a - z_a  ─► r0 (a1) ──┐     │       │  requant: out
-                                      b - z_b  ─► r1 (b1) ──┴─► a1+b1 ─┐  │  at stage 9
+                                      b - z_b  ─► r1 (b1) ──┴─► a1+b1 ─┐  │  at stage 10
                                       acc+bias ─► r2 ◄── (add: sum) ◄──┘  │  add: r2 again
                                                          └─► +z ─► clamp ─┴► collector
 ```
@@ -52,8 +52,9 @@ from .wide_multiply import PRODUCT_LATENCY
 
 __all__ = ["PostProcessBank"]
 
-#: Register stages of one pipelined rescale (``rounding_shift(stages=4, pipelined=True)``).
-RESCALE_STAGES = 3 + PRODUCT_LATENCY
+#: Register stages of one pipelined rescale (``rounding_shift(stages=4, pipelined=True)``),
+#: then its saturation to a narrow width in a stage of its own (``_saturate``).
+RESCALE_STAGES = 3 + PRODUCT_LATENCY + 1
 #: Data stages between the holding register and the collector in each mode: the lanes
 #: picked for the phase, the rescaler's input, a rescale and the zero point; the add's
 #: second rescale follows its sum.
@@ -228,9 +229,12 @@ class PostProcessBank(wiring.Component):
                 multiplier = Mux(adding, p.y_multiplier, multiplier)
                 shift = Mux(adding, p.y_shift, shift)
             narrow = _OPERAND_BITS if role in (0, 1) else NARROW_BITS
-            shifted = rounding_shift(m, value, multiplier, shift, en=step, name=f"r{unit}",
-                                     stages=4, pipelined=True, narrow=narrow,
-                                     platform=platform)
+            # The rounded result whole, then saturated in a stage of its own: with the
+            # saturation beside the rounding increment (``rounding_shift``'s ``narrow``)
+            # the 28-bit operands' path limited the bank's clock.
+            rounded = rounding_shift(m, value, multiplier, shift, en=step, name=f"r{unit}",
+                                     stages=4, pipelined=True, platform=platform)
+            shifted = _saturate(m, rounded, narrow, en=step, name=f"r{unit}_narrowed")
             if role in (0, 1):
                 operand_out[datapath, role] = shifted
             # The clamp flags compare the whole (saturated) value; z + shifted is kept
@@ -281,3 +285,18 @@ class PostProcessBank(wiring.Component):
             self.sums.valid.eq(out_valid_reg & adding),
         ]
         return m
+
+
+def _saturate(m, value, bits, *, en, name):
+    """A register of ``bits`` signed bits holding ``value`` when it fits, otherwise the
+    bound of its sign. Every consumer clamps to a range well inside ``bits``, so a
+    saturated value lands on the same bound as the exact one (and the add's operands fit
+    ``_OPERAND_BITS`` exactly)."""
+    top = value[bits - 1:]
+    fits = (top == 0) | (top == (1 << len(top)) - 1)
+    bound = 1 << (bits - 1)
+    narrowed = Signal(signed(bits), name=name)
+    with m.If(en):
+        m.d.sync += narrowed.eq(Mux(fits, value[:bits].as_signed(),
+                                    Mux(value[-1], -bound, bound - 1)))
+    return narrowed
