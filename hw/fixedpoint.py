@@ -113,14 +113,19 @@ def rounding_shift(m, value, multiplier, shift, *, en, name, stages=2, pipelined
         with m.If(en):
             m.d.sync += result.eq(q + q_round)
         return result
-    top = q[narrow - 1:]
-    fits = (top == 0) | (top == (1 << len(top)) - 1)
-    bound = 1 << (narrow - 1)
-    saturated = Mux(fits, q[:narrow].as_signed(), Mux(q[-1], -bound, bound - 1))
     narrowed = Signal(signed(narrow + 1), name=f"{name}_narrowed")
     with m.If(en):
-        m.d.sync += narrowed.eq(saturated + q_round)
+        m.d.sync += narrowed.eq(saturate(q, narrow) + q_round)
     return narrowed
+
+
+def saturate(value, bits):
+    """``value`` when it fits ``bits`` signed bits, otherwise the bound of its sign
+    (``-2**(bits - 1)`` or ``2**(bits - 1) - 1``), as a ``bits``-wide expression."""
+    top = value[bits - 1:]
+    fits = (top == 0) | (top == (1 << len(top)) - 1)
+    bound = 1 << (bits - 1)
+    return Mux(fits, value[:bits].as_signed(), Mux(value[-1], -bound, bound - 1))
 
 
 def _two_step_shift(m, extended, amount, *, en, name):

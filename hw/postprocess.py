@@ -45,7 +45,7 @@ from contract.postprocess import (
 from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
 from models.eltwise import ADD_LEFT_SHIFT
 
-from .fixedpoint import rounding_shift
+from .fixedpoint import rounding_shift, saturate
 from .requant import NARROW_BITS, RequantParams, accumulator_layout, output_layout
 from .residual_add import add_params_layout, operand_pair_layout, sum_layout
 from .wide_multiply import PRODUCT_LATENCY
@@ -292,11 +292,7 @@ def _saturate(m, value, bits, *, en, name):
     bound of its sign. Every consumer clamps to a range well inside ``bits``, so a
     saturated value lands on the same bound as the exact one (and the add's operands fit
     ``_OPERAND_BITS`` exactly)."""
-    top = value[bits - 1:]
-    fits = (top == 0) | (top == (1 << len(top)) - 1)
-    bound = 1 << (bits - 1)
     narrowed = Signal(signed(bits), name=name)
     with m.If(en):
-        m.d.sync += narrowed.eq(Mux(fits, value[:bits].as_signed(),
-                                    Mux(value[-1], -bound, bound - 1)))
+        m.d.sync += narrowed.eq(saturate(value, bits))
     return narrowed
