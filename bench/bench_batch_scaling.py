@@ -107,10 +107,7 @@ def scaling(rate_one, rate_many, workers):
 def _model_path():
     from models.zoo import random_models
 
-    path = ROOT / random_models.BUILD_DIR / f"{MODEL}_qdq.onnx"
-    if not path.exists():
-        random_models.build(MODEL, out_dir=ROOT / random_models.BUILD_DIR)
-    return path
+    return random_models.built(MODEL, ROOT / random_models.BUILD_DIR)
 
 
 def _inputs():

@@ -19,11 +19,8 @@ def _model_paths():
     from models.zoo import random_models
 
     root = Path(__file__).resolve().parent.parent
-    zoo = root / random_models.BUILD_DIR
-    resnet = zoo / "resnet8_qdq.onnx"
-    if not resnet.exists():
-        random_models.build("resnet8", out_dir=zoo)
-    return {"digits": root / "models" / "zoo" / "digits_qdq.onnx", "resnet8": resnet}
+    return {"digits": root / "models" / "zoo" / "digits_qdq.onnx",
+            "resnet8": random_models.built("resnet8", root / random_models.BUILD_DIR)}
 
 
 def main():

@@ -39,6 +39,17 @@ def test_digits_split_shapes(split):
     assert set(np.unique(y_test)) == set(range(10))
 
 
+def test_built_reuses_a_model_already_there(random_zoo, tmp_path):
+    """``random_models.built`` returns the zoo's file untouched when it exists, and builds
+    the same model (same bytes: everything is seeded) into an empty folder."""
+    _, qdq = random_zoo["resnet8"]
+    before = qdq.stat().st_mtime_ns
+    assert random_models.built("resnet8", qdq.parent) == qdq
+    assert qdq.stat().st_mtime_ns == before
+    fresh = random_models.built("resnet8", tmp_path)
+    assert fresh == tmp_path / "resnet8_qdq.onnx"
+    assert fresh.read_bytes() == qdq.read_bytes()
+
 def test_shipped_files_are_small():
     for path in (DIGITS_FLOAT, DIGITS_QDQ):
         assert path.stat().st_size < 64 * 1024, path

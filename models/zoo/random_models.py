@@ -205,6 +205,14 @@ def build(name, out_dir=BUILD_DIR):
     return float_path, qdq_path
 
 
+def built(name, out_dir=BUILD_DIR):
+    """The QDQ model file of ``name`` in ``out_dir``, built only when it is not there yet
+    (for benchmarks that reuse the zoo's build across runs)."""
+    qdq_path = Path(out_dir) / f"{name}_qdq.onnx"
+    if not qdq_path.exists():
+        qdq_path = build(name, out_dir)[1]
+    return qdq_path
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description="write the random zoo models")
     parser.add_argument("names", nargs="*", default=list(MODELS))
