@@ -56,7 +56,8 @@ def _base():
      r"\[devices.cpu\] max_queue must be a positive integer, not 0"),
     (lambda c: c.update(devices={"cpu": {"workers": 1, "queue": 3}}),
      r"unknown key\(s\) \['queue'\] in \[devices.cpu\]; allowed: "
-     r"\['config', 'instances', 'max_queue', 'providers', 'workers'\]"),
+     r"\['config', 'instances', 'max_queue', 'process', 'providers', 'timeout_s', "
+     r"'workers'\]"),
     (lambda c: c["models"]["m"].update(max_batch=0),
      r"\[models.m\] max_batch must be a positive integer, not 0"),
     (lambda c: c.update(tenants={}), r"no tenants"),

@@ -6,11 +6,13 @@ imports it on demand, so the runtime and the rest of the CLI never load the web 
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hmac
 import json
 import logging
+import queue as queue_module
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -28,6 +30,7 @@ from .limits import TokenBucket, retry_after
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .protocol import HEADER_LENGTH, ProtocolError, decode_infer, encode_infer, tensor_metadata
 from .queueing import Shed
+from .worker import DeviceWorker, SessionSpec, make_session
 
 __all__ = ["REQUEST_LOG", "create_app"]
 
@@ -73,6 +76,7 @@ class _Model:
     runs: dict  # device -> batches run there (the balancing's choices, for /stats)
     plan: object = None  # PipelinePlan when the model has parallelism "pipeline" or "auto"
     stages: tuple = ()  # the two stage models when the plan is a pipeline
+    specs: dict = field(default_factory=dict)  # device -> SessionSpec (a worker builds it)
 
     @property
     def session(self):
@@ -87,16 +91,15 @@ class _Model:
 def _load_models(config, admission):
     models = {}
     for name, model in config.models.items():
-        sessions, planned, planners = {}, {}, {}
+        sessions, planned, planners, specs = {}, {}, {}, {}
         for device in model.devices:
             planners[device] = planner = Planner()
-            providers = config.devices[device].providers or model.providers
-            engine = config.devices[device].engine
-            if engine is not None:  # one of N instances: its twin simulates the small engine
-                providers = [_instance_provider(p, engine) for p in providers]
+            # One of N instances: its "sim" provider is the twin of the instance's engine.
+            specs[device] = SessionSpec(str(model.path), tuple(
+                config.devices[device].providers or model.providers),
+                config.devices[device].engine)
             try:
-                sessions[device] = InferenceSession(str(model.path), providers=list(providers),
-                                                    planner=planner)
+                sessions[device] = make_session(specs[device], planner)
             except TesseraError as exc:
                 raise type(exc)(f"{config.source}: [models.{name}] on device {device!r}: "
                                 f"{exc}") from exc
@@ -112,6 +115,7 @@ def _load_models(config, admission):
         models.setdefault(name, _Model(model, sessions, InferenceSession(str(model.path),
                                                                          providers=["cpu"]),
                                        dict.fromkeys(model.devices, 0)))
+        models[name].specs = specs
     return models
 
 
@@ -137,25 +141,46 @@ def _pipeline(config, model, sessions, planners, admission):
                                                         strict=True)):
         stage = ModelConfig(f"{model.name}/stage{index}", model.path, model.providers,
                             device, model.max_batch)
-        providers = config.devices[device].providers or model.providers
+        spec = SessionSpec(data, tuple(config.devices[device].providers or model.providers))
         planner = Planner()
-        session = InferenceSession(data, providers=list(providers), planner=planner)
+        session = make_session(spec, planner)
         admission.add_model(stage.name, {device: planner_seconds_per_image(session.graph,
                                                                            planner)},
                             model.max_batch, (device,))
         stages.append(_Model(stage, {device: session},
-                             InferenceSession(data, providers=["cpu"]), {device: 0}))
+                             InferenceSession(data, providers=["cpu"]), {device: 0},
+                             specs={device: spec}))
     stages[0].boundary, stages[1].boundary = out_name, in_name
     return chosen, tuple(stages)
 
 
-def _instance_provider(name, engine):
-    """An instance device's provider: "sim" becomes the twin of the instance's engine."""
-    if name != "sim":
-        return name
-    from sw_driver.providers.sim import SimProvider
-
-    return SimProvider(engine, log=lambda message: None)
+def _start_workers(config, models):
+    """``device -> queue of DeviceWorker`` for each device with ``process = "worker"``:
+    ``workers`` processes, each holding the session of every model (or pipeline stage) run
+    on the device. All are started, then awaited, so their loading overlaps."""
+    served = [s for m in models.values() for s in (m.stages or (m,))]
+    started = []
+    try:
+        pools = {}
+        for name, device in config.devices.items():
+            if device.process != "worker":
+                continue
+            specs = {m.config.name: m.specs[name] for m in served if name in m.specs}
+            pools[name] = queue_module.SimpleQueue()
+            for _ in range(device.workers):
+                started.append(DeviceWorker(name, specs, device.timeout_s))
+                pools[name].put(started[-1])
+        for worker in started:
+            try:
+                worker.wait_ready()
+            except Exception as exc:
+                raise type(exc)(f"{config.source}: [devices.{worker.name}] process = "
+                                f"'worker': {exc}") from exc
+    except BaseException:
+        for worker in started:
+            worker.close()
+        raise
+    return pools, started
 
 
 def _batch_key(name, names, feeds):
@@ -177,9 +202,23 @@ def create_app(config, *, clock=time.monotonic):
     models = _load_models(config, admission)
     device_health = {name: DeviceHealth(name, clock=clock) for name in config.devices}
     buckets = {name: TokenBucket(t.rate, t.burst, clock) for name, t in config.tenants.items()}
+    worker_pools, workers = _start_workers(config, models)
+
+    def close():
+        """Stop the worker processes (idempotent): after the drain, at the app's shutdown;
+        ``tessera serve`` calls it again after uvicorn returns, and tests call it."""
+        for worker in workers:
+            worker.close()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        close()
+
     app = FastAPI(title="Tessera inference server", docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url=None, lifespan=lifespan)
     metrics = Metrics()
+    app.state.close, app.state.workers = close, workers
     app.state.config, app.state.models, app.state.admission = config, models, admission
     app.state.metrics = metrics
     app.state.health, app.state.draining = device_health, False
@@ -324,7 +363,11 @@ def create_app(config, *, clock=time.monotonic):
                                     "batches": batches,
                                     "tenant": config.owner(d) or "shared",
                                     "health": device_health[d].as_dict(),
-                                    "predictor": admission.stats(who, d)}
+                                    "predictor": admission.stats(who, d),
+                                    "process": config.devices[d].process,
+                                    **({"workers": [w.stats() for w in workers
+                                                    if w.name == d]}
+                                       if d in worker_pools else {})}
                                 for d, (session, batches, who) in runs.items()}}}
 
     async def read_body(request):
@@ -350,7 +393,11 @@ def create_app(config, *, clock=time.monotonic):
         if health.should_try():
             start = time.perf_counter()
             try:
-                values = model.sessions[device].run(names, feeds)
+                if device in worker_pools:
+                    values, seconds = run_in_worker(device, model.config.name, names, feeds)
+                else:
+                    values = model.sessions[device].run(names, feeds)
+                    seconds = time.perf_counter() - start
             except InputError:
                 raise  # the request's fault: the CPU would refuse it too
             except TesseraError as exc:  # a device fault or timeout: retried below
@@ -358,10 +405,21 @@ def create_app(config, *, clock=time.monotonic):
                 error = exc
             else:
                 health.passed()
-                return values, time.perf_counter() - start, device, None
+                return values, seconds, device, None
         start = time.perf_counter()
         values = model.fallback.run(names, feeds)
         return values, time.perf_counter() - start, FALLBACK, error
+
+    def run_in_worker(device, key, names, feeds):
+        """A run in one of the device's worker processes: ``(outputs, the worker's own
+        seconds)``, the time the predictor learns (no GIL shared with the front end in it).
+        The device's queue starts at most ``workers`` runs at once, so a worker is free."""
+        pool = worker_pools[device]
+        worker = pool.get()
+        try:
+            return worker.run(key, names, feeds)
+        finally:
+            pool.put(worker)
 
     @app.get("/metrics")
     async def prometheus():

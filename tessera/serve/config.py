@@ -23,7 +23,14 @@ PRIORITIES = ("high", "normal", "low")
 MIN_TOKEN_LENGTH = 16
 
 _SERVER_KEYS = {"host", "port", "max_body_bytes"}
-_DEVICE_KEYS = {"workers", "max_queue", "providers", "instances", "config"}
+_DEVICE_KEYS = {"workers", "max_queue", "providers", "instances", "config", "process",
+                "timeout_s"}
+#: Where a device's runs execute: in the server's own threads, or in worker processes of
+#: their own (``tessera/serve/worker.py``; docs/serving.md compares the two).
+PROCESSES = ("thread", "worker")
+DEFAULT_PROCESS = "thread"
+#: Seconds a run in a worker process may take before it counts as a device fault.
+DEFAULT_TIMEOUT_S = 60.0
 #: Providers of an instance device when the file names none: its twin, then the CPU.
 INSTANCE_PROVIDERS = ("sim", "cpu")
 #: Requests that may wait per device when the file does not say.
@@ -59,6 +66,10 @@ class DeviceConfig:
     group: str | None = None
     index: int | None = None
     engine: object = None
+    #: ``"thread"``: runs in the server's threads; ``"worker"``: in ``workers`` processes
+    #: of their own, each run bounded by ``timeout_s`` seconds (tessera/serve/worker.py).
+    process: str = DEFAULT_PROCESS
+    timeout_s: float = DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -231,16 +242,24 @@ def _devices(source, data):
         providers = table.get("providers")
         if providers is not None:
             providers = _string_list(source, f"{where} providers", providers)
+        process = table.get("process", DEFAULT_PROCESS)
+        if process not in PROCESSES:
+            raise ServeConfigError(f"{source}: {where} process must be one of "
+                                   f"{list(PROCESSES)}, not {process!r}")
+        timeout = _number(source, f"{where} timeout_s",
+                          table.get("timeout_s", DEFAULT_TIMEOUT_S))
         if "instances" in table or "config" in table:
-            devices.update(_instances(source, where, name, table, max_queue, providers))
+            devices.update(_instances(source, where, name, table, max_queue, providers,
+                                      process, timeout))
             continue
-        devices[name] = DeviceConfig(name, workers, max_queue, providers)
+        devices[name] = DeviceConfig(name, workers, max_queue, providers, process=process,
+                                     timeout_s=timeout)
     # Without a [devices] table the CPU is the one device, one run per core.
     devices.setdefault("cpu", DeviceConfig("cpu", os.cpu_count() or 1))
     return devices
 
 
-def _instances(source, where, name, table, max_queue, providers):
+def _instances(source, where, name, table, max_queue, providers, process, timeout):
     """``[devices.X] instances = N, config = "preset"``: N accelerator instances of one
     small configuration on one FPGA (``hw/multi_top.py``), each its own device ``X/i`` with
     one worker (an engine runs one pass at a time)."""
@@ -268,7 +287,7 @@ def _instances(source, where, name, table, max_queue, providers):
         raise ServeConfigError(f"{source}: {where} config: {exc}") from None
     providers = providers or INSTANCE_PROVIDERS
     return {f"{name}/{i}": DeviceConfig(f"{name}/{i}", 1, max_queue, providers, name, i,
-                                        engine) for i in range(count)}
+                                        engine, process, timeout) for i in range(count)}
 
 
 def _expand(devices, names):

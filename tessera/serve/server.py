@@ -57,5 +57,8 @@ def run(config, *, port=None, log_level="info", log_requests=True):
     # model with the machine loaded by other jobs, B's throughput rose again 1.5-2x and
     # tenant A's server-side SLO attainment from 43-65 % to 77-81 % (docs/serving.md).
     sys.setswitchinterval(SWITCH_INTERVAL)
-    with threadpool_limits(limits=1, user_api="blas"):
-        server.run()
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            server.run()
+    finally:  # the app's shutdown closed them already, unless uvicorn failed before it
+        app.state.close()
