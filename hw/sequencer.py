@@ -2,12 +2,12 @@
 phases (``m.FSM``) and tells the loader, the engine and the output writer what to do.
 
 ```
-IDLE ─start CONV─► PARAMS ─last entry─► FIRST_WEIGHTS ─first tile in─► ACTIVATIONS
-  ▲                                      (engine starts)                 │ last word
-  │                                                    weights left? ──┬─┴─────────┐
-  │                                                                  yes          no
-  │                                                          REST_WEIGHTS ─last─► DRAIN
-  └──────────── the output writer's last word (any phase), soft reset, forced error ┘
+IDLE ─start CONV─► PARAMS ─last entry─► FIRST_WEIGHTS ─first tile in─► STARTING ─► ACTIVATIONS
+  ▲                                          (engine_start, a register) ─┘             │ last
+  │                                                            weights left? ──┬───────┴──┐
+  │                                                                          yes         no
+  │                                                            REST_WEIGHTS ─last─► DRAIN
+  └──────────── the output writer's last word (any phase), soft reset, forced error ───┘
 IDLE ─start POOL/ADD─► STREAM
 ```
 
@@ -17,7 +17,10 @@ other tiles' weights. The sequencer counts what is ``left`` of each load from th
 loader reports (``entry_taken``, ``act_taken``), so ``load_last`` (the next beat is the load's
 last) is ready before the beat goes out. The first tile's weight rows, ``C_in * kh * kw``,
 are summed one ``C_in`` a cycle while the parameters load (no multiplier: every MULT18X18D
-is the array's); until the sum is known the loader holds the weights back.
+is the array's); until the sum is known the loader holds the weights back. ``STARTING`` is
+the one cycle in which the engine sees ``engine_start`` (a register, so the start does not
+hang off the loader's handshake); the phase still reads ``FIRST_WEIGHTS``, with the host
+stream held.
 
 A start with a zero-sized load, a bad pool shape or an unknown opcode is refused with the
 error code and leaves the sequencer idle; ``ERROR_CODE`` keeps the last failure until the
@@ -66,7 +69,9 @@ class CommandSequencer(wiring.Component):
       ``act_taken`` (an activation word went out), ``frame_taken`` (the pool's last beat of
       a frame went out), ``finished`` (the output writer sent the pass's last word).
     - ``phase`` (out) and what follows from it: ``busy``, ``load_last`` (the next beat ends the
-      load), ``weights_held`` (the first tile's size is not known yet), ``engine_start``,
+      load), ``weights_held`` (the first tile's size is not known yet, or the engine is
+      starting), ``engine_start`` (a one-cycle pulse from a register, the cycle after the
+      first tile's last weight row),
       ``opcode`` and ``pooling`` (latched at start), ``last_frame``.
     - status (out): ``error_code``, ``set_done``, ``set_error`` (one-cycle pulses).
     """
@@ -102,6 +107,7 @@ class CommandSequencer(wiring.Component):
         frames_left = Signal(32)
         m.d.comb += [self.busy.eq(self.phase != Phase.IDLE), self.load_last.eq(left == 1),
                      self.last_frame.eq(frames_left == 1), self.set_done.eq(self.finished)]
+        m.d.sync += self.engine_start.eq(0)  # a one-cycle pulse (set in FIRST_WEIGHTS)
 
         # --- start: check the command, latch what the pass needs ------------------------
         starting = self.start & ~self.busy & ~self.abort & ~self.force_error
@@ -136,20 +142,28 @@ class CommandSequencer(wiring.Component):
             m.d.sync += frames_left.eq(frames_left - 1)
 
         # --- the first column tile's weight rows, C_in * kh * kw, one C_in a cycle -------
-        tile_rows, rows_loaded = Signal(32), Signal(32)
+        # `rows_to_go` counts the first tile's rows not yet taken (summed up, then counted
+        # down), and `last_row` is `rows_to_go == 1` kept as a register, decided one
+        # update ahead: the end of the first tile then needs no 32-bit comparison in the
+        # cycle its last row goes out (that comparison fed the engine's start, the board
+        # build's critical path, issue 12).
+        rows_to_go, last_row = Signal(32), Signal()
         sum_u, sum_v, tile_rows_known = Signal(3), Signal(3), Signal()
+        starting_up = Signal()  # the cycle between the first tile's last row and the engine
         with m.If(self.busy & ~tile_rows_known):
-            m.d.sync += [tile_rows.eq(tile_rows + cmd.in_channels), sum_v.eq(sum_v + 1)]
+            summed = rows_to_go + cmd.in_channels
+            m.d.sync += [rows_to_go.eq(summed), last_row.eq(summed == 1),
+                         sum_v.eq(sum_v + 1)]
             with m.If(sum_v == cmd.kernel_w - 1):
                 m.d.sync += [sum_v.eq(0), sum_u.eq(sum_u + 1)]
                 with m.If(sum_u == cmd.kernel_h - 1):
                     m.d.sync += tile_rows_known.eq(1)
         with m.If(self.start & ~self.busy):
             # A zero-sized kernel (a bad descriptor) sends every weight in phase 1.
-            m.d.sync += [tile_rows.eq(0), rows_loaded.eq(0), sum_u.eq(0), sum_v.eq(0),
+            m.d.sync += [rows_to_go.eq(0), last_row.eq(0), sum_u.eq(0), sum_v.eq(0),
                          tile_rows_known.eq(~is_conv | (cmd.kernel_w == 0)
                                             | (cmd.kernel_h == 0))]
-        m.d.comb += self.weights_held.eq(~tile_rows_known)
+        m.d.comb += self.weights_held.eq(~tile_rows_known | starting_up)
 
         with m.If(self.entry_taken | self.act_taken):
             m.d.sync += left.eq(left - 1)
@@ -177,14 +191,23 @@ class CommandSequencer(wiring.Component):
                 leave_on_end()
             with m.State("FIRST_WEIGHTS"):
                 # The engine starts once the parameters and the first tile's weights are
-                # in; activation words are offered from the next cycle, once it is busy.
+                # in: `engine_start` leaves a register, so the start reaches the engine a
+                # cycle after the last row (STARTING) and no path runs from the loader's
+                # handshake through this FSM into the engine's start logic.
                 m.d.comb += self.phase.eq(Phase.FIRST_WEIGHTS)
                 with m.If(self.entry_taken):
-                    m.d.sync += rows_loaded.eq(rows_loaded + 1)
-                    with m.If(self.load_last | (rows_loaded == tile_rows - 1)):
-                        m.d.sync += [left.eq(act_words), weights_left.eq(left - 1)]
-                        m.d.comb += self.engine_start.eq(1)
-                        m.next = "ACTIVATIONS"
+                    m.d.sync += [rows_to_go.eq(rows_to_go - 1), last_row.eq(rows_to_go == 2)]
+                    with m.If(self.load_last | last_row):
+                        m.d.sync += [left.eq(act_words), weights_left.eq(left - 1),
+                                     self.engine_start.eq(~self.abort & ~self.force_error)]
+                        m.next = "STARTING"
+                leave_on_end()
+            with m.State("STARTING"):
+                # The engine sees its start now and is busy from the next cycle; the host
+                # stream waits (still the weights' phase, held), then activation words are
+                # offered, which the engine takes only once it is busy.
+                m.d.comb += [self.phase.eq(Phase.FIRST_WEIGHTS), starting_up.eq(1)]
+                m.next = "ACTIVATIONS"
                 leave_on_end()
             with m.State("ACTIVATIONS"):
                 m.d.comb += self.phase.eq(Phase.ACTIVATIONS)

@@ -60,7 +60,13 @@ def test_a_conv_pass_walks_every_phase_in_order():
         await ctx.tick()
         assert not ctx.get(dut.weights_held)
         first = [await pulse(ctx, dut, "entry_taken") for _ in range(2)]
-        assert [s["engine_start"] for s in first] == [0, 1]
+        assert [s["engine_start"] for s in first] == [0, 0]
+        # The start leaves a register: the engine sees it the cycle after the last row,
+        # while the host stream is held (still the weights' phase).
+        assert ctx.get(dut.engine_start) and ctx.get(dut.weights_held)
+        assert phase(ctx, dut) == Phase.FIRST_WEIGHTS
+        await ctx.tick()
+        assert not ctx.get(dut.engine_start)
         trace.append(phase(ctx, dut))
         acts = [(await pulse(ctx, dut, "act_taken"))["load_last"] for _ in range(3)]
         assert acts == [0, 0, 1]  # ceil(9 / 4) words
@@ -94,6 +100,7 @@ def test_weights_that_fit_one_tile_go_from_activations_to_drain():
         for _ in range(9):
             assert phase(ctx, dut) == Phase.FIRST_WEIGHTS
             await pulse(ctx, dut, "entry_taken")
+        await ctx.tick()  # the engine's start
         assert phase(ctx, dut) == Phase.ACTIVATIONS
         for _ in range(3):
             await pulse(ctx, dut, "act_taken")
@@ -156,5 +163,71 @@ def test_a_pool_pass_counts_its_frames():
             await pulse(ctx, dut, "frame_taken")
         assert lasts == [0, 0, 1]
         assert ctx.get(dut.opcode) == OPCODES["POOL"]
+
+    run(bench)
+
+
+async def first_tile(ctx, dut, fields, entries, gaps=()):
+    """Start a pass with ``fields``, take the parameters, then up to ``entries`` weight
+    rows (idle cycles after the rows listed in ``gaps``); returns after how many rows the
+    engine was started (None: not started) and the cycles it was seen high."""
+    await command(ctx, dut, **fields)
+    await pulse(ctx, dut, "start")
+    for _ in range(fields["load_params"]):
+        await pulse(ctx, dut, "entry_taken")
+    while ctx.get(dut.weights_held):
+        await ctx.tick()
+    started, highs = None, 0
+    for row in range(1, entries + 1):
+        await pulse(ctx, dut, "entry_taken")
+        highs += ctx.get(dut.engine_start)
+        if ctx.get(dut.engine_start) and started is None:
+            started = row
+            await ctx.tick()
+            break
+        if row in gaps:
+            await ctx.tick()
+    for _ in range(3):
+        highs += ctx.get(dut.engine_start)
+        await ctx.tick()
+    return started, highs
+
+
+def test_the_engine_starts_after_exactly_the_first_tiles_rows():
+    # C_in * kh * kw rows, with idle cycles between rows, and a weight load shorter than
+    # the tile (a bad host: load_last ends the first tile early). One pulse each time.
+    cases = [(dict(in_channels=3, kernel_w=2, kernel_h=2, load_weights=40), 12),
+             (dict(in_channels=1, kernel_w=1, kernel_h=1, load_weights=4), 1),
+             (dict(in_channels=5, kernel_w=3, kernel_h=1, load_weights=15), 15),
+             (dict(in_channels=4, kernel_w=3, kernel_h=3, load_weights=7), 7)]
+    seen = []
+
+    async def bench(ctx, dut):
+        for fields, _ in cases:
+            seen.append(await first_tile(ctx, dut, {**GOOD_CONV, **fields}, 64,
+                                         gaps=(1, 2, 5)))
+            await pulse(ctx, dut, "abort")
+
+    run(bench)
+    assert seen == [(rows, 1) for _, rows in cases]
+
+
+def test_an_abort_with_the_last_row_starts_no_engine():
+    async def bench(ctx, dut):
+        await command(ctx, dut, in_channels=2, kernel_w=1, kernel_h=1)
+        await pulse(ctx, dut, "start")
+        for _ in range(2):
+            await pulse(ctx, dut, "entry_taken")
+        await ctx.tick()
+        await pulse(ctx, dut, "entry_taken")
+        ctx.set(dut.abort, 1)
+        ctx.set(dut.entry_taken, 1)  # the first tile's last row, aborted in the same cycle
+        await ctx.tick()
+        ctx.set(dut.abort, 0)
+        ctx.set(dut.entry_taken, 0)
+        assert phase(ctx, dut) == Phase.IDLE
+        for _ in range(3):
+            assert not ctx.get(dut.engine_start)
+            await ctx.tick()
 
     run(bench)
