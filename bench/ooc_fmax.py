@@ -63,20 +63,21 @@ class Harness(wiring.Component):
         return m
 
 
+#: The blocks ``make_block`` builds.
+BLOCKS = ("addrgen", "maxpool", "postprocess", "conv_engine", "host_bridge")
+#: Names of standalone blocks that were retired into the post-processing bank.
+RETIRED = {"requant": "the standalone requantizer", "residual_add": "the standalone residual add"}
+
+
 def make_block(name, rows, cols):
+    """The block called ``name`` (one of ``BLOCKS``) for an array of ``rows`` x ``cols``."""
     config = ConvEngineConfig(array=ArrayConfig(rows=rows, cols=cols))
     if name == "addrgen":
         from hw.addrgen import AddressGenerator
         return AddressGenerator(config)
-    if name == "requant":
-        from hw.requant import Requantizer
-        return Requantizer(lanes=cols)
     if name == "maxpool":
         from hw.maxpool import MaxPool2x2
         return MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH)
-    if name == "residual_add":
-        from hw.residual_add import ResidualAdd
-        return ResidualAdd(lanes=cols)
     if name == "postprocess":  # the engine's bank: requantization and residual add
         from hw.postprocess import PostProcessBank
         return PostProcessBank(lanes=cols)
@@ -86,8 +87,11 @@ def make_block(name, rows, cols):
     if name == "host_bridge":  # the UART bridge; the array size does not change it
         from hw.host_bridge import HostBridge
         return HostBridge()
-    raise SystemExit(f"unknown block {name!r}: addrgen, requant, maxpool, residual_add, "
-                     "postprocess, conv_engine, host_bridge")
+    if name in RETIRED:
+        raise SystemExit(f"block {name!r} ({RETIRED[name]}) was retired; the engine's "
+                         f"post-processing bank does its work: block 'postprocess'. Blocks: "
+                         f"{', '.join(BLOCKS)}")
+    raise SystemExit(f"unknown block {name!r}; blocks: {', '.join(BLOCKS)}")
 
 
 class _Platform:
@@ -96,8 +100,8 @@ class _Platform:
 
 
 def run(name, rows, cols, out, freq, seed):
+    top = Harness(make_block(name, rows, cols))  # an unknown name stops before any output
     out.mkdir(parents=True, exist_ok=True)
-    top = Harness(make_block(name, rows, cols))
     (out / "top.il").write_text(rtlil.convert(top, name="top", platform=_Platform()))
     (out / "top.ys").write_text(
         "read_rtlil top.il\nsetattr -set keep 1 *.pe_*/t:$dff\n"

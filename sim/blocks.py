@@ -1,9 +1,9 @@
-"""Build descriptions of single blocks of the top (post-processing, the loader, the output
-writer) for the cocotb runner."""
+"""Build descriptions of single blocks of the top (the post-processing bank, the max pool,
+the loader, the output writer) for the cocotb runner."""
 
 from dataclasses import asdict, dataclass
 
-BLOCKS = ("residual_add", "maxpool", "host_loader", "result_writer")
+BLOCKS = ("postprocess", "maxpool", "host_loader", "result_writer")
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,10 @@ class BlockBuild:
             from hw.result_writer import ResultWriter
 
             return ResultWriter(self.lanes)
-        if self.block == "residual_add":
-            from hw.residual_add import ResidualAdd
+        if self.block == "postprocess":
+            from hw.postprocess import PostProcessBank
 
-            return ResidualAdd(lanes=self.lanes)
+            return PostProcessBank(lanes=self.lanes)
         from hw.maxpool import MaxPool2x2
 
         return MaxPool2x2(lanes=self.lanes, max_width=self.max_width)

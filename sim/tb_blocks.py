@@ -1,5 +1,6 @@
-"""cocotb testbenches of the residual-add and 2x2 max-pool blocks against the golden
-models: driver with idle cycles, monitor with random backpressure, in-order scoreboard."""
+"""cocotb testbench of the 2x2 max-pool block against the golden model: driver with idle
+cycles, receiver with random backpressure, in-order scoreboard. (The post-processing bank,
+requantization and residual add, has its own: ``sim/tb_postprocess.py``.)"""
 
 import os
 
@@ -8,8 +9,6 @@ import numpy as np
 from cocotb.triggers import with_timeout
 
 from hw.maxpool import pixel_layout
-from hw.residual_add import add_params_layout, operand_pair_layout, sum_layout
-from models.eltwise import add, add_multipliers
 from models.pool import max_pool2d
 from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
 from sim.packing import pack_struct, unpack_struct
@@ -30,36 +29,6 @@ async def exchange(dut, in_prefix, in_layout, beats, out_prefix, out_layout, cou
                              (len(beats) + count) * 20 * 10 + 10_000, "ns")
     await sender
     return [unpack_struct(out_layout, word) for word in got]
-
-
-@cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "residual_add")
-async def test_residual_add(dut):
-    lanes = int(os.environ["TESSERA_LANES"])
-    rng = np.random.default_rng(_seed())
-    await reset(dut)
-    for case, (scales, zps) in enumerate([((0.05, 0.02, 0.07), (3, -5, 0)),
-                                          ((0.5, 0.001, 0.03), (-128, 127, -128)),
-                                          ((0.01, 0.01, 0.001), (0, 0, 0)),
-                                          ((0.02, 0.09, 0.05), (127, -128, 127))]):
-        count = 60
-        a = rng.integers(-128, 128, (count, lanes), dtype=np.int8)
-        b = rng.integers(-128, 128, (count, lanes), dtype=np.int8)
-        a[0], b[0] = -128, 127
-        (sa, sb, sy), (za, zb, zy) = scales, zps
-        lo, hi = (zy, 127) if case % 2 else (-128, 127)
-        ma, na, mb, nb, my, ny = add_multipliers(sa, sb, sy)
-        dut.params.value = pack_struct(add_params_layout(), {
-            "a_zero_point": za, "b_zero_point": zb, "y_zero_point": zy, "lo": lo, "hi": hi,
-            "a_multiplier": ma, "a_shift": na, "b_multiplier": mb, "b_shift": nb,
-            "y_multiplier": my, "y_shift": ny})
-        beats = [{"a": a[i], "b": b[i], "last": i == count - 1} for i in range(count)]
-        out = await exchange(dut, "operands", operand_pair_layout(lanes), beats, "results",
-                             sum_layout(lanes), count, rng)
-        got = np.array([beat["y"] for beat in out])
-        want = add(a, sa, za, b, sb, zb, sy, zy, lo, hi).astype(np.int64)
-        assert [beat["last"] for beat in out] == [0] * (count - 1) + [1]
-        assert np.array_equal(got, want), f"seed={_seed()} case {case}: " \
-            + first_difference(got, want)
 
 
 @cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "maxpool")

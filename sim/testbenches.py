@@ -29,11 +29,13 @@ TESTBENCHES = {
                                       ArrayConfig(rows=8, cols=8))),
                   "convolution engine vs golden conv2d + requantize: random layers, "
                   "extremes, backpressure, cycles per layer vs ideal"),
-        Testbench("blocks", "sim.tb_blocks",
-                  (BlockBuild("residual_add", lanes=3), BlockBuild("maxpool", lanes=2,
-                                                                   max_width=12)),
-                  "residual add and 2x2 max pool vs golden add / max_pool2d: idle input, "
-                  "random backpressure"),
+        Testbench("postprocess", "sim.tb_postprocess",
+                  (BlockBuild("postprocess", lanes=8), BlockBuild("postprocess", lanes=3)),
+                  "the engine's post-processing bank: passes alternating requantization and "
+                  "residual add vs golden requantize / add, random idle input and "
+                  "backpressure, a protocol monitor on every stream"),
+        Testbench("blocks", "sim.tb_blocks", (BlockBuild("maxpool", lanes=2, max_width=12),),
+                  "2x2 max pool vs golden max_pool2d: idle input, random backpressure"),
         Testbench("components", "sim.tb_components",
                   (BlockBuild("host_loader", lanes=5), BlockBuild("result_writer", lanes=5)),
                   "the top's host loader and output writer on their own: random idle "

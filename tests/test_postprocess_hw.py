@@ -1,11 +1,12 @@
-"""Residual add and 2x2 max pool blocks against the golden models (Amaranth simulator)."""
+"""The residual add (the post-processing bank's add side) and the 2x2 max pool block against
+the golden models (Amaranth simulator)."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from hw.maxpool import MaxPool2x2
-from hw.residual_add import ResidualAdd
+from hw.postprocess import PostProcessBank
 from models.eltwise import ADD_LEFT_SHIFT, add, add_multipliers
 from models.pool import max_pool2d
 from models.requant import rounding_shift
@@ -41,15 +42,15 @@ def first_difference(got, want):
     return f"first difference at {list(index)}: RTL {got[index]} != golden {want[index]}"
 
 
-@pytest.mark.parametrize("scales, zero_points, lanes, units", [
-    ((0.05, 0.02, 0.07), (3, -5, 0), 3, None),
-    # very different scales, extreme zero points; 8 lanes through the default one unit
-    ((0.5, 0.001, 0.03), (-128, 127, -128), 8, None),
-    ((0.01, 0.01, 0.001), (0, 0, 0), 4, 2),          # output saturates
-    ((0.05, 0.05, 0.1), (0, 0, -20), 2, 2),          # half the inputs' resolution: ties
-    ((3e-5, 0.7, 0.02), (-7, 100, 5), 6, 3),         # a_shift far above b_shift
+@pytest.mark.parametrize("scales, zero_points, lanes", [
+    ((0.05, 0.02, 0.07), (3, -5, 0), 3),
+    # very different scales, extreme zero points; 8 lanes through the one datapath
+    ((0.5, 0.001, 0.03), (-128, 127, -128), 8),
+    ((0.01, 0.01, 0.001), (0, 0, 0), 4),          # output saturates
+    ((0.05, 0.05, 0.1), (0, 0, -20), 2),          # half the inputs' resolution: ties
+    ((3e-5, 0.7, 0.02), (-7, 100, 5), 16),        # a_shift far above b_shift; 2 datapaths
 ])
-def test_residual_add_matches_golden(scales, zero_points, lanes, units, rng, seed):
+def test_residual_add_matches_golden(scales, zero_points, lanes, rng, seed):
     count = 30
     a = rng.integers(-128, 128, (count, lanes), dtype=np.int8)
     b = rng.integers(-128, 128, (count, lanes), dtype=np.int8)
@@ -57,22 +58,23 @@ def test_residual_add_matches_golden(scales, zero_points, lanes, units, rng, see
     (sa, sb, sy), (za, zb, zy) = scales, zero_points
     lo, hi = (zy, 127)  # a fused ReLU
     ma, na, mb, nb, my, ny = add_multipliers(sa, sb, sy)
-    dut = ResidualAdd(lanes=lanes, units=units)
+    dut = PostProcessBank(lanes=lanes)
 
     def setup(ctx):
-        ctx.set(dut.params, {
+        ctx.set(dut.adding, 1)
+        ctx.set(dut.add_params, {
             "a_zero_point": za, "b_zero_point": zb, "y_zero_point": zy, "lo": lo, "hi": hi,
             "a_multiplier": ma, "a_shift": na, "b_multiplier": mb, "b_shift": nb,
             "y_multiplier": my, "y_shift": ny})
 
     payloads = [{"a": [int(v) for v in a[i]], "b": [int(v) for v in b[i]],
                  "last": i == count - 1} for i in range(count)]
-    out = simulate(dut, setup, (dut.operands, payloads), dut.results, count, rng)
+    out = simulate(dut, setup, (dut.operands, payloads), dut.sums, count, rng)
     got = np.array([[int(v) for v in beat.y] for beat in out])
     want = add(a, sa, za, b, sb, zb, sy, zy, lo, hi).astype(np.int64)
     assert [bool(beat.last) for beat in out] == [False] * (count - 1) + [True]
-    assert np.array_equal(got, want), f"seed={seed} scales={scales} lanes={lanes} " \
-        f"units={units}: " + first_difference(got, want)
+    assert np.array_equal(got, want), f"seed={seed} scales={scales} lanes={lanes}: " \
+        + first_difference(got, want)
 
 
 @pytest.mark.parametrize("height, width", [(4, 6), (5, 7), (2, 2), (3, 9)])
@@ -123,7 +125,7 @@ def test_max_pool_two_wide_frames_do_not_share_a_bypass(rng, seed):
 
 
 def test_narrowed_input_rescale_is_exact(rng, seed):
-    """The identity the residual-add unit's 9 x 31-bit input rescale rests on
+    """The identity the residual add's input rescale rests on
     (docs/conv-engine.md): rnd(v << 20, M, n) == rnd(v, M, n - 20) for every n > 20, checked
     on every v = x - z and every shift, with random and extreme multipliers."""
     v = np.arange(-255, 256, dtype=np.int64)
@@ -186,9 +188,5 @@ def test_max_pool_consumes_the_frame_before_its_last_beat(height, width, seed):
 
 
 def test_block_parameters_are_checked():
-    with pytest.raises(ValueError, match="lanes must be a positive integer, not 0"):
-        ResidualAdd(lanes=0)
-    with pytest.raises(ValueError, match=r"units must divide lanes \(8\), not 3"):
-        ResidualAdd(lanes=8, units=3)
     with pytest.raises(ValueError, match="max_width must be at least 2, not 1"):
         MaxPool2x2(lanes=1, max_width=1)

@@ -34,7 +34,7 @@ from contract.streams import (
 )
 from hw.conv_engine import param_word_layout
 from hw.csr import CsrBank
-from hw.requant import Requantizer
+from hw.postprocess import PostProcessBank
 from hw.top import AcceleratorTop
 from sim.streams import csr_read, csr_write
 from sw_driver import regs
@@ -156,11 +156,11 @@ def test_param_entry_packs_lanes_little_endian():
 def test_requant_widths_hold_the_models_ranges():
     assert (MULTIPLIER_WIDTH, SHIFT_WIDTH) == (31, 6)
     assert MULTIPLIER_MAX < 1 << MULTIPLIER_WIDTH and SHIFT_MAX < 1 << SHIFT_WIDTH
-    requantizer = Requantizer(lanes=2)
-    requantizer._MustUse__silence = True  # only its ports are inspected
-    assert len(requantizer.multiplier[0]) == MULTIPLIER_WIDTH
-    assert len(requantizer.shift[0]) == SHIFT_WIDTH
-    assert len(requantizer.bias[0]) == BIAS_WIDTH
+    bank = PostProcessBank(lanes=2)
+    bank._MustUse__silence = True  # only its ports are inspected
+    assert len(bank.multiplier[0]) == MULTIPLIER_WIDTH
+    assert len(bank.shift[0]) == SHIFT_WIDTH
+    assert len(bank.bias[0]) == BIAS_WIDTH
 
 
 def test_rtl_top_publishes_the_contract():

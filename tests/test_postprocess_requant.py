@@ -1,21 +1,25 @@
-"""The streaming requantizer against models.requant.requantize (Amaranth simulator)."""
+"""The post-processing bank's requantization side (hw/postprocess.py, ``adding`` low)
+against models.requant.requantize on directed cases: the int32 limits, ties, every shift,
+and the narrowing before the clamp (Amaranth simulator). The random passes alternating both
+modes are in test_postprocess_bank.py and, on Verilator, test_postprocess_cocotb.py."""
 
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from contract.postprocess import requant_units
-from hw.requant import Requantizer
+from hw.postprocess import PostProcessBank
 from models.requant import requantize
 from sim.streams import stream_get, stream_put
 
 
-def run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=None,
-                    units=None):
-    dut = Requantizer(lanes=lanes, units=units)
+def run_bank(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=None):
+    """Requantize the beats ``acc`` through a bank of ``lanes`` lanes; the results."""
+    dut = PostProcessBank(lanes=lanes)
     got, lasts = [], []
 
     async def setup_and_feed(ctx):
+        ctx.set(dut.adding, 0)
         ctx.set(dut.bias, [int(v) for v in bias])
         ctx.set(dut.multiplier, [int(v) for v in multiplier])
         ctx.set(dut.shift, [int(v) for v in shift])
@@ -36,7 +40,9 @@ def run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, sta
     sim.add_clock(1e-8)
     sim.add_testbench(setup_and_feed)
     sim.add_testbench(drain)
-    sim.run()
+    # A lost beat would leave `drain` waiting: bounded, then counted below.
+    sim.run_until((200 + 20 * lanes * len(acc)) * 1e-8)
+    assert len(got) == len(acc), f"{len(got)} of {len(acc)} result beats came out"
     assert lasts == [False] * (len(acc) - 1) + [True]
     return np.array(got, dtype=np.int64)
 
@@ -53,20 +59,18 @@ def compare(got, want, seed, label):
                              f"RTL {got[index]} != golden {want[index]}")
 
 
-# (lanes, units): one unit for all lanes, the default (8 lanes share 2), every lane its
-# own unit, and an uneven middle.
-@pytest.mark.parametrize("lanes, units", [(1, None), (3, None), (8, None), (4, 4), (6, 3)])
-def test_random_requantization(lanes, units, rng, seed):
+# One rescaler for all lanes (1, 3), two lanes a rescaler (6, 8: the 8x8 array's bank).
+@pytest.mark.parametrize("lanes", [1, 3, 6, 8])
+def test_random_requantization(lanes, rng, seed):
     beats = 40
     acc = rng.integers(-2**20, 2**20, (beats, lanes), dtype=np.int64)
     bias = rng.integers(-2**16, 2**16, lanes)
     multiplier = rng.integers(2**30, 2**31, lanes)
     shift = rng.integers(20, 40, lanes)
     zero_point, lo, hi = int(rng.integers(-128, 128)), -128, 127
-    got = run_requantizer(lanes, acc, bias, multiplier, shift, zero_point, lo, hi,
-                          stall_rng=rng, units=units)
+    got = run_bank(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=rng)
     compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
-            f"lanes={lanes} units={units} zero_point={zero_point}")
+            f"lanes={lanes} zero_point={zero_point}")
 
 
 def test_extremes(seed):
@@ -77,10 +81,8 @@ def test_extremes(seed):
     bias = np.array([0, 0, 0, -1])
     multiplier = np.array([2**31 - 1, 2**30, 2**31 - 1, 2**30 + 12345])
     shift = np.array([1, 62, 40, 45])
-    for (zero_point, lo, hi), units in zip(((-128, -128, 127), (127, -128, 127),
-                                            (-128, -128, -32)), (1, 2, 4), strict=True):
-        got = run_requantizer(4, acc, bias, multiplier, shift, zero_point, lo, hi,
-                              units=units)
+    for zero_point, lo, hi in ((-128, -128, 127), (127, -128, 127), (-128, -128, -32)):
+        got = run_bank(4, acc, bias, multiplier, shift, zero_point, lo, hi)
         compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
                 f"extremes z={zero_point} lo={lo} hi={hi}")
 
@@ -96,7 +98,7 @@ def test_ties_round_to_even(seed):
     want = expected(acc, bias, multiplier, shift, 0, -128, 127)
     ties_up = np.floor((acc + bias) * (multiplier / 2.0**shift) + 0.5).astype(np.int64)
     assert (want != ties_up).any(), "the case must contain ties that ties-up rounds differently"
-    got = run_requantizer(4, acc, bias, multiplier, shift, 0, -128, 127, units=2)
+    got = run_bank(4, acc, bias, multiplier, shift, 0, -128, 127)
     compare(got, want, seed, "ties")
 
 
@@ -111,8 +113,7 @@ def test_every_shift_through_both_steps_of_the_shifter(rng, seed):
         aimed = np.floor(target * 2.0 ** shift / multiplier) + rng.integers(-2, 3, (4, 2))
         wild = rng.choice([-1, 1], (1, 2)) * rng.integers(0, 2**31, (1, 2))
         acc = np.clip(np.concatenate([aimed, wild]), -2**31, 2**31 - 1).astype(np.int64)
-        got = run_requantizer(2, acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127,
-                              units=1)
+        got = run_bank(2, acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127)
         want = expected(acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127)
         compare(got, want, seed, f"shifts={shift.tolist()}")
 
@@ -129,7 +130,7 @@ def test_narrowing_before_the_clamp_is_exact(seed):
     multiplier = np.full(4, 2**30)
     shift = np.full(4, 31)
     for zero_point, lo, hi in ((-128, -128, 127), (127, -128, 127), (0, -5, 6), (127, 126, 127)):
-        got = run_requantizer(4, acc, bias, multiplier, shift, zero_point, lo, hi, units=2)
+        got = run_bank(4, acc, bias, multiplier, shift, zero_point, lo, hi)
         want = expected(acc, bias, multiplier, shift, zero_point, lo, hi)
         compare(got, want, seed, f"narrowing z={zero_point} lo={lo} hi={hi}")
 
@@ -138,57 +139,14 @@ def test_rounding_shift_stages_are_checked():
     from amaranth import Module, Signal
 
     from hw.fixedpoint import rounding_shift
+    m = Module()
+    m._MustUse__silence = True  # only the checks run; nothing is elaborated
     with pytest.raises(ValueError, match="stages must be 2 or 3, or 4 with pipelined, not 4"):
-        rounding_shift(Module(), Signal(8), Signal(8), Signal(6), en=1, name="x", stages=4)
+        rounding_shift(m, Signal(8), Signal(8), Signal(6), en=1, name="x", stages=4)
     with pytest.raises(ValueError, match="narrow must be 2..63 bits with stages 3 or 4"):
-        rounding_shift(Module(), Signal(8), Signal(8), Signal(6), en=1, name="x", narrow=8)
-
-
-def test_bad_parameters():
-    with pytest.raises(ValueError, match="lanes must be a positive integer, not 0"):
-        Requantizer(lanes=0)
-    with pytest.raises(ValueError, match="acc_width must be at most 32, not 48"):
-        Requantizer(lanes=2, acc_width=48)
-    with pytest.raises(ValueError, match=r"units must divide lanes \(8\), not 3"):
-        Requantizer(lanes=8, units=3)
-    with pytest.raises(ValueError, match="units must be at most 8, not 9"):
-        Requantizer(lanes=8, units=9)
+        rounding_shift(m, Signal(8), Signal(8), Signal(6), en=1, name="x", narrow=8)
 
 
 def test_default_units_share_the_lanes():
     # The 8x8 array's 8 lanes share four 32x31-bit rescalers: a beat every 2 cycles.
     assert [requant_units(n) for n in (1, 4, 8, 12, 16)] == [1, 2, 4, 6, 8]
-
-
-def test_a_shared_beat_takes_lanes_over_units_cycles(seed):
-    """Under a ready consumer, beats leave every lanes // units cycles, back to back."""
-    lanes, units, beats = 8, 2, 6
-    dut = Requantizer(lanes=lanes, units=units)
-    times = []
-
-    async def feed(ctx):
-        ctx.set(dut.multiplier, [2**30] * lanes)
-        ctx.set(dut.shift, [31] * lanes)
-        ctx.set(dut.params, {"zero_point": 0, "lo": -128, "hi": 127})
-        for index in range(beats):
-            await stream_put(ctx, dut.accumulators,
-                             {"acc": [2 * (index + lane) for lane in range(lanes)],
-                              "last": index == beats - 1})
-
-    async def drain(ctx):
-        ctx.set(dut.results.ready, 1)
-        cycle = 0
-        while len(times) < beats:
-            _, _, valid, y = await ctx.tick().sample(dut.results.valid, dut.results.payload.y)
-            cycle += 1
-            if valid:
-                assert [int(v) for v in y] == [len(times) + lane for lane in range(lanes)], \
-                    f"seed={seed}: beat {len(times)} holds {[int(v) for v in y]}"
-                times.append(cycle)
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(feed)
-    sim.add_testbench(drain)
-    sim.run()
-    assert np.diff(times).tolist() == [lanes // units] * (beats - 1)
