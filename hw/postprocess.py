@@ -71,11 +71,11 @@ if (_REQUANT_STAGES + 2, _ADD_STAGES + 2) != (REQUANT_LATENCY, ADD_LATENCY):
 class PostProcessBank(wiring.Component):
     """Requantization (CONV passes) or residual add (ADD passes) through shared rescalers.
 
-    The requantization side has the ports of ``hw.requant.Requantizer`` (``accumulators``
-    in, ``results`` out, per-lane ``bias`` / ``multiplier`` / ``shift`` and ``params``), the
-    add side those of ``hw.residual_add.ResidualAdd`` (``operands`` in, ``sums`` out,
-    ``add_params``). ``adding`` picks the side; the other side's streams are not ready and
-    not valid. Change ``adding`` only while the bank is empty.
+    The requantization side has ``accumulators`` in and ``results`` out (the layouts of
+    ``hw.requant``), per-lane ``bias`` / ``multiplier`` / ``shift`` and ``params``; the add
+    side ``operands`` in, ``sums`` out and ``add_params`` (those of ``hw.residual_add``).
+    ``adding`` picks the side; the other side's streams are not ready and not valid. Change
+    ``adding`` only while the bank is empty.
 
     Parameters
     ----------
