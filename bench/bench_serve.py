@@ -25,6 +25,21 @@ Phases (CPU provider, one device worker, one-image binary requests), for the dig
 6. the scheduler alone on a simulated clock (:mod:`tessera.serve.simulate`, run as a child
    process): tenant A's SLO attainment under the tail batch bound, the median bound before
    it, and no bound, with modelled run times and no front end or other load.
+
+Where the runs execute is ``BENCH_SERVE_PROCESS`` (``[devices.cpu] process``): ``worker``
+(default: a worker process of their own, no GIL shared with the HTTP front end) or
+``thread`` (the server's own threads, as before); with ``worker`` the mixed phase also
+records what a round trip to the worker costs beyond the run. To compare the two on one
+machine, interleaved (about 3 minutes a run; each run rewrites ``bench/results/serve.json``)::
+
+    for p in thread worker thread worker; do
+        BENCH_SERVE_PROCESS=$p .venv/bin/python -m bench.bench_serve && \
+            cp bench/results/serve.json /tmp/serve_${p}_$(date +%H%M).json
+    done
+
+or, finer grained, ``python -m bench.bench_serve --compare-processes 3`` (about 4 minutes):
+the ResNet-8-like model's mixed and B-alone phases under each, alternated phase by phase
+with one SLO for both, into ``bench/results/serve_process.json``.
 """
 
 import json
@@ -56,9 +71,11 @@ TOKEN_B = "bench-tenant-b-token-111111"
 SEED = 14
 #: Seconds per phase (short: the machine is shared; BENCH_SERVE_SECONDS overrides).
 SECONDS = float(os.environ.get("BENCH_SERVE_SECONDS", "6"))
+#: Where the device's runs execute: "worker" (a process of their own) or "thread".
+PROCESS = os.environ.get("BENCH_SERVE_PROCESS", "worker")
 
 
-def config_text(model_path, max_batch, slo_ms=None, rate_b=100_000.0):
+def config_text(model_path, max_batch, slo_ms=None, rate_b=100_000.0, process=None):
     slo = "" if slo_ms is None else f"slo_ms = {slo_ms:.3f}"
     return f"""
 [server]
@@ -66,6 +83,7 @@ host = "127.0.0.1"
 [devices.cpu]
 workers = 1
 max_queue = 32
+process = "{process or PROCESS}"
 [models.m]
 path = "{Path(model_path).as_posix()}"
 providers = ["cpu"]
@@ -135,7 +153,9 @@ def two_tenants(folder, model_path, inputs, expected, capacity, tag):
                            processes=True)
         phases["mixed_a"], phases["mixed_b"] = (check(summarize(a, seconds)),
                                                 check(summarize(b, seconds)))
-        phases["predictor"] = get_json(url, "/v2/models/m/stats", TOKEN_A)["predictor"]
+        stats = get_json(url, "/v2/models/m/stats", TOKEN_A)
+        phases["predictor"] = stats["predictor"]
+        phases["workers"] = stats["balancing"]["devices"]["cpu"].get("workers")
         phases["mixed_a"]["server_side"] = server_counts(url, "a")
     with serve(folder, config_text(model_path, 16), f"{tag}_b_alone") as url:
         warm(url, inputs, expected)
@@ -178,7 +198,13 @@ def tenant_metrics(label, phases, slo_ms, capacity):
                note="what bounds batches while tenant A is active (admission.py)"),
         metric(f"{label}: load average (1 min) after the mixed phase",
                ma["load_average_1min"], "", note="2 cores, shared with other jobs"),
-    ]
+    ] + ([] if not phases.get("workers") else [
+        metric(f"{label}: worker round trip beyond the run, p50 / p95 (mixed load)",
+               f"{phases['workers'][0]['transfer_ms_p50']} / "
+               f"{phases['workers'][0]['transfer_ms_p95']}", "ms",
+               note="pipe, pickled arrays and the waits of the server's run thread and "
+                    "the worker for a core"),
+    ])
 
 
 def simulate_scheduler():
@@ -220,8 +246,12 @@ def check(summary):
 
 
 def main():
+    if PROCESS not in ("thread", "worker"):
+        raise SystemExit(f"BENCH_SERVE_PROCESS must be thread or worker, not {PROCESS!r}")
     rng = np.random.default_rng(SEED)
-    print(f"seed {SEED}, {SECONDS:g} s per phase")
+    load_before = round(os.getloadavg()[0], 2)
+    print(f"seed {SEED}, {SECONDS:g} s per phase, runs in a {PROCESS}, load average "
+          f"{load_before}")
     metrics, results = [], {}
     with tempfile.TemporaryDirectory(prefix="bench_serve_") as folder:
         inputs, expected = reference(DIGITS, (1, 1, 8, 8), rng)
@@ -264,12 +294,85 @@ def main():
     metrics += simulation_metrics(simulated)
     metrics.append(metric("lost or wrong answers (all phases)",
                           sum(p["lost"] + p["wrong"] for r in results.values()
-                              for k, p in r.items() if k != "predictor"),
+                              for k, p in r.items() if k not in ("predictor", "workers")),
                           "requests", target="0"))
     write_results("serve", metrics, seed=SEED, seconds_per_phase=SECONDS, provider="cpu",
+                  process=PROCESS, load_average_1min_at_start=load_before,
                   models=["digits_qdq.onnx", "random_models resnet8"], phases=results,
                   scheduler_simulation=simulated)
 
 
+def compare_processes(rounds):
+    """Threads against worker processes on the ResNet-8-like model, interleaved on one
+    machine: one SLO and one capacity for both (measured once, threads), then per round the
+    mixed phase (A + B at 2x) and B alone at 2x under each, the order swapped every round
+    so that a drift of the machine's load falls on both. Writes ``serve_process.json``."""
+    rng = np.random.default_rng(SEED)
+    rounds_out = []
+    with tempfile.TemporaryDirectory(prefix="bench_serve_") as folder:
+        _, resnet = random_models.build("resnet8", folder)
+        inputs, expected = reference(resnet, (1, 3, 32, 32), rng)
+        with serve(folder, config_text(resnet, 16, process="thread"), "capacity") as url:
+            warm(url, inputs, expected)
+            load = tenant("b", inputs, expected, concurrency=32)
+            capacity = check(summarize(load, run_load(url, [load], duration=SECONDS,
+                                                      seed=SEED)))["throughput"]
+        with serve(folder, config_text(resnet, 1, process="thread"), "unloaded") as url:
+            warm(url, inputs, expected)
+            load = tenant("a", inputs, expected, concurrency=1)
+            seconds = run_load(url, [load], duration=3.0, max_requests=500, seed=SEED)
+            slo_ms = 3 * check(summarize(load, seconds))["latency_p50_ms"]
+        print(f"capacity {capacity:.1f} req/s, SLO {slo_ms:.2f} ms")
+        for index in range(rounds):
+            for process in (("thread", "worker") if index % 2 == 0 else ("worker", "thread")):
+                tag = f"r{index}_{process}"
+                text = config_text(resnet, 16, slo_ms, rate_b=1.5 * capacity, process=process)
+                with serve(folder, text, f"{tag}_mixed") as url:
+                    warm(url, inputs, expected)
+                    a = tenant("a", inputs, expected, rate=0.2 * capacity, slo_ms=slo_ms)
+                    b = tenant("b", inputs, expected, rate=1.8 * capacity)
+                    seconds = run_load(url, [a, b], duration=SECONDS, seed=SEED,
+                                       connections=128, processes=True)
+                    ma, mb = check(summarize(a, seconds)), check(summarize(b, seconds))
+                    stats = get_json(url, "/v2/models/m/stats", TOKEN_A)
+                    server = server_counts(url, "a")
+                with serve(folder, config_text(resnet, 16, process=process),
+                           f"{tag}_b_alone") as url:
+                    warm(url, inputs, expected)
+                    alone = tenant("b", inputs, expected, rate=2 * capacity)
+                    seconds = run_load(url, [alone], duration=SECONDS, seed=SEED,
+                                       connections=128)
+                    alone = check(summarize(alone, seconds))
+                workers = stats["balancing"]["devices"]["cpu"].get("workers") or [{}]
+                row = {"round": index, "process": process,
+                       "a_slo_attainment_sent": ma["slo_attainment"],
+                       "a_slo_attainment_server": server["slo_attainment_answered"],
+                       "a_p99_ms": ma["latency_p99_ms"], "a_503": ma["by_status"].get("503", 0),
+                       "b_answered_mixed": mb["answered"],
+                       "b_alone_share": alone["throughput"] / capacity,
+                       "predictor_p50": stats["predictor"]["prediction_error_p50"],
+                       "predictor_p95": stats["predictor"]["prediction_error_p95"],
+                       "transfer_ms_p50": workers[0].get("transfer_ms_p50"),
+                       "transfer_ms_p95": workers[0].get("transfer_ms_p95"),
+                       "load_average_1min": alone["load_average_1min"]}
+                print(json.dumps(row))
+                rounds_out.append(row)
+    metrics = []
+    for key, unit in (("a_slo_attainment_sent", "fraction"),
+                      ("a_slo_attainment_server", "fraction"), ("b_alone_share", "fraction"),
+                      ("predictor_p95", "fraction"), ("predictor_p50", "fraction"),
+                      ("a_p99_ms", "ms")):
+        medians = {p: float(np.median([r[key] for r in rounds_out if r["process"] == p]))
+                   for p in ("thread", "worker")}
+        metrics.append(metric(f"resnet8: {key}, median of {rounds} rounds, worker process",
+                              round(medians["worker"], 4), unit, peer="threads (same rounds)",
+                              peer_value=round(medians["thread"], 4)))
+    write_results("serve_process", metrics, seed=SEED, seconds_per_phase=SECONDS,
+                  capacity=capacity, slo_ms=slo_ms, rounds=rounds_out)
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--compare-processes"]:
+        compare_processes(int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+    else:
+        main()

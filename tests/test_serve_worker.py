@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -227,7 +228,7 @@ def test_worker_config_errors(tmp_path, line, message):
     assert message in str(error.value)
 
 
-def test_cli_serve_with_workers_leaves_no_process_after_sigterm(tmp_path, reference, rng):
+def test_cli_serve_with_workers_drains_then_stops_them(tmp_path, reference, rng):
     path = tmp_path / "serve.toml"
     path.write_text(CONFIG.format(burst_a=1000, burst_b=1000).replace(
         "workers = 2\n", 'workers = 2\nprocess = "worker"\n'))
@@ -262,6 +263,25 @@ def test_cli_serve_with_workers_leaves_no_process_after_sigterm(tmp_path, refere
             workers = json.loads(response.read())["balancing"]["devices"]["cpu"]["workers"]
         pids = [w["pid"] for w in workers]
         assert len(pids) == 2 and all(not gone(pid, 0.1) for pid in pids)
+        # SIGTERM with a run in flight in a (stopped) worker: the server drains, answering
+        # it once the worker goes on, and only then stops its workers and exits.
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        x = digits_input(rng, 3)
+        request = urllib.request.Request(
+            f"{url}{INFER}", data=json.dumps(json_request(x)).encode(), method="POST",
+            headers={"Content-Type": "application/json", **AUTH_A})
+        with ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(lambda: urllib.request.urlopen(request, timeout=TIMEOUT))
+            time.sleep(1.0)
+            process.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+            assert process.poll() is None and not answer.done()  # draining, not gone
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+            with answer.result(TIMEOUT) as response:
+                got = output_array(json.loads(response.read()))
+        assert got.tobytes() == reference.run(None, {"input": x})[0].tobytes()
     finally:
         process.send_signal(signal.SIGTERM)
         try:
