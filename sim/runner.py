@@ -39,6 +39,26 @@ def _locked(path):
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+@contextmanager
+def _shell_environment(env):
+    """``env`` in ``os.environ`` while the block runs, then the shell's values again.
+
+    cocotb's runner lays the shell's environment over ``extra_env``, so a ``TESSERA_SEED``
+    exported for pytest would otherwise replace each testbench's own seed (and the seed the
+    failure message prints would not be the one that ran).
+    """
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
 def _names_its_top(config):
     return isinstance(config, ConvEngineConfig) or hasattr(config, "make_top")
 
@@ -178,11 +198,12 @@ def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env
     where = f"{module} on {config.name} (seed {seed})"
     exit_note = ""
     try:
-        runner.test(test_module=module, hdl_toplevel=_top_name(config), testcase=testcase,
-                    seed=seed, extra_env=env, waves=waves, build_dir=build_dir,
-                    test_dir=test_dir, results_xml=str(results), log_file=sim_log,
-                    test_args=(["--trace-file", str(test_dir / "dump.fst")]
-                               if waves else []))
+        with _shell_environment(env):
+            runner.test(test_module=module, hdl_toplevel=_top_name(config), testcase=testcase,
+                        seed=seed, extra_env=env, waves=waves, build_dir=build_dir,
+                        test_dir=test_dir, results_xml=str(results), log_file=sim_log,
+                        test_args=(["--trace-file", str(test_dir / "dump.fst")]
+                                   if waves else []))
     except SystemExit as exc:
         # cocotb's runner exits when the simulator fails and, under pytest, when a test
         # fails; the results file (when written) says which and why.

@@ -4,6 +4,8 @@ and `tessera demo-array` checks its arguments before it builds anything.
 The runs use the 1x1 array (also built by ``test_systolic_cocotb.py``, so usually cached).
 """
 
+import os
+
 import pytest
 
 import sim.runner
@@ -30,6 +32,21 @@ def test_a_failing_testbench_raises_its_own_message(tmp_path, seed):
                                  f"(seed {seed}):\n  demo_gemm: ValueError: M must be at "
                                  f"least 1, got 0\nlog: ")
     assert error.log.name == "sim.log" and error.log.exists()
+
+
+@pytest.mark.slow
+def test_the_testbench_environment_beats_the_shell(tmp_path, seed, monkeypatch):
+    # cocotb lays the shell's environment over extra_env; the runner must not let it, or an
+    # exported TESSERA_SEED would replace every testbench's seed. A valid shape in the shell,
+    # a bad one for the testbench: the testbench must see (and fail on) its own.
+    monkeypatch.setenv("TESSERA_DEMO_SHAPE", "2,2,2")
+    monkeypatch.setenv("TESSERA_SEED", "12345")
+    with pytest.raises(TestbenchFailed) as info:
+        run_testbench("sim.tb_demo", TINY, seed=seed, name="pytest-env",
+                      extra_env=_demo_env(tmp_path, "0,3,2"))
+    assert info.value.failures == ["demo_gemm: ValueError: M must be at least 1, got 0"]
+    assert os.environ["TESSERA_DEMO_SHAPE"] == "2,2,2"
+    assert os.environ["TESSERA_SEED"] == "12345"
 
 
 @pytest.mark.slow
