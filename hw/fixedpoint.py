@@ -156,8 +156,3 @@ def _two_step_shift(m, extended, amount, *, en, name):
     sticky = coarse_sticky | Array([Const(0, 1)] + [coarse[:j].any()
                                                     for j in range(1, 8)])[fine]
     return quotient, round_bit, sticky
-
-
-def clamp(value, lo, hi):
-    """``min(max(value, lo), hi)`` as an expression."""
-    return Mux(value < lo, lo, Mux(value > hi, hi, value))
