@@ -92,6 +92,12 @@ class ConvEngineConfig:
     clock_mhz : float or None
         Design clock; None means the target's own (a board's default PLL output, the
         twin's nominal 50 MHz). Not part of the netlist's name: the clock is a constraint.
+    residual_add : bool
+        Whether the post-processing bank has the residual add's datapath (ADD passes).
+        Without it the bank keeps only the requantizer's rescalers (``contract.postprocess``:
+        4 multipliers instead of 12 on a 2-lane bank), the device refuses an ADD start
+        with ``BAD_OPCODE`` and says so in its ``CONFIG`` register, and the driver runs Add
+        layers elsewhere. False only where the multipliers are scarce (the iCEBreaker).
     """
 
     array: ArrayConfig = field(default_factory=ArrayConfig)
@@ -100,6 +106,7 @@ class ConvEngineConfig:
     max_col_tiles: int = 16
     stream_width: int = WORD_BITS
     clock_mhz: float | None = None
+    residual_add: bool = True
 
     def __post_init__(self):
         if not isinstance(self.array, ArrayConfig):
@@ -115,6 +122,9 @@ class ConvEngineConfig:
                 or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
             raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
+        if not isinstance(self.residual_add, bool):
+            raise ValueError(f"residual_add must be true or false (whether the engine has "
+                             f"the residual add), not {self.residual_add!r}")
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "
@@ -142,13 +152,14 @@ class ConvEngineConfig:
     def name(self):
         """Folder-friendly name: one netlist per configuration."""
         return (f"{self.top_name}-{self.array.name}-x{self.act_depth}-w{self.weight_depth}"
-                f"-t{self.max_col_tiles}")
+                f"-t{self.max_col_tiles}{'' if self.residual_add else '-noadd'}")
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
         return {"TESSERA_ACT_DEPTH": str(self.act_depth),
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
-                "TESSERA_MAX_COL_TILES": str(self.max_col_tiles)}
+                "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
+                "TESSERA_RESIDUAL_ADD": str(int(self.residual_add))}
 
     @classmethod
     def from_env(cls, environ):
@@ -157,7 +168,8 @@ class ConvEngineConfig:
                             acc_width=int(environ.get("TESSERA_ACC_WIDTH", "32")))
         return cls(array=array, act_depth=int(environ["TESSERA_ACT_DEPTH"]),
                    weight_depth=int(environ["TESSERA_WEIGHT_DEPTH"]),
-                   max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]))
+                   max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]),
+                   residual_add=environ.get("TESSERA_RESIDUAL_ADD", "1") == "1")
 
     def as_dict(self):
         return asdict(self)

@@ -56,13 +56,16 @@ PRESETS = {
                                   weight_depth=1024, max_col_tiles=16),
     "ulx3s-25f": ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
                                   weight_depth=1024, max_col_tiles=16),
+    # No residual add: its datapath's 8 SB_MAC16 are what the UP5K (8 in all) lacks
+    # beside the array's 4 and the requantizer's 4 (docs/boards.md).
     "icebreaker": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=1024,
-                                   weight_depth=1024, max_col_tiles=16),
+                                   weight_depth=1024, max_col_tiles=16, residual_add=False),
 }
 DEFAULT_PRESET = "default"
 
 #: Every field a file may hold: dotted name -> (kind, allowed). ``kind`` is "int" (allowed:
-#: an inclusive range, or a tuple of the only values) or "number" (an inclusive range).
+#: an inclusive range, or a tuple of the only values), "number" (an inclusive range) or
+#: "bool" (true or false).
 FIELDS = {
     "array.rows": ("int", range(1, MAX_ARRAY_SIDE + 1)),
     "array.cols": ("int", range(1, MAX_ARRAY_SIDE + 1)),
@@ -73,11 +76,14 @@ FIELDS = {
     "max_col_tiles": ("int", range(1, MAX_COL_TILES + 1)),
     "stream_width": ("int", STREAM_WIDTHS),
     "clock_mhz": ("number", (MIN_CLOCK_MHZ, MAX_CLOCK_MHZ)),
+    "residual_add": ("bool", (True, False)),
 }
 _TABLES = {"array"}
 
 
 def _allowed(kind, allowed):
+    if kind == "bool":
+        return "true or false"
     if kind == "number":
         return f"a number from {allowed[0]:g} to {allowed[1]:g}"
     if isinstance(allowed, range):
@@ -99,6 +105,8 @@ def _check_field(source, name, value):
     kind, allowed = FIELDS[name]
     if kind == "int":
         good = isinstance(value, int) and not isinstance(value, bool) and value in allowed
+    elif kind == "bool":
+        good = isinstance(value, bool)
     else:
         good = (isinstance(value, (int, float)) and not isinstance(value, bool)
                 and math.isfinite(value) and allowed[0] <= value <= allowed[1])
@@ -219,11 +227,17 @@ def dumps_toml(config):
     by hand: numbers at the top level, then the ``[array]`` table)."""
     data = config_to_dict(config)
     lines = ["# Tessera hardware configuration (docs/config.md)"]
-    lines += [f"{name} = {value!r}" for name, value in data.items() if name not in _TABLES]
+    lines += [f"{name} = {_toml_value(value)}" for name, value in data.items()
+              if name not in _TABLES]
     for table in sorted(_TABLES):
         lines += ["", f"[{table}]", *(f"{name} = {value!r}"
                                       for name, value in data[table].items())]
     return "\n".join(lines) + "\n"
+
+
+def _toml_value(value):
+    """TOML's spelling of a number or a boolean (Python's ``True`` is not TOML)."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def write_config(config, path):

@@ -53,11 +53,18 @@ def add_units(lanes):
     return shared_units(lanes, ADD_LANES_PER_UNIT)
 
 
-def bank_rescalers(lanes):
-    """Rescalers of the post-processing bank: enough for either mode (4 for the 8x8)."""
+def bank_rescalers(lanes, *, residual_add=True):
+    """Rescalers of the post-processing bank: enough for either mode (4 for the 8x8); a
+    bank built without the residual add (``ConvEngineConfig.residual_add``) keeps only
+    the requantizer's (1 for 2 lanes instead of 3)."""
+    if not isinstance(residual_add, bool):
+        raise ValueError(f"residual_add must be true or false, not {residual_add!r}")
+    if not residual_add:
+        return requant_units(lanes)
     return max(requant_units(lanes), ADD_RESCALERS_PER_UNIT * add_units(lanes))
 
 
-def postprocess_multipliers(lanes):
-    """MULT18X18D outside the array: the bank's rescalers (16 for the 8x8 array)."""
-    return MULTIPLIERS_PER_RESCALER * bank_rescalers(lanes)
+def postprocess_multipliers(lanes, *, residual_add=True):
+    """MULT18X18D outside the array: the bank's rescalers (16 for the 8x8 array; 4 for a
+    2-lane bank without the residual add)."""
+    return MULTIPLIERS_PER_RESCALER * bank_rescalers(lanes, residual_add=residual_add)

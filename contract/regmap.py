@@ -65,7 +65,11 @@ REGISTERS = (
         Field("minor", 0, 16, "minor version"), Field("major", 16, 16, "major version"))),
     Register("CONFIG", 0x008, "RO", "Build parameters of the compute array", (
         Field("rows", 0, 8, "array rows R"), Field("cols", 8, 8, "array columns C"),
-        Field("acc_width", 16, 8, "accumulator bits"))),
+        Field("acc_width", 16, 8, "accumulator bits"),
+        # Set for a feature a build leaves out, so a build from before the bit reads 0
+        # (everything present), as it should.
+        Field("no_add", 24, 1, "1: built without the residual add; an ADD start is "
+              "refused with BAD_OPCODE"))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
              _whole("elements")),
     Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
@@ -161,9 +165,13 @@ def _fields(register_name):
     return {f.name: f for f in by_name()[register_name].fields}
 
 
-def pack_config(*, rows, cols, acc_width):
+#: The CONFIG fields that describe the array (:class:`contract.config.ArrayConfig`'s).
+ARRAY_FIELDS = ("rows", "cols", "acc_width")
+
+
+def pack_config(*, rows, cols, acc_width, residual_add=True):
     """The CONFIG register's word for an array of ``rows`` x ``cols`` with ``acc_width``-bit
-    accumulators; each must fit its field."""
+    accumulators, and the ``no_add`` bit unless ``residual_add``; each must fit its field."""
     word = 0
     for name, value in (("rows", rows), ("cols", cols), ("acc_width", acc_width)):
         f = _fields("CONFIG")[name]
@@ -171,13 +179,21 @@ def pack_config(*, rows, cols, acc_width):
             raise ValueError(f"CONFIG.{name} holds {f.width} bits, so 0 to "
                              f"{(1 << f.width) - 1}, not {value!r}")
         word |= value << f.lsb
+    if not residual_add:
+        word |= 1 << _fields("CONFIG")["no_add"].lsb
     return word
 
 
 def unpack_config(word):
     """``{"rows", "cols", "acc_width"}`` read from a CONFIG register word."""
     return {name: (word >> f.lsb) & ((1 << f.width) - 1)
-            for name, f in _fields("CONFIG").items()}
+            for name, f in _fields("CONFIG").items() if name in ARRAY_FIELDS}
+
+
+def unpack_features(word):
+    """The engine's optional features a CONFIG register word advertises, as
+    :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool}``."""
+    return {"residual_add": not (word >> _fields("CONFIG")["no_add"].lsb) & 1}
 
 
 def field_constants(register):

@@ -129,7 +129,8 @@ def multipliers_needed(config):
     """Hardware multipliers (18x18 or 16x16 DSP blocks) of the whole accelerator: one per
     PE and four per rescaler of the post-processing bank (``contract.postprocess``); what
     ``synth_ecp5`` produces for the default tops."""
-    return config.rows * config.cols + postprocess_multipliers(config.cols)
+    return config.rows * config.cols + postprocess_multipliers(
+        config.cols, residual_add=config.residual_add)
 
 
 def _check_fits(board, config):

@@ -258,7 +258,8 @@ class ConvEngine(wiring.Component):
         ]
 
         # --- Array results -> requantizer -> output; the add's operands -> the same bank --
-        m.submodules.postprocess = post = PostProcessBank(lanes=cols)
+        m.submodules.postprocess = post = PostProcessBank(
+            lanes=cols, residual_add=cfg.residual_add)
         # The mode fans out to every multiplexer of the bank: it leaves a register (a pass's
         # first beat comes cycles after the opcode is latched, and the bank's streams stay
         # not ready until its mode matches).

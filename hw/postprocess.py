@@ -30,7 +30,7 @@ requantization's output stay empty in that mode, so ``adding`` may change whenev
 is empty (between passes).
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -81,17 +81,25 @@ class PostProcessBank(wiring.Component):
     ----------
     lanes : int
         Results per beat (the systolic array's columns).
+    residual_add : bool
+        Whether the add's datapath is built. Without it the bank is a requantizer alone:
+        ``adding`` is ignored, ``operands`` is never ready and ``sums`` never valid, and
+        only ``requant_units`` rescalers remain (``contract.postprocess.bank_rescalers``).
     """
 
     #: ``contract.postprocess``'s latencies, which the driver's cycle model reads.
     REQUANT_LATENCY = REQUANT_LATENCY
     ADD_LATENCY = ADD_LATENCY
 
-    def __init__(self, *, lanes):
+    def __init__(self, *, lanes, residual_add=True):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
+        if not isinstance(residual_add, bool):
+            raise ValueError(f"residual_add must be True or False, not {residual_add!r}")
+        self.residual_add = residual_add
         self.requant_units = requant_units(lanes)
-        self.add_units = add_units(lanes)
-        self.rescalers = bank_rescalers(lanes)
+        # Without the add, no datapath: the loops below see no unit in an add role.
+        self.add_units = add_units(lanes) if residual_add else 0
+        self.rescalers = bank_rescalers(lanes, residual_add=residual_add)
         super().__init__({
             "adding": In(1),
             "accumulators": In(stream.Signature(accumulator_layout(lanes))),
@@ -107,13 +115,20 @@ class PostProcessBank(wiring.Component):
 
     def cycles_per_beat(self, adding):
         """Cycles a beat takes in a mode (``adding`` false: requantization)."""
+        if adding and not self.residual_add:
+            raise ValueError("a bank built without the residual add has no add mode")
         return self.lanes // (self.add_units if adding else self.requant_units)
 
     def elaborate(self, platform):
         m = Module()
-        lanes, adding = self.lanes, self.adding
+        lanes = self.lanes
+        # A bank without the add is always requantizing: with `adding` a constant, the
+        # add's multiplexers and stages fold away in synthesis.
+        adding = self.adding if self.residual_add else C(0, 1)
         rq_units, add_dp = self.requant_units, self.add_units
-        rq_groups, add_groups = lanes // rq_units, lanes // add_dp
+        rq_groups = lanes // rq_units
+        add_groups = lanes // add_dp if add_dp else 1
+        last_stage = _ADD_STAGES if self.residual_add else _REQUANT_STAGES
         p, rq = self.add_params, self.params
 
         # --- the holding register and the phase: which lanes enter the pipeline -------
@@ -150,7 +165,7 @@ class PostProcessBank(wiring.Component):
         out_valid, out_ready = Signal(), Signal()
         valids = [held]
         lasts = [Mux(adding, pair_beat.last, acc_beat.last) & final_in]
-        for stage in range(1, _ADD_STAGES + 1):
+        for stage in range(1, last_stage + 1):
             valid = Signal(name=f"valid_s{stage}")
             last = Signal(name=f"last_s{stage}")
             # Past the requantization's output the stages stay empty unless adding.
@@ -159,13 +174,13 @@ class PostProcessBank(wiring.Component):
                 m.d.sync += [valid.eq(entering), last.eq(lasts[-1])]
             valids.append(valid)
             lasts.append(last)
-        out_last = Mux(adding, lasts[_ADD_STAGES], lasts[_REQUANT_STAGES])
+        out_last = Mux(adding, lasts[last_stage], lasts[_REQUANT_STAGES])
         m.d.comb += [
-            out_valid.eq(Mux(adding, valids[_ADD_STAGES], valids[_REQUANT_STAGES])),
+            out_valid.eq(Mux(adding, valids[last_stage], valids[_REQUANT_STAGES])),
             advance.eq(~out_valid | out_ready),
         ]
         step = Signal()
-        m.d.comb += step.eq(advance & Cat(*valids[:_ADD_STAGES]).any())
+        m.d.comb += step.eq(advance & Cat(*valids[:last_stage]).any())
 
         def pick(values, units, groups, unit, name):
             """The element of ``values`` (a lane array) for ``unit`` at this phase, in a

@@ -22,9 +22,10 @@ the one cycle in which the engine sees ``engine_start`` (a register, so the star
 hang off the loader's handshake); the phase still reads ``FIRST_WEIGHTS``, with the host
 stream held.
 
-A start with a zero-sized load, a bad pool shape or an unknown opcode is refused with the
-error code and leaves the sequencer idle; ``ERROR_CODE`` keeps the last failure until the
-next start (a soft reset does not clear it, so the driver can read it after aborting).
+A start with a zero-sized load, a bad pool shape or an unknown opcode (``ADD`` too, on a
+build without the residual add) is refused with the error code and leaves the sequencer
+idle; ``ERROR_CODE`` keeps the last failure until the next start (a soft reset does not
+clear it, so the driver can read it after aborting).
 """
 
 from amaranth import Module, Mux, Signal
@@ -74,9 +75,18 @@ class CommandSequencer(wiring.Component):
       first tile's last weight row),
       ``opcode`` and ``pooling`` (latched at start), ``last_frame``.
     - status (out): ``error_code``, ``set_done``, ``set_error`` (one-cycle pulses).
+
+    Parameters
+    ----------
+    residual_add : bool
+        Whether the engine has the residual add; without it an ``ADD`` start is refused
+        as an unknown opcode (``BAD_OPCODE``), like any operation the build lacks.
     """
 
-    def __init__(self):
+    def __init__(self, *, residual_add=True):
+        if not isinstance(residual_add, bool):
+            raise ValueError(f"residual_add must be True or False, not {residual_add!r}")
+        self.residual_add = residual_add
         super().__init__({
             "command": In(command_layout()),
             "start": In(1),
@@ -112,7 +122,9 @@ class CommandSequencer(wiring.Component):
         # --- start: check the command, latch what the pass needs ------------------------
         starting = self.start & ~self.busy & ~self.abort & ~self.force_error
         is_conv = cmd.opcode == OPCODES["CONV"]
-        is_stream = (cmd.opcode == OPCODES["POOL"]) | (cmd.opcode == OPCODES["ADD"])
+        is_stream = cmd.opcode == OPCODES["POOL"]
+        if self.residual_add:
+            is_stream = is_stream | (cmd.opcode == OPCODES["ADD"])
         bad_pool = (cmd.pool_width < 2) | (cmd.pool_width > POOL_MAX_WIDTH) \
             | (cmd.pool_height < 2) | (cmd.pool_frames == 0)
         bad_conv = (cmd.load_params == 0) | (cmd.load_weights == 0) | (cmd.load_act == 0) \

@@ -84,7 +84,7 @@ class AcceleratorTop(wiring.Component):
         m.submodules.csr = csr = CsrBank()
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
-        m.submodules.sequencer = seq = CommandSequencer()
+        m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add)
         m.submodules.loader = loader = HostLoader(cols)
         m.submodules.engine = engine = ResetInserter(soft_reset)(ConvEngine(cfg))
         m.submodules.pool = pool = ResetInserter(soft_reset)(
@@ -96,7 +96,8 @@ class AcceleratorTop(wiring.Component):
         m.d.comb += [
             csr.id.eq(ID_VALUE),
             csr.version.eq(MAP_VERSION),
-            csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width)),
+            csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width,
+                                      residual_add=cfg.residual_add)),
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),

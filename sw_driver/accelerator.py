@@ -13,7 +13,7 @@ import numpy as np
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
-from contract.regmap import unpack_config
+from contract.regmap import unpack_config, unpack_features
 from contract.streams import (
     ACTIVATIONS_PER_WORD,
     POOL_MAX_WIDTH,
@@ -256,10 +256,12 @@ class Accelerator:
         if major != _version_fields(regs.MAP_VERSION)[0]:
             raise AcceleratorError(f"register map version {major}.{minor} is not supported by "
                                    f"this driver ({regs.MAP_VERSION:#x})")
-        array = ArrayConfig(**unpack_config(read(Reg.CONFIG)))
+        config_word = read(Reg.CONFIG)
+        array = ArrayConfig(**unpack_config(config_word))
         self.config = ConvEngineConfig(array=array, act_depth=read(Reg.ACT_DEPTH),
                                        weight_depth=read(Reg.WEIGHT_DEPTH),
-                                       max_col_tiles=read(Reg.PARAM_DEPTH))
+                                       max_col_tiles=read(Reg.PARAM_DEPTH),
+                                       **unpack_features(config_word))
         #: Widest feature map the device's 2x2 max pool takes.
         self.pool_max_width = read(Reg.POOL_MAX_WIDTH)
         transport.csr_write(Reg.IRQ_ENABLE, 0b11)
@@ -310,6 +312,10 @@ class Accelerator:
         broadcast on the host)."""
         from models.eltwise import add_multipliers
 
+        if not self.config.residual_add:
+            # The device would refuse the start (BAD_OPCODE); say why before sending it.
+            raise AcceleratorError(f"{name}: this device was built without the residual "
+                                   f"add (its CONFIG register's no_add bit is set)")
         a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
         ma, na, mb, nb, my, ny = add_multipliers(a_scale, b_scale, y_scale)
         params = {"a_zero_point": a_zero_point, "b_zero_point": b_zero_point,

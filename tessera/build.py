@@ -93,7 +93,7 @@ def _device_refusal(layer, shape, config):
     if isinstance(layer, g.MaxPool):
         problem = pool_refusal(layer, POOL_MAX_WIDTH, shape)
     elif isinstance(layer, g.Add):
-        problem = add_refusal(layer)
+        problem = add_refusal(layer, config)
     elif isinstance(layer, (g.Conv, g.Dense)):
         problem = engine_refusal(layer, config)
     else:

@@ -109,9 +109,14 @@ def pool_refusal(layer, max_width, shape=None):
     return None
 
 
-def add_refusal(layer):
-    """Why the device's residual-add unit cannot run Add ``layer``, or None: its scales
-    must give the fixed-point multipliers of :func:`models.eltwise.add_multipliers`."""
+def add_refusal(layer, config=None):
+    """Why the device's residual-add unit cannot run Add ``layer``, or None: the device
+    (``config``, as its registers describe it; None: one with the add) must have the add,
+    and the scales must give the fixed-point multipliers of
+    :func:`models.eltwise.add_multipliers`."""
+    if config is not None and not config.residual_add:
+        return ("this device was built without the residual add (its CONFIG register's "
+                "no_add bit is set)")
     try:
         add_multipliers(layer.a_scale, layer.b_scale, layer.y_scale)
     except ValueError as exc:
@@ -210,7 +215,7 @@ class DeviceProvider(Provider):
             problem = pool_refusal(layer, self.accelerator.pool_max_width, shape)
             return None if problem is None else Refusal(problem)
         if isinstance(layer, g.Add):
-            problem = add_refusal(layer)
+            problem = add_refusal(layer, self.config)
             return None if problem is None else Refusal(problem)
         if isinstance(layer, g.MatMul):
             problem = matmul_refusal(layer, self.config, shape)

@@ -1,0 +1,248 @@
+"""A build without the residual add (``ConvEngineConfig.residual_add = False``, the
+``icebreaker`` preset): the configuration field, the bank's multipliers, the bank's
+requantization alone, the refused ADD start, the CONFIG register's ``no_add`` bit and the
+driver's fallback with its reason."""
+
+import tomllib
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+
+from contract.config import ArrayConfig, ConvEngineConfig
+from contract.config_file import PRESETS, ConfigFileError, dumps_toml, parse_config
+from contract.postprocess import bank_rescalers, postprocess_multipliers, requant_units
+from contract.regmap import ERROR_CODES, OPCODES, by_name, pack_config, unpack_features
+from hw.postprocess import PostProcessBank
+from hw.sequencer import CommandSequencer, Phase
+from hw.top import AcceleratorTop
+from models.requant import requantize
+from sim.streams import csr_read, csr_write, stream_get, stream_put
+from sw_driver import graph as g
+from sw_driver import regs
+from sw_driver.accelerator import Accelerator, AcceleratorError
+from sw_driver.planner import Planner
+from sw_driver.providers import CPUProvider, PCIeProvider
+from sw_driver.regs import MAP_VERSION, Reg
+from sw_driver.transport.base import Transport
+
+SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight_depth=16,
+                         max_col_tiles=2)
+NO_ADD = replace(SMALL, residual_add=False)
+
+
+# --- the configuration field ---------------------------------------------------------------
+
+def test_the_field_is_checked_and_names_the_netlist():
+    with pytest.raises(ValueError, match="residual_add must be true or false .*not 'no'"):
+        ConvEngineConfig(residual_add="no")
+    with pytest.raises(ValueError, match="residual_add must be true or false .*not 1"):
+        ConvEngineConfig(residual_add=1)
+    assert NO_ADD.name == SMALL.name + "-noadd"
+    assert ConvEngineConfig.from_env({"TESSERA_ROWS": "2", "TESSERA_COLS": "2",
+                                      **NO_ADD.env()}) == NO_ADD
+    assert PRESETS["icebreaker"].residual_add is False
+    assert all(config.residual_add for name, config in PRESETS.items()
+               if name != "icebreaker")
+
+
+def test_a_config_file_spells_it_as_a_toml_boolean():
+    text = dumps_toml(PRESETS["icebreaker"])
+    assert "residual_add = false" in text.splitlines()
+    assert parse_config(tomllib.loads(text), "ice.toml") == PRESETS["icebreaker"]
+    assert parse_config({"base": "icebreaker", "residual_add": True}).residual_add is True
+    with pytest.raises(ConfigFileError,
+                       match=r"^ice\.toml: residual_add must be true or false, not 'no' "
+                             r"\(a string\)$"):
+        parse_config({"residual_add": "no"}, "ice.toml")
+    with pytest.raises(ConfigFileError, match=r"residual_add must be true or false, not 0$"):
+        parse_config({"residual_add": 0}, "ice.toml")
+
+
+# --- the post-processing bank ---------------------------------------------------------------
+
+@pytest.mark.parametrize("lanes, with_add, without", [(2, 12, 4), (8, 16, 16), (1, 12, 4),
+                                                     (4, 12, 8)])
+def test_multipliers_of_the_bank_with_and_without_the_add(lanes, with_add, without):
+    assert postprocess_multipliers(lanes) == with_add
+    assert postprocess_multipliers(lanes, residual_add=False) == without
+    assert bank_rescalers(lanes, residual_add=False) == requant_units(lanes)
+    with pytest.raises(ValueError, match="residual_add must be true or false, not 'yes'"):
+        bank_rescalers(lanes, residual_add="yes")
+
+
+def test_the_icebreaker_build_asks_for_the_upk5s_eight_multipliers():
+    from hw import bitstream
+
+    config = bitstream.default_config("icebreaker")
+    assert bitstream.multipliers_needed(config) == 8  # array 4, requantizer 4
+    assert bitstream.multipliers_needed(replace(config, residual_add=True)) == 16
+
+
+@pytest.mark.parametrize("lanes", [2, 3])
+def test_a_bank_without_the_add_requantizes_bit_exact_and_takes_no_operands(lanes, rng,
+                                                                            seed):
+    bank = PostProcessBank(lanes=lanes, residual_add=False)
+    assert (bank.rescalers, bank.add_units) == (requant_units(lanes), 0)
+    with pytest.raises(ValueError, match="no add mode"):
+        bank.cycles_per_beat(adding=True)
+    beats = 24
+    acc = rng.integers(-2**20, 2**20, (beats, lanes), dtype=np.int64)
+    bias = rng.integers(-2**16, 2**16, lanes)
+    multiplier = rng.integers(2**30, 2**31, lanes)
+    shift = rng.integers(20, 40, lanes)
+    zero_point = int(rng.integers(-128, 128))
+    got, operands_ready = [], []
+
+    async def feed(ctx):
+        # `adding` high must change nothing: the bank has no add mode.
+        ctx.set(bank.adding, 1)
+        ctx.set(bank.operands.valid, 1)
+        ctx.set(bank.bias, [int(v) for v in bias])
+        ctx.set(bank.multiplier, [int(v) for v in multiplier])
+        ctx.set(bank.shift, [int(v) for v in shift])
+        ctx.set(bank.params, {"zero_point": zero_point, "lo": -128, "hi": 127})
+        for index, row in enumerate(acc):
+            operands_ready.append(ctx.get(bank.operands.ready))
+            await stream_put(ctx, bank.accumulators,
+                             {"acc": [int(v) for v in row], "last": index == beats - 1})
+
+    async def drain(ctx):
+        for _ in range(beats):
+            while rng.random() < 0.3:
+                await ctx.tick()
+            got.append([int(v) for v in (await stream_get(ctx, bank.results)).y])
+
+    sim = Simulator(bank)
+    sim.add_clock(1e-8)
+    sim.add_testbench(feed)
+    sim.add_testbench(drain)
+    sim.run_until((200 + 20 * lanes * beats) * 1e-8)
+    assert len(got) == beats, f"seed={seed}: {len(got)} of {beats} result beats came out"
+    want = requantize((acc + bias).astype(np.int32), multiplier, shift, zero_point, -128, 127,
+                      axis=1).astype(np.int64)
+    got = np.array(got, dtype=np.int64)
+    if not np.array_equal(got, want):
+        index = tuple(int(i) for i in np.argwhere(got != want)[0])
+        raise AssertionError(f"seed={seed} lanes={lanes}: first difference at {list(index)}:"
+                             f" RTL {got[index]} != golden {want[index]}")
+    assert not any(operands_ready)
+
+
+# --- the refused start ----------------------------------------------------------------------
+
+def test_the_sequencer_without_the_add_refuses_add_as_an_unknown_opcode():
+    seen = {}
+    for residual_add in (True, False):
+        dut = CommandSequencer(residual_add=residual_add)
+
+        async def bench(ctx, dut=dut, residual_add=residual_add):
+            for name, value in dict(opcode=OPCODES["ADD"], stream_beats=3).items():
+                ctx.set(getattr(dut.command, name), value)
+            ctx.set(dut.start, 1)
+            error = ctx.get(dut.set_error)
+            await ctx.tick()
+            ctx.set(dut.start, 0)
+            seen[residual_add] = (error, ctx.get(dut.error_code), Phase(ctx.get(dut.phase)))
+
+        sim = Simulator(dut)
+        sim.add_clock(1e-8)
+        sim.add_testbench(bench)
+        sim.run()
+    assert seen == {True: (0, 0, Phase.STREAM),
+                    False: (1, ERROR_CODES["BAD_OPCODE"][0], Phase.IDLE)}
+    with pytest.raises(ValueError, match="residual_add must be True or False, not 0"):
+        CommandSequencer(residual_add=0)
+
+
+def test_the_top_without_the_add_says_so_and_refuses_an_add_start():
+    """The accelerator top of a no-add build, simulated: CONFIG carries ``no_add``, an ADD
+    start ends in the error flag with BAD_OPCODE, and a POOL start still runs."""
+    dut = AcceleratorTop(NO_ADD)
+    registers = by_name()
+    seen = {}
+
+    async def bench(ctx):
+        async def write(name, value):
+            await csr_write(ctx, dut.csr, registers[name].offset, value)
+
+        async def read(name):
+            return await csr_read(ctx, dut.csr, registers[name].offset)
+
+        seen["CONFIG"] = await read("CONFIG")
+        await write("OPCODE", regs.Opcode.ADD)
+        await write("STREAM_BEATS", 1)
+        await write("CTRL", regs.CTRL_START_MASK)
+        await ctx.tick()
+        seen["ADD"] = (await read("STATUS"), await read("ERROR_CODE"))
+        await write("STATUS", regs.STATUS_ERROR_MASK)
+        for name, value in (("OPCODE", regs.Opcode.POOL), ("POOL_WIDTH", 2),
+                            ("POOL_HEIGHT", 2), ("POOL_FRAMES", 1), ("STREAM_BEATS", 4),
+                            ("CTRL", regs.CTRL_START_MASK)):
+            await write(name, value)
+        await ctx.tick()
+        seen["POOL"] = (await read("STATUS"), await read("ERROR_CODE"))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == {
+        "CONFIG": pack_config(rows=2, cols=2, acc_width=32, residual_add=False),
+        "ADD": (regs.STATUS_ERROR_MASK, regs.ErrorCode.BAD_OPCODE),
+        "POOL": (regs.STATUS_BUSY_MASK, 0)}
+    assert seen["CONFIG"] >> regs.CONFIG_NO_ADD_SHIFT & 1 == 1
+    assert unpack_features(seen["CONFIG"]) == {"residual_add": False}
+    assert unpack_features(pack_config(rows=2, cols=2, acc_width=32)) == {"residual_add": True}
+
+
+# --- the driver ---------------------------------------------------------------------------
+
+class Registers(Transport):
+    """The discovery registers of an accelerator of ``config``; no DMA."""
+
+    def __init__(self, config):
+        self.values = {Reg.ID: 0x54455353, Reg.VERSION: MAP_VERSION,
+                       Reg.CONFIG: pack_config(rows=config.rows, cols=config.cols,
+                                               acc_width=config.acc_width,
+                                               residual_add=config.residual_add),
+                       Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
+                       Reg.PARAM_DEPTH: config.max_col_tiles, Reg.POOL_MAX_WIDTH: 128}
+
+    def csr_read(self, offset):
+        return self.values.get(offset, 0)
+
+    def csr_write(self, offset, value):
+        pass
+
+    def dma_write(self, data):
+        raise AssertionError("nothing may be sent to a device without the add")
+
+    def dma_read(self, nbytes, *, deadline=None):
+        raise AssertionError("nothing may be sent to a device without the add")
+
+    def abort_dma(self):
+        pass
+
+
+def test_the_driver_learns_the_feature_and_places_add_on_the_cpu_with_the_reason():
+    assert Accelerator(Registers(SMALL)).config == SMALL
+    accelerator = Accelerator(Registers(NO_ADD))
+    assert accelerator.config == NO_ADD
+    a = np.zeros((1, 2, 2, 2), np.int8)
+    with pytest.raises(AcceleratorError, match="res: this device was built without the "
+                                               "residual add"):
+        accelerator.add(a, 0.1, 0, a, 0.1, 0, 0.1, 0, name="res")
+
+    add = g.Add("res", ("a", "b"), "y", a_scale=0.1, b_scale=0.1, y_scale=0.1)
+    graph = g.Graph(layers=[add], inputs=[g.TensorInfo("a", ["N", 2, 4, 4], "tensor(int8)"),
+                                          g.TensorInfo("b", ["N", 2, 4, 4], "tensor(int8)")],
+                    outputs=[g.TensorInfo("y", None)])
+    with_add = PCIeProvider(transport=Registers(SMALL))
+    assert with_add.supports(add) is None
+    without = PCIeProvider(transport=Registers(NO_ADD))
+    [(_, provider, reason)] = Planner().place(graph, [without, CPUProvider()])
+    assert provider.name == "cpu"
+    assert reason.startswith("pcie declined: this device was built without the residual add "
+                             "(its CONFIG register's no_add bit is set)"), reason
