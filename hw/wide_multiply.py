@@ -9,6 +9,13 @@ since ``0 <= vl*Ml < 2**34`` the outer two terms are a concatenation, not an add
 Stages: the DSP's input registers, its output registers (inside the block on ECP5: a
 multiplier with its registers in the fabric runs at about half the speed), the middle sum
 beside the concatenation, and the final sum. :data:`PRODUCT_LATENCY` in all.
+
+On iCE40 (``platform.family``) the DSP block, SB_MAC16, multiplies 16 x 16 bits, so the
+18-bit split would cost a fifth block and logic for the leftover bits. There the value is
+taken as its 32-bit two's-complement pattern ``u`` (``v = u - s * 2**32``, ``s`` its sign)
+and split at bit 16 with the multiplier: four unsigned 16 x 16 products give ``u * M``
+exactly, and ``v * M = u * M - s * M * 2**32`` is a subtraction in the final sum. Same
+stages, four SB_MAC16 per 32 x 31-bit product (the UP5K has eight).
 """
 
 from amaranth import Cat, Signal, signed
@@ -21,6 +28,8 @@ __all__ = ["PRODUCT_LATENCY", "multiply18", "pipelined_product"]
 PRODUCT_LATENCY = 4
 
 _SPLIT = 17
+#: The iCE40 split: SB_MAC16 multiplies 16 x 16 bits.
+_SPLIT16 = 16
 
 
 def multiply18(m, a, b, *, en, name, platform):
@@ -43,9 +52,49 @@ def multiply18(m, a, b, *, en, name, platform):
     return p
 
 
+def _product16(m, value, multiplier, *, en, name):
+    """The iCE40 form of :func:`pipelined_product` (see the module docstring): ``value``
+    signed of at most 32 bits, ``multiplier`` unsigned of at most 32."""
+    if len(value) > 2 * _SPLIT16 or len(multiplier) > 2 * _SPLIT16:
+        raise ValueError(f"{name}: operands of at most {2 * _SPLIT16} x {2 * _SPLIT16} bits "
+                         f"on iCE40, not {len(value)} x {len(multiplier)}")
+    pattern = Signal(2 * _SPLIT16, name=f"{name}_u")  # the value's two's-complement bits
+    m.d.comb += pattern.eq(value.as_signed())
+    halves_v = (pattern[:_SPLIT16], pattern[_SPLIT16:])
+    halves_m = (multiplier[:_SPLIT16], multiplier[_SPLIT16:])
+    partial = []
+    for index, (vi, mi) in enumerate(((0, 0), (0, 1), (1, 0), (1, 1))):
+        # Input registers, then the output register: SB_MAC16 absorbs both.
+        a16 = Signal(_SPLIT16, name=f"{name}_pp{index}_a")
+        b16 = Signal(_SPLIT16, name=f"{name}_pp{index}_b")
+        p = Signal(2 * _SPLIT16, name=f"{name}_pp{index}_p")
+        with m.If(en):
+            m.d.sync += [a16.eq(halves_v[vi]), b16.eq(halves_m[mi]), p.eq(a16 * b16)]
+        partial.append(p)
+    # The sign's correction, M when the value is negative, travels beside the products.
+    correction = value.as_signed()[-1].replicate(len(multiplier)) & multiplier
+    for stage in range(3):
+        delayed = Signal(len(multiplier), name=f"{name}_correction_d{stage}")
+        with m.If(en):
+            m.d.sync += delayed.eq(correction)
+        correction = delayed
+    width = len(value) + len(multiplier) + 1
+    outer = Signal(4 * _SPLIT16, name=f"{name}_outer")      # ul*Ml + uh*Mh * 2**32
+    middle = Signal(2 * _SPLIT16 + 1, name=f"{name}_middle")  # ul*Mh + uh*Ml
+    product = Signal(signed(width), name=f"{name}_product")
+    with m.If(en):
+        m.d.sync += [outer.eq(Cat(partial[0], partial[3])),
+                     middle.eq(partial[1] + partial[2]),
+                     product.eq(outer + (middle << _SPLIT16)
+                                - (correction << 2 * _SPLIT16))]
+    return product
+
+
 def pipelined_product(m, value, multiplier, *, en, name, platform=None):
     """``value * multiplier`` (``value`` signed, ``multiplier`` unsigned) after
     :data:`PRODUCT_LATENCY` cycles that advance while ``en``; returns the register."""
+    if getattr(platform, "family", None) == "iCE40":
+        return _product16(m, value, multiplier, en=en, name=name)
     if len(value) > 2 * _SPLIT + 1 or len(multiplier) > 2 * _SPLIT:
         raise ValueError(f"{name}: operands of at most {2 * _SPLIT + 1} x {2 * _SPLIT} "
                          f"bits, not {len(value)} x {len(multiplier)}")

@@ -246,3 +246,52 @@ def test_the_driver_learns_the_feature_and_places_add_on_the_cpu_with_the_reason
     assert provider.name == "cpu"
     assert reason.startswith("pcie declined: this device was built without the residual add "
                              "(its CONFIG register's no_add bit is set)"), reason
+
+
+# --- the iCE40 wide product -----------------------------------------------------------------
+
+class _Ice40:
+    """Stands in for an iCE40 platform: the generators read only its ``family``."""
+    family = "iCE40"
+
+
+@pytest.mark.parametrize("value_bits", [32, 9])
+def test_the_ice40_wide_product_is_exact_with_its_latency_under_stalls(value_bits, rng,
+                                                                        seed):
+    """Four unsigned 16 x 16 products and the sign's correction give ``value *
+    multiplier`` exactly, PRODUCT_LATENCY enabled cycles later."""
+    from amaranth import Module, Signal, signed
+
+    from hw.wide_multiply import PRODUCT_LATENCY, pipelined_product
+
+    m = Module()
+    value, multiplier, en = Signal(signed(value_bits)), Signal(31), Signal()
+    product = pipelined_product(m, value, multiplier, en=en, name="w", platform=_Ice40())
+    low, high = -(1 << value_bits - 1), (1 << value_bits - 1) - 1
+    values = [low, high, -1, 0, 1, *(int(v) for v in rng.integers(low, high + 1, 60))]
+    multipliers = [(1 << 31) - 1, 1 << 30, 0, 1, (1 << 31) - 1,
+                   *(int(v) for v in rng.integers(0, 1 << 31, 60))]
+    got = []
+
+    async def bench(ctx):
+        pending = []
+        for v, mu in zip(values + [0] * PRODUCT_LATENCY, multipliers + [0] * PRODUCT_LATENCY,
+                         strict=True):
+            while rng.random() < 0.3:  # a stalled cycle moves nothing
+                ctx.set(en, 0)
+                await ctx.tick()
+            ctx.set(value, v)
+            ctx.set(multiplier, mu)
+            ctx.set(en, 1)
+            await ctx.tick()
+            pending.append(ctx.get(product))
+        got.extend(pending[PRODUCT_LATENCY - 1:][:len(values)])
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    want = [v * mu for v, mu in zip(values, multipliers, strict=True)]
+    for index, (g_, w_) in enumerate(zip(got, want, strict=True)):
+        assert g_ == w_, (f"seed={seed} value_bits={value_bits}: product {index} "
+                          f"{values[index]} * {multipliers[index]}: RTL {g_} != {w_}")
