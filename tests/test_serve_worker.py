@@ -81,6 +81,17 @@ def test_worker_answers_bit_exact_and_reports_its_process(worker_app, reference,
     client = TestClient(worker_app)
     pids = [w.pid for w in worker_app.state.workers]
     assert len(pids) == 2 and os.getpid() not in pids and all(pids)
+    timed = {}  # images -> the seconds the worker reported for that run
+
+    def recording(run):
+        def wrapper(key, names, feeds):
+            values, seconds = run(key, names, feeds)
+            timed[len(feeds["input"])] = seconds
+            return values, seconds
+        return wrapper
+
+    for worker in worker_app.state.workers:
+        worker.run = recording(worker.run)
     for images in (1, 3, 7):
         x = digits_input(rng, images)
         response = client.post(INFER, headers=AUTH_A, json=json_request(x))
@@ -88,6 +99,9 @@ def test_worker_answers_bit_exact_and_reports_its_process(worker_app, reference,
         assert output_array(response.json()).tobytes() == \
             reference.run(None, {"input": x})[0].tobytes()
     stats = client.get("/v2/models/digits/stats", headers=AUTH_A).json()
+    # The predictor learned the worker's own run times (one run per size: its median).
+    assert stats["predictor"]["measured_seconds_by_images"] == {
+        str(n): timed[n] for n in (1, 3, 7)}
     device = stats["balancing"]["devices"]["cpu"]
     assert device["process"] == "worker"
     assert sorted(w["pid"] for w in device["workers"]) == sorted(pids)
