@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -242,12 +243,12 @@ def test_worker_config_errors(tmp_path, line, message):
     assert message in str(error.value)
 
 
-def test_cli_serve_with_workers_drains_then_stops_them(tmp_path, reference, rng):
+def start_cli(tmp_path):
+    """``tessera serve`` with two workers on a free loopback port, once ready:
+    ``(process, url)``."""
     path = tmp_path / "serve.toml"
     path.write_text(CONFIG.format(burst_a=1000, burst_b=1000).replace(
         "workers = 2\n", 'workers = 2\nprocess = "worker"\n'))
-    import socket
-
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -255,16 +256,41 @@ def test_cli_serve_with_workers_drains_then_stops_them(tmp_path, reference, rng)
                                 str(path), "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"tessera serve did not become ready: "
+                                 f"{process.communicate()[0].decode()}")
+        try:
+            with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2):
+                return process, url
+        except OSError:
+            time.sleep(0.1)
+
+
+def worker_pids(url):
+    stats = urllib.request.Request(f"{url}/v2/models/digits/stats", headers=AUTH_A)
+    with urllib.request.urlopen(stats, timeout=TIMEOUT) as response:
+        workers = json.loads(response.read())["balancing"]["devices"]["cpu"]["workers"]
+    return [w["pid"] for w in workers]
+
+
+def test_cli_serve_killed_leaves_no_worker(tmp_path):
+    process, url = start_cli(tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stdout.read().decode()
-            assert time.monotonic() < deadline, "tessera serve did not become ready"
-            try:
-                with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2):
-                    break
-            except OSError:
-                time.sleep(0.1)
+        pids = worker_pids(url)
+        assert len(pids) == 2 and all(not gone(pid, 0.1) for pid in pids)
+    finally:
+        process.kill()  # SIGKILL: no shutdown code runs in the server
+        process.communicate(timeout=TIMEOUT)
+    for pid in pids:  # each worker sees its pipe close and exits
+        assert gone(pid), f"worker {pid} outlived the killed server"
+
+
+def test_cli_serve_with_workers_drains_then_stops_them(tmp_path, reference, rng):
+    process, url = start_cli(tmp_path)
+    try:
         x = digits_input(rng, 2)
         request = urllib.request.Request(
             f"{url}{INFER}", data=json.dumps(json_request(x)).encode(), method="POST",
@@ -272,10 +298,7 @@ def test_cli_serve_with_workers_drains_then_stops_them(tmp_path, reference, rng)
         with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
             got = output_array(json.loads(response.read()))
         assert got.tobytes() == reference.run(None, {"input": x})[0].tobytes()
-        stats = urllib.request.Request(f"{url}/v2/models/digits/stats", headers=AUTH_A)
-        with urllib.request.urlopen(stats, timeout=TIMEOUT) as response:
-            workers = json.loads(response.read())["balancing"]["devices"]["cpu"]["workers"]
-        pids = [w["pid"] for w in workers]
+        pids = worker_pids(url)
         assert len(pids) == 2 and all(not gone(pid, 0.1) for pid in pids)
         # SIGTERM with a run in flight in a (stopped) worker: the server drains, answering
         # it once the worker goes on, and only then stops its workers and exits.

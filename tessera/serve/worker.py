@@ -201,7 +201,11 @@ class DeviceWorker:
         with self._lock:
             if self._process is None:
                 self.restarts += 1
-                self._start()
+                try:
+                    self._start()
+                except OSError as exc:  # no process to be had: a device fault too
+                    raise WorkerError(f"device {self.name!r}: its worker process could not "
+                                      f"be started: {exc}") from exc
             self.wait_ready()
             sent = time.perf_counter()
             try:
