@@ -161,6 +161,13 @@ def by_name():
     return {reg.name: reg for reg in REGISTERS}
 
 
+def implemented_registers(*, residual_add=True):
+    """The registers a build implements: all of :data:`REGISTERS`, less the residual add's
+    parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``), where those
+    words read zero like unmapped ones and writes to them are dropped."""
+    return tuple(reg for reg in REGISTERS if residual_add or not reg.name.startswith("ADD_"))
+
+
 def _fields(register_name):
     return {f.name: f for f in by_name()[register_name].fields}
 

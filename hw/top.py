@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
 from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
-from contract.regmap import ID_VALUE, MAP_VERSION, OPCODES, pack_config
+from contract.regmap import ID_VALUE, MAP_VERSION, OPCODES, implemented_registers, pack_config
 from contract.streams import POOL_MAX_WIDTH
 
 from .conv_engine import ConvEngine
@@ -81,7 +81,8 @@ class AcceleratorTop(wiring.Component):
         m = Module()
         cfg = self.config
         rows, cols = cfg.rows, cfg.cols
-        m.submodules.csr = csr = CsrBank()
+        # A build without the residual add has no ADD_* registers (they read zero).
+        m.submodules.csr = csr = CsrBank(implemented_registers(residual_add=cfg.residual_add))
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
         m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add)
@@ -108,7 +109,7 @@ class AcceleratorTop(wiring.Component):
         for name, _, _, _ in DESCRIPTOR_FIELDS:
             field = getattr(engine.descriptor, name)
             m.d.comb += field.eq(getattr(csr, f"conv_{name}")[:len(field)])
-        for name, _, _, _ in ADD_PARAM_FIELDS:
+        for name, _, _, _ in ADD_PARAM_FIELDS if cfg.residual_add else ():
             field = getattr(engine.add_params, name)
             m.d.comb += field.eq(getattr(csr, f"add_{name}")[:len(field)])
 

@@ -12,8 +12,17 @@ from amaranth.sim import Simulator
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.config_file import PRESETS, ConfigFileError, dumps_toml, parse_config
+from contract.descriptor import ADD_PARAM_FIELDS
 from contract.postprocess import bank_rescalers, postprocess_multipliers, requant_units
-from contract.regmap import ERROR_CODES, OPCODES, by_name, pack_config, unpack_features
+from contract.regmap import (
+    ERROR_CODES,
+    OPCODES,
+    REGISTERS,
+    by_name,
+    implemented_registers,
+    pack_config,
+    unpack_features,
+)
 from hw.postprocess import PostProcessBank
 from hw.sequencer import CommandSequencer, Phase
 from hw.top import AcceleratorTop
@@ -171,6 +180,10 @@ def test_the_top_without_the_add_says_so_and_refuses_an_add_start():
             return await csr_read(ctx, dut.csr, registers[name].offset)
 
         seen["CONFIG"] = await read("CONFIG")
+        await write("ADD_A_MULTIPLIER", 0x5A5A5A5A)  # not implemented: dropped, reads 0
+        await write("POOL_WIDTH", 77)
+        seen["ADD_A_MULTIPLIER"] = await read("ADD_A_MULTIPLIER")
+        seen["POOL_WIDTH"] = await read("POOL_WIDTH")
         await write("OPCODE", regs.Opcode.ADD)
         await write("STREAM_BEATS", 1)
         await write("CTRL", regs.CTRL_START_MASK)
@@ -190,11 +203,21 @@ def test_the_top_without_the_add_says_so_and_refuses_an_add_start():
     sim.run()
     assert seen == {
         "CONFIG": pack_config(rows=2, cols=2, acc_width=32, residual_add=False),
+        "ADD_A_MULTIPLIER": 0, "POOL_WIDTH": 77,
         "ADD": (regs.STATUS_ERROR_MASK, regs.ErrorCode.BAD_OPCODE),
         "POOL": (regs.STATUS_BUSY_MASK, 0)}
     assert seen["CONFIG"] >> regs.CONFIG_NO_ADD_SHIFT & 1 == 1
     assert unpack_features(seen["CONFIG"]) == {"residual_add": False}
     assert unpack_features(pack_config(rows=2, cols=2, acc_width=32)) == {"residual_add": True}
+
+
+def test_a_build_without_the_add_implements_every_register_but_the_adds():
+    every = {reg.name for reg in REGISTERS}
+    assert {reg.name for reg in implemented_registers()} == every
+    without = {reg.name for reg in implemented_registers(residual_add=False)}
+    assert every - without == {f"ADD_{name.upper()}" for name, *_ in ADD_PARAM_FIELDS}
+    assert {"CONFIG", "CTRL", "STATUS", "OPCODE", "STREAM_BEATS", "CONV_IN_CHANNELS",
+            "PERF_CYCLES"} <= without
 
 
 # --- the driver ---------------------------------------------------------------------------
