@@ -20,7 +20,7 @@ ARRAY_CONFIG = ArrayConfig(rows=2, cols=2)
 #: The smallest whole accelerator that still runs the digits CNN (2x2 array, 1 KiB
 #: activation buffers), without the residual add: the ``icebreaker`` preset of
 #: contract/config_file.py. Its 8 SB_MAC16 fit; its logic does NOT fit the UP5K
-#: (docs/boards.md: 11 778 logic cells of 5 280).
+#: (docs/boards.md: 11 140 logic cells of 5 280).
 DEFAULT_CONFIGS = {"icebreaker": PRESETS["icebreaker"]}
 
 #: 24 MHz = 12 MHz x 64 / 32 from the SB_PLL40_PAD; 3 Mbaud is a divisor of exactly 8.
