@@ -73,7 +73,9 @@ class CommandSequencer(wiring.Component):
       load), ``weights_held`` (the first tile's size is not known yet, or the engine is
       starting), ``engine_start`` (a one-cycle pulse from a register, the cycle after the
       first tile's last weight row),
-      ``opcode`` and ``pooling`` (latched at start), ``last_frame``.
+      ``opcode``, ``adding`` (the opcode is ``ADD``: a flip-flop for the loader's and the
+      result path's multiplexers, not a 32-bit comparison) and ``pooling`` (latched at
+      start), ``last_frame``.
     - status (out): ``error_code``, ``set_done``, ``set_error`` (one-cycle pulses).
 
     Parameters
@@ -102,6 +104,7 @@ class CommandSequencer(wiring.Component):
             "weights_held": Out(1),
             "engine_start": Out(1),
             "opcode": Out(32),
+            "adding": Out(1),
             "pooling": Out(1),
             "last_frame": Out(1),
             "error_code": Out(32),
@@ -146,6 +149,7 @@ class CommandSequencer(wiring.Component):
                 m.d.comb += self.set_error.eq(1)
             with m.Else():
                 m.d.sync += [self.error_code.eq(0), self.opcode.eq(cmd.opcode),
+                             self.adding.eq(cmd.opcode == OPCODES["ADD"]),
                              frames_left.eq(cmd.pool_frames),
                              self.pooling.eq(Mux(is_conv, cmd.pool_enable,
                                                  cmd.opcode == OPCODES["POOL"])),

@@ -31,7 +31,7 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
 from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
-from contract.regmap import ID_VALUE, MAP_VERSION, OPCODES, implemented_registers, pack_config
+from contract.regmap import ID_VALUE, MAP_VERSION, implemented_registers, pack_config
 from contract.streams import POOL_MAX_WIDTH
 
 from .conv_engine import ConvEngine
@@ -137,12 +137,12 @@ class AcceleratorTop(wiring.Component):
         # --- host words into the engine's loads and the POOL / ADD operands ------------
         wiring.connect(m, wiring.flipped(self.h2c), loader.h2c)
         m.d.comb += [
-            loader.phase.eq(seq.phase), loader.adding.eq(seq.opcode == OPCODES["ADD"]),
+            loader.phase.eq(seq.phase), loader.adding.eq(seq.adding),
             loader.load_last.eq(seq.load_last), loader.weights_held.eq(seq.weights_held),
             loader.clear.eq(soft_reset | (csr.ctrl[0] & ~seq.busy)),
             engine.start.eq(seq.engine_start),
             engine.load_during_run.eq(1),
-            engine.adding.eq(seq.opcode == OPCODES["ADD"]),
+            engine.adding.eq(seq.adding),
         ]
         wiring.connect(m, loader.params, engine.param_in)
         wiring.connect(m, loader.weights, engine.weight_in)
@@ -171,7 +171,7 @@ class AcceleratorTop(wiring.Component):
                          pool.pooled.ready.eq(results.ready),
                          seq.frame_taken.eq(pool.pooled.valid & results.ready
                                             & pool.pooled.payload.last)]
-        with m.Elif(seq.opcode == OPCODES["ADD"]):
+        with m.Elif(seq.adding):
             m.d.comb += [results.payload.y.eq(engine.add_results.payload.y),
                          results.payload.last.eq(engine.add_results.payload.last),
                          results.valid.eq(engine.add_results.valid),

@@ -140,6 +140,7 @@ def test_abort_returns_to_idle_keeping_the_error_and_a_forced_error_reports():
         assert ctx.get(dut.error_code) == BAD_OPCODE
         await pulse(ctx, dut, "start")
         assert phase(ctx, dut) == Phase.STREAM and ctx.get(dut.error_code) == 0
+        assert ctx.get(dut.adding)
         await pulse(ctx, dut, "entry_taken")
         await pulse(ctx, dut, "abort")
         assert phase(ctx, dut) == Phase.IDLE
@@ -162,7 +163,7 @@ def test_a_pool_pass_counts_its_frames():
             lasts.append(ctx.get(dut.last_frame))
             await pulse(ctx, dut, "frame_taken")
         assert lasts == [0, 0, 1]
-        assert ctx.get(dut.opcode) == OPCODES["POOL"]
+        assert ctx.get(dut.opcode) == OPCODES["POOL"] and not ctx.get(dut.adding)
 
     run(bench)
 
