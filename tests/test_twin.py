@@ -1,5 +1,7 @@
 """The Verilator twin through the driver: discovery, conv / depthwise / dense layers
-bit-exact with the golden models, faults reported and recovered from, waveforms."""
+bit-exact with the golden models, faults reported and recovered from, waveforms. The
+layer and fault tests run on both builds: the plain one and the profile-guided one
+(``sim.twin.build_twin(..., train=...)``)."""
 
 import numpy as np
 import pytest
@@ -22,9 +24,13 @@ CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def transport():
-    transport = SimTransport.open(CONFIG, cycle_budget=400_000)
+@pytest.fixture(scope="module", params=["plain", "profile-guided"])
+def transport(request):
+    guided = request.param == "profile-guided"
+    twin = Twin(CONFIG, train="bench.twin_train" if guided else None)
+    # A failed profile-guided build falls back to the plain one; here that is a failure.
+    assert twin.profile_guided == guided, f"wanted the {request.param} build, got {twin.library}"
+    transport = SimTransport(twin, cycle_budget=400_000)
     yield transport
     transport.close()
 
