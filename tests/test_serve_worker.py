@@ -84,15 +84,15 @@ def test_worker_answers_bit_exact_and_reports_its_process(worker_app, reference,
     assert len(pids) == 2 and os.getpid() not in pids and all(pids)
     timed = {}  # images -> the seconds the worker reported for that run
 
-    def recording(run):
-        def wrapper(key, names, feeds):
-            values, seconds = run(key, names, feeds)
-            timed[len(feeds["input"])] = seconds
+    def recording(receive):
+        def wrapper():
+            values, seconds = receive()
+            timed[len(values[0])] = seconds
             return values, seconds
         return wrapper
 
     for worker in worker_app.state.workers:
-        worker.run = recording(worker.run)
+        worker.receive = recording(worker.receive)
     for images in (1, 3, 7):
         x = digits_input(rng, images)
         response = client.post(INFER, headers=AUTH_A, json=json_request(x))
@@ -121,8 +121,8 @@ def test_worker_batches_are_bit_exact(tmp_path, reference, rng):
     ).replace('providers = ["cpu"]\n', 'providers = ["cpu"]\nmax_batch = 8\n', 1)
     app = create_app(load_config(write_config(tmp_path, text=text)), clock=FakeClock())
     try:
-        # Hold the one worker's lock: the first request runs (and waits for it), the others
-        # queue behind it and join one batch when it is released.
+        # Stop the one worker: the first request's run waits for it, the others queue
+        # behind it and join one batch when it goes on.
         (worker,) = app.state.workers
         inputs = [digits_input(rng, n) for n in (1, 2, 3, 1)]
 
@@ -131,12 +131,12 @@ def test_worker_batches_are_bit_exact(tmp_path, reference, rng):
 
             transport = httpx2.ASGITransport(app=app)
             async with httpx2.AsyncClient(transport=transport, base_url="http://t") as client:
-                worker._lock.acquire()
+                os.kill(worker.pid, signal.SIGSTOP)
                 tasks = [asyncio.create_task(client.post(INFER, headers=AUTH_A,
                                                          json=json_request(x)))
                          for x in inputs]
                 await asyncio.sleep(0.5)
-                worker._lock.release()
+                os.kill(worker.pid, signal.SIGCONT)
                 return await asyncio.wait_for(asyncio.gather(*tasks), TIMEOUT)
 
         answers = asyncio.run(scenario())

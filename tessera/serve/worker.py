@@ -135,8 +135,9 @@ def _raise(described):
 
 class DeviceWorker:
     """One worker process holding the sessions ``specs`` (model key -> :class:`SessionSpec`)
-    of the device ``name``; :meth:`run` is called from one server thread at a time (the
-    lock makes a second caller wait rather than interleave on the pipe).
+    of the device ``name``, used by one caller at a time (the server's pool of workers
+    hands each to one run): :meth:`run` from a thread, or :meth:`send` and then
+    :meth:`receive` when :meth:`fileno` is readable, from the event loop.
 
     Parameters
     ----------
@@ -158,6 +159,7 @@ class DeviceWorker:
         self._transfers = deque(maxlen=TRANSFER_WINDOW)
         self._process = self._conn = None
         self._ready = False
+        self._sent = 0.0
         self._start()
 
     @property
@@ -195,9 +197,19 @@ class DeviceWorker:
         raise WorkerError(f"device {self.name!r}: its worker process did not answer within "
                           f"{timeout:g} s {doing}; killed")
 
+    @property
+    def started(self):
+        """True when the worker is up and loaded: a run may be sent without waiting."""
+        return self._process is not None and self._ready
+
+    def fileno(self):
+        """The pipe's descriptor: readable when the worker has answered (or exited)."""
+        return self._conn.fileno()
+
     def run(self, key, names, feeds):
-        """``(outputs, seconds the worker spent in the run)``; a fault raises WorkerError,
-        the session's own errors their class (InputError, TesseraError, other)."""
+        """``(outputs, seconds the worker spent in the run)``, blocking (a server thread:
+        probes, which may restart the worker first); a fault raises WorkerError, the
+        session's own errors their class (InputError, TesseraError, other)."""
         with self._lock:
             if self._process is None:
                 self.restarts += 1
@@ -207,19 +219,42 @@ class DeviceWorker:
                     raise WorkerError(f"device {self.name!r}: its worker process could not "
                                       f"be started: {exc}") from exc
             self.wait_ready()
-            sent = time.perf_counter()
-            try:
-                self._conn.send((key, names, feeds))
-            except (OSError, ValueError) as exc:  # a broken pipe: the worker is gone
-                code = self._stop(kill=True)
-                raise WorkerError(f"device {self.name!r}: its worker process exited (code "
-                                  f"{code}) before the run") from exc
-            message = self._receive(self.timeout, "during a run")
-            if message[0] == "error":
-                _raise(message[1])
-            _, values, seconds = message
-            self._transfers.append(time.perf_counter() - sent - seconds)
-            return values, seconds
+            self.send(key, names, feeds)
+            if not self._conn.poll(self.timeout):
+                raise self.timed_out()
+            return self.receive()
+
+    def send(self, key, names, feeds):
+        """Start a run on a started worker (see :attr:`started`); its answer comes with
+        :meth:`receive` once :meth:`fileno` is readable."""
+        self._sent = time.perf_counter()
+        try:
+            self._conn.send((key, names, feeds))
+        except (OSError, ValueError) as exc:  # a broken pipe: the worker is gone
+            code = self._stop(kill=True)
+            raise WorkerError(f"device {self.name!r}: its worker process exited (code "
+                              f"{code}) before the run") from exc
+
+    def receive(self):
+        """The answer to the run sent: ``(outputs, seconds)`` or its error, as :meth:`run`.
+        Call once the pipe is readable (it blocks until the whole answer is read)."""
+        try:
+            message = self._conn.recv()
+        except (EOFError, OSError) as exc:
+            code = self._stop(kill=True)
+            raise WorkerError(f"device {self.name!r}: its worker process exited (code "
+                              f"{code}) during a run") from exc
+        if message[0] == "error":
+            _raise(message[1])
+        _, values, seconds = message
+        self._transfers.append(time.perf_counter() - self._sent - seconds)
+        return values, seconds
+
+    def timed_out(self):
+        """Kill the worker whose run has passed ``timeout``; the WorkerError to raise."""
+        self._stop(kill=True)
+        return WorkerError(f"device {self.name!r}: its worker process did not answer within "
+                           f"{self.timeout:g} s during a run; killed")
 
     def _stop(self, kill):
         """End the worker (at once with ``kill``, else asked to exit); its exit code."""
