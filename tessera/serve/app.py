@@ -385,18 +385,16 @@ def create_app(config, *, clock=time.monotonic):
             chunks.append(chunk)
         return b"".join(chunks)
 
-    def run(model, device, feeds, names, worker=None):
+    def run(model, device, feeds, names):
         """Run on ``device``, or on the model's CPU fallback when the device is unhealthy
         or its run fails: ``(values, seconds, where it ran, the device's error or None)``.
-        ``worker``: the device's worker taken from its pool for this run, if any (it goes
-        back to the pool in every case)."""
+        """
         health, error = device_health[device], None
         if health.should_try():
             start = time.perf_counter()
             try:
                 if device in worker_pools:
-                    values, seconds = run_in_worker(device, model.config.name, names, feeds,
-                                                    worker)
+                    values, seconds = run_in_worker(device, model.config.name, names, feeds)
                 else:
                     values = model.sessions[device].run(names, feeds)
                     seconds = time.perf_counter() - start
@@ -408,82 +406,16 @@ def create_app(config, *, clock=time.monotonic):
             else:
                 health.passed()
                 return values, seconds, device, None
-        elif worker is not None:  # taken for this run, which the device will not have
-            worker_pools[device].put(worker)
-        return fallback(model, feeds, names, error)
-
-    def fallback(model, feeds, names, error):
-        """The batch on the model's CPU session, after the device's ``error`` (or None:
-        the device is unhealthy and no probe is due)."""
         start = time.perf_counter()
         values = model.fallback.run(names, feeds)
         return values, time.perf_counter() - start, FALLBACK, error
 
-    def submit(model, device, feeds, names, loop):
-        """Start a batch's run; a :class:`concurrent.futures.Future` of :func:`run`'s
-        result. On a healthy device with a loaded worker, the event loop sends the batch
-        and reads the answer when the worker's pipe is readable: no run thread between the
-        loop and the worker, two thread wakeups fewer per run (each milliseconds when the
-        cores are busy; docs/serving.md). Otherwise (threads, an unhealthy device, a worker
-        to restart) a run thread does it all, blocking."""
-        pool = worker_pools.get(device)
-        if pool is None or not device_health[device].healthy:
-            return executor.submit(run, model, device, feeds, names)
-        worker = pool.get()  # never waits: the queue starts at most `workers` runs at once
-        if not worker.started:  # this worker restarts first, in a run thread
-            return executor.submit(run, model, device, feeds, names, worker)
-        future = concurrent.futures.Future()
-
-        def failed(exc):
-            """A device fault: the device unhealthy, the batch to the CPU in a thread."""
-            device_health[device].failed(exc)
-            retry = executor.submit(fallback, model, feeds, names, exc)
-            retry.add_done_callback(lambda f: future.set_exception(f.exception())
-                                    if f.exception() else future.set_result(f.result()))
-
-        def readable():
-            loop.remove_reader(fd)
-            timer.cancel()
-            try:
-                values, seconds = worker.receive()
-            except InputError as exc:  # the request's fault
-                future.set_exception(exc)
-            except TesseraError as exc:  # the worker died, or the session's device fault
-                failed(exc)
-            except Exception as exc:  # not the driver's: answered 500, as in a thread
-                future.set_exception(exc)
-            else:
-                device_health[device].passed()
-                future.set_result((values, seconds, device, None))
-            finally:
-                pool.put(worker)
-
-        def expired():
-            loop.remove_reader(fd)
-            error = worker.timed_out()
-            pool.put(worker)
-            failed(error)
-
-        try:
-            worker.send(model.config.name, names, feeds)
-        except TesseraError as exc:
-            pool.put(worker)
-            failed(exc)
-            return future
-        fd = worker.fileno()
-        loop.add_reader(fd, readable)
-        timer = loop.call_later(worker.timeout, expired)
-        return future
-
-    def run_in_worker(device, key, names, feeds, worker=None):
-        """A run in one of the device's worker processes, from a run thread (probes and
-        restarts; :func:`submit` starts the others from the event loop): ``(outputs, the
-        worker's own seconds)``, the time the predictor learns (no GIL shared with the
-        front end in it). ``worker``: the one taken from the device's pool for this run
-        (else one is taken here; the queue starts at most ``workers`` runs at once, so one
-        is free). It goes back to the pool after the run."""
+    def run_in_worker(device, key, names, feeds):
+        """A run in one of the device's worker processes: ``(outputs, the worker's own
+        seconds)``, the time the predictor learns (no GIL shared with the front end in it).
+        The device's queue starts at most ``workers`` runs at once, so a worker is free."""
         pool = worker_pools[device]
-        worker = pool.get() if worker is None else worker
+        worker = pool.get()
         try:
             return worker.run(key, names, feeds)
         finally:
@@ -519,7 +451,7 @@ def create_app(config, *, clock=time.monotonic):
             if len(batch) > 1:
                 feeds = {k: np.concatenate([t.payload[0][k] for t in batch]) for k in feeds}
             loop = asyncio.get_running_loop()
-            future = submit(model, ticket.device, feeds, names, loop)
+            future = executor.submit(run, model, ticket.device, feeds, names)
         except Exception as exc:  # answered as a failed run, never a slot held forever
             future = concurrent.futures.Future()
             future.set_exception(exc)

@@ -135,9 +135,8 @@ def _raise(described):
 
 class DeviceWorker:
     """One worker process holding the sessions ``specs`` (model key -> :class:`SessionSpec`)
-    of the device ``name``, used by one caller at a time (the server's pool of workers
-    hands each to one run): :meth:`run` from a thread, or :meth:`send` and then
-    :meth:`receive` when :meth:`fileno` is readable, from the event loop.
+    of the device ``name``; :meth:`run` is called from one server thread at a time (the
+    lock makes a second caller wait rather than interleave on the pipe).
 
     Parameters
     ----------
@@ -197,19 +196,10 @@ class DeviceWorker:
         raise WorkerError(f"device {self.name!r}: its worker process did not answer within "
                           f"{timeout:g} s {doing}; killed")
 
-    @property
-    def started(self):
-        """True when the worker is up and loaded: a run may be sent without waiting."""
-        return self._process is not None and self._ready
-
-    def fileno(self):
-        """The pipe's descriptor: readable when the worker has answered (or exited)."""
-        return self._conn.fileno()
-
     def run(self, key, names, feeds):
-        """``(outputs, seconds the worker spent in the run)``, blocking (a server thread:
-        probes, which may restart the worker first); a fault raises WorkerError, the
-        session's own errors their class (InputError, TesseraError, other)."""
+        """``(outputs, seconds the worker spent in the run)``, blocking (a server thread;
+        a stopped worker is restarted first); a fault raises WorkerError, the session's own
+        errors their class (InputError, TesseraError, other)."""
         with self._lock:
             if self._process is None:
                 self.restarts += 1
@@ -225,8 +215,7 @@ class DeviceWorker:
             return self.receive()
 
     def send(self, key, names, feeds):
-        """Start a run on a started worker (see :attr:`started`); its answer comes with
-        :meth:`receive` once :meth:`fileno` is readable."""
+        """Start a run on a loaded worker; :meth:`receive` reads its answer."""
         self._sent = time.perf_counter()
         try:
             self._conn.send((key, names, feeds))
