@@ -118,8 +118,16 @@ class CommandSequencer(wiring.Component):
         left = Signal(32)          # entries / words left in this load
         weights_left = Signal(32)  # rows after the first tile's, sent after the activations
         frames_left = Signal(32)
-        m.d.comb += [self.busy.eq(self.phase != Phase.IDLE), self.load_last.eq(left == 1),
-                     self.last_frame.eq(frames_left == 1), self.set_done.eq(self.finished)]
+        # `load_last` (left == 1) and `last_frame` (frames_left == 1) are flip-flops, set
+        # beside every update of their counters from the value written, so the loader's
+        # `last` bits and the engine's pointers behind them wait on no 32-bit comparison.
+        last_word, last_frame = Signal(), Signal()
+
+        def set_left(value):
+            return [left.eq(value), last_word.eq(value == 1)]
+
+        m.d.comb += [self.busy.eq(self.phase != Phase.IDLE), self.load_last.eq(last_word),
+                     self.last_frame.eq(last_frame), self.set_done.eq(self.finished)]
         m.d.sync += self.engine_start.eq(0)  # a one-cycle pulse (set in FIRST_WEIGHTS)
 
         # --- start: check the command, latch what the pass needs ------------------------
@@ -151,11 +159,12 @@ class CommandSequencer(wiring.Component):
                 m.d.sync += [self.error_code.eq(0), self.opcode.eq(cmd.opcode),
                              self.adding.eq(cmd.opcode == OPCODES["ADD"]),
                              frames_left.eq(cmd.pool_frames),
+                             last_frame.eq(cmd.pool_frames == 1),
                              self.pooling.eq(Mux(is_conv, cmd.pool_enable,
                                                  cmd.opcode == OPCODES["POOL"])),
-                             left.eq(Mux(is_conv, cmd.load_params, cmd.stream_beats))]
+                             *set_left(Mux(is_conv, cmd.load_params, cmd.stream_beats))]
         with m.If(self.frame_taken):
-            m.d.sync += frames_left.eq(frames_left - 1)
+            m.d.sync += [frames_left.eq(frames_left - 1), last_frame.eq(frames_left == 2)]
 
         # --- the first column tile's weight rows, C_in * kh * kw, one C_in a cycle -------
         # `rows_to_go` counts the first tile's rows not yet taken (summed up, then counted
@@ -182,7 +191,7 @@ class CommandSequencer(wiring.Component):
         m.d.comb += self.weights_held.eq(~tile_rows_known | starting_up)
 
         with m.If(self.entry_taken | self.act_taken):
-            m.d.sync += left.eq(left - 1)
+            m.d.sync += [left.eq(left - 1), last_word.eq(left == 2)]
         act_words = (cmd.load_act + ACTIVATIONS_PER_WORD - 1) // ACTIVATIONS_PER_WORD
 
         # --- phases ---------------------------------------------------------------------
@@ -202,7 +211,7 @@ class CommandSequencer(wiring.Component):
             with m.State("PARAMS"):
                 m.d.comb += self.phase.eq(Phase.PARAMS)
                 with m.If(self.entry_taken & self.load_last):
-                    m.d.sync += left.eq(cmd.load_weights)
+                    m.d.sync += set_left(cmd.load_weights)
                     m.next = "FIRST_WEIGHTS"
                 leave_on_end()
             with m.State("FIRST_WEIGHTS"):
@@ -214,7 +223,7 @@ class CommandSequencer(wiring.Component):
                 with m.If(self.entry_taken):
                     m.d.sync += [rows_to_go.eq(rows_to_go - 1), last_row.eq(rows_to_go == 2)]
                     with m.If(self.load_last | last_row):
-                        m.d.sync += [left.eq(act_words), weights_left.eq(left - 1),
+                        m.d.sync += [*set_left(act_words), weights_left.eq(left - 1),
                                      self.engine_start.eq(~self.abort & ~self.force_error)]
                         m.next = "STARTING"
                 leave_on_end()
@@ -228,7 +237,7 @@ class CommandSequencer(wiring.Component):
             with m.State("ACTIVATIONS"):
                 m.d.comb += self.phase.eq(Phase.ACTIVATIONS)
                 with m.If(self.act_taken & self.load_last):
-                    m.d.sync += left.eq(weights_left)
+                    m.d.sync += set_left(weights_left)
                     with m.If(weights_left == 0):
                         m.next = "DRAIN"
                     with m.Else():
