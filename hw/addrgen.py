@@ -23,15 +23,26 @@ thresholds) is registered in the two cycles after ``start``; loop ``last`` flags
 lane's "this step wraps" flag are registers decided one step ahead; the inside test
 reads per-lane window positions that count with ``u`` and ``v``. A beat is then one
 adder or comparator deep (``bench/ooc_fmax.py addrgen`` times it alone).
+
+Loading during a run: the beat offered on ``beats`` only reads what is already written.
+The engine reports how many activation words and weight rows are in its buffers
+(``act_words_written``, ``weight_rows_written``, or ``act_all``/``weights_all``), and
+``beats.valid`` is the output register's valid AND a registered ``written`` flag, decided
+in the cycle before against the counts of that cycle: for the beat entering the output
+register (from the lanes' next addresses) or for the beat waiting in it. The counts only
+grow during a run, so a flag one cycle old is safe (at worst a beat waits one cycle more
+than it must), and no comparison of a pointer feeds the ``ready`` that moves the lanes.
+The ports default to "all written", for a generator used on its own.
 """
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.config import ConvEngineConfig
 from contract.descriptor import DESCRIPTOR_FIELDS
+from contract.streams import ACTIVATIONS_PER_WORD
 
 #: Coordinates of window origins: |iy0|, |ix0| stay well inside 2^17 for 16-bit sizes.
 COORD = signed(18)
@@ -127,10 +138,18 @@ class AddressGenerator(wiring.Component):
         self.config = config
         self.abits = address_width(config.act_depth)
         self.wbits = address_width(config.weight_depth)
+        act_words = -(-config.act_depth // ACTIVATIONS_PER_WORD)
         super().__init__({
             "descriptor": In(descriptor_layout()),
             "start": In(1),
             "busy": Out(1),
+            # What the buffers hold: activation words [0, act_words_written) and weight
+            # rows [0, weight_rows_written), or all of them; a count may only grow while a
+            # beat waits (module docstring, "Loading during a run").
+            "act_words_written": In(unsigned(act_words.bit_length())),
+            "act_all": In(1, init=1),
+            "weight_rows_written": In(unsigned(self.wbits)),
+            "weights_all": In(1, init=1),
             "beats": Out(stream.Signature(
                 beat_layout(config.rows, config.act_depth, config.weight_depth))),
         })
@@ -207,7 +226,10 @@ class AddressGenerator(wiring.Component):
         lane_ix = [Signal(COORD, name=f"lane{r}_ix") for r in range(rows)]
         height, width = Signal(16), Signal(16)
 
-        m.d.comb += self.busy.eq(prepare | init | running | out.valid)
+        full = Signal()     # the output register holds a beat
+        written = Signal()  # ... and every word it reads was written a cycle ago
+        m.d.comb += [self.busy.eq(prepare | init | running | full),
+                     out.valid.eq(full & written)]
 
         with m.If(self.start & ~self.busy):
             m.d.sync += [
@@ -244,16 +266,29 @@ class AddressGenerator(wiring.Component):
                 m.d.sync += [init.eq(0), running.eq(1)]
 
         # Output register (stage B): moves when empty or taken.
-        advance = ~out.valid | out.ready
+        advance = ~full | (out.ready & written)
+        next_addr = [(lane_a[r] + offset)[:abits] for r in range(rows)]
+        next_inside = [~lane_iy[r][-1] & ~lane_ix[r][-1]
+                       & (lane_iy[r] < height) & (lane_ix[r] < width) for r in range(rows)]
+        word_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
+
+        def all_written(addrs, inside, w):
+            acts = Cat(~inside[r] | ((addrs[r] >> word_shift) < self.act_words_written)
+                       for r in range(rows))
+            return ((self.act_all | acts.all())
+                    & (self.weights_all | (w < self.weight_rows_written)))
+
+        with m.If(advance & running):
+            m.d.sync += written.eq(all_written(next_addr, next_inside, w_addr))
+        with m.Else():
+            m.d.sync += written.eq(all_written(out.payload.addr, out.payload.inside,
+                                               out.payload.w_addr))
         with m.If(advance):
-            m.d.sync += out.valid.eq(running)
+            m.d.sync += full.eq(running)
         with m.If(advance & running):
             for r in range(rows):
-                m.d.sync += [
-                    out.payload.addr[r].eq(lane_a[r] + offset),
-                    out.payload.inside[r].eq(~lane_iy[r][-1] & ~lane_ix[r][-1]
-                                             & (lane_iy[r] < height) & (lane_ix[r] < width)),
-                ]
+                m.d.sync += [out.payload.addr[r].eq(next_addr[r]),
+                             out.payload.inside[r].eq(next_inside[r])]
             m.d.sync += [out.payload.w_addr.eq(w_addr),
                          out.payload.last.eq(c.last & v.last & u.last)]
 

@@ -218,19 +218,17 @@ class ConvEngine(wiring.Component):
         op_byte = [Signal(byte_shift, name=f"op_byte{r}") for r in range(rows)]
         # A beat waits while activations still stream in and one of the words it reads
         # (inside the image) is not written yet; addresses rise through the first column
-        # tile, so this holds the array only where loading is ahead of computing.
+        # tile, so this holds the array only where loading is ahead of computing. The
+        # generator decides it a cycle ahead from these counts (a registered flag in its
+        # ``beats.valid``), so no pointer comparison sits in front of its ``ready``.
         beat = addrgen.beats.payload
-        loaded = Signal()
-        written = Signal(rows)
-        m.d.comb += [written[r].eq(~beat.inside[r] | ((beat.addr[r] >> byte_shift) < act_ptr))
-                     for r in range(rows)]
-        row_written = Signal()
-        m.d.comb += [loaded.eq((act_complete | written.all()) & row_written),
-                     row_written.eq(weights_complete | (beat.w_addr < weight_ptr))]
+        m.d.comb += [addrgen.act_words_written.eq(act_ptr), addrgen.act_all.eq(act_complete),
+                     addrgen.weight_rows_written.eq(weight_ptr),
+                     addrgen.weights_all.eq(weights_complete)]
         advance = ~op_valid | array.operands.ready
-        m.d.comb += addrgen.beats.ready.eq(advance & loaded)
+        m.d.comb += addrgen.beats.ready.eq(advance)
         with m.If(advance):
-            m.d.sync += [read_valid.eq(addrgen.beats.valid & loaded),
+            m.d.sync += [read_valid.eq(addrgen.beats.valid),
                          read_inside.eq(beat.inside),
                          read_last.eq(beat.last),
                          op_valid.eq(read_valid), op_inside.eq(read_inside),

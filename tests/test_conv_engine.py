@@ -5,11 +5,13 @@ import pytest
 from amaranth.sim import Simulator
 
 from contract.config import ArrayConfig, ConvEngineConfig
+from contract.streams import ACTIVATIONS_PER_WORD
 from hw.addrgen import AddressGenerator, address_width
 from hw.conv_engine import ConvEngine
 from models.conv import conv2d, conv_output_size
 from models.requant import requantize
 from sim.runner import run_testbench
+from sim.streams import stream_put
 from sw_driver.conv_lowering import (
     assemble_output,
     engine_reference,
@@ -237,3 +239,110 @@ def test_conv_engine_against_golden(config, seed):
     print(f"seed={seed} config={config.as_dict()}")
     # Under pytest, the cocotb runner raises when any cocotb test fails.
     run_testbench("sim.tb_conv", config, seed=seed, name=f"pytest-{seed}")
+
+
+# --- Loading during the run: the engine reads only what is written ------------------------
+
+STREAMING = ConvEngineConfig(array=ArrayConfig(rows=3, cols=2), act_depth=256,
+                             weight_depth=128, max_col_tiles=4)
+
+
+def run_streaming_pass(config, p, rng, gap):
+    """Run pass ``p`` with ``load_during_run``: the parameters and the first column tile's
+    weights before ``start``, then the activations and the other tiles' weights during the
+    run, each word after 0..``gap`` idle cycles (weight rows 0..3 * ``gap``), and the output
+    under random backpressure.
+
+    The activation buffer first holds the bitwise complement of the pass's activations, so
+    a word read before its write lands cannot match by chance. Returns the output beats
+    and the cycles from ``start`` to the last beat."""
+    per_word = ACTIVATIONS_PER_WORD
+    acts = np.zeros(-(-p.activations.size // per_word) * per_word, np.int8)
+    acts[:p.activations.size] = p.activations
+    words = [[int(b) for b in acts[i:i + per_word]] for i in range(0, acts.size, per_word)]
+    k_rows = len(p.weights) // p.bias.shape[0]
+    dut = ConvEngine(config)
+    beats, timing = [], {}
+
+    async def put_all(ctx, port, payloads, *, idle):
+        for index, payload in enumerate(payloads):
+            for _ in range(int(rng.integers(0, idle + 1))):
+                await ctx.tick()
+            await stream_put(ctx, port, {**payload, "last": index == len(payloads) - 1})
+
+    async def setup_and_acts(ctx):
+        await put_all(ctx, dut.act_in, [{"x": [~b for b in w]} for w in words], idle=0)
+        await put_all(ctx, dut.param_in, [
+            {"word": {name: [int(v) for v in getattr(p, name)[t]]
+                      for name in ("bias", "multiplier", "shift")}}
+            for t in range(p.bias.shape[0])], idle=0)
+        for row in p.weights[:k_rows]:  # no `last`: the other tiles follow during the run
+            await stream_put(ctx, dut.weight_in, {"w": [int(v) for v in row], "last": 0})
+        ctx.set(dut.descriptor, p.descriptor)
+        ctx.set(dut.load_during_run, 1)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        timing["start"] = timing["now"]
+        await put_all(ctx, dut.act_in, [{"x": w} for w in words], idle=gap)
+
+    async def late_weights(ctx):
+        await ctx.tick().until(dut.busy)
+        # Slower than the activations, so the second column tile waits for its rows.
+        await put_all(ctx, dut.weight_in,
+                      [{"w": [int(v) for v in row]} for row in p.weights[k_rows:]],
+                      idle=3 * gap)
+
+    async def clock(ctx):
+        timing["now"] = 0
+        async for _ in ctx.tick():
+            timing["now"] += 1
+
+    async def collect(ctx):
+        await ctx.tick().until(dut.busy)
+        while len(beats) < p.output_beats:
+            ready = rng.random() < 0.8
+            ctx.set(dut.output.ready, ready)
+            await ctx.delay(1e-9)
+            if ready and ctx.get(dut.output.valid):
+                out = ctx.get(dut.output.payload)
+                beats.append([int(y) for y in out.y])
+                if out.last:
+                    timing["end"] = timing["now"]
+            await ctx.tick()
+        ctx.set(dut.output.ready, 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_process(clock)
+    sim.add_testbench(setup_and_acts, background=True)
+    sim.add_testbench(late_weights, background=True)
+    sim.add_testbench(collect)
+    sim.run_until(1e-8 * 40 * (p.beats + (3 * gap + 1) * (len(words) + len(p.weights)) + 200))
+    assert len(beats) == p.output_beats, \
+        f"{len(beats)} of {p.output_beats} output beats before the time limit (a hang)"
+    return np.array(beats, dtype=np.int8), timing["end"] - timing["start"]
+
+
+@pytest.mark.parametrize("gap", [0, 3, 9])
+def test_streaming_loads_never_read_ahead(gap, rng, seed):
+    # Loading is slower than computing at gap 3 and 9 (one word per 1 to 10 cycles against
+    # a 3x3 window over 3 channels), so the array keeps catching up with the loaders and
+    # every beat's `written` gate decides when it may go: opened a word early (`<=` in
+    # either of the generator's count comparisons) it reads a complemented activation
+    # word or a weight row not yet written, and this fails.
+    x = rng.integers(-128, 128, (1, 3, 5, 6), dtype=np.int8)
+    w = rng.integers(-128, 128, (5, 3, 3, 3), dtype=np.int8)
+    bias = rng.integers(-2**12, 2**12, 5).astype(np.int32)
+    multiplier = rng.integers(2**30, 2**31, 5)
+    shift = np.full(5, 40)
+    zx, zy = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+    layer = dict(x=x, w=w, stride=1, padding=(1, 0, 1, 1), groups=1)
+    passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=zx, y_zero_point=zy,
+                          stride=1, padding=(1, 0, 1, 1), config=STREAMING)
+    assert len(passes) == 1 and passes[0].bias.shape[0] == 3
+    got, cycles = run_streaming_pass(STREAMING, passes[0], rng, gap)
+    print(f"seed={seed} gap={gap}: {cycles} cycles start -> last beat")
+    compare(got, engine_reference(passes[0]), seed, f"gap={gap} beats vs engine_reference")
+    compare(assemble_output(passes, [got], 5), golden(layer, bias, multiplier, shift, zx, zy),
+            seed, f"gap={gap} vs golden")
