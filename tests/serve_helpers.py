@@ -1,7 +1,9 @@
 """Shared pieces of the serving tests: a two-tenant config on the shipped digits model."""
 
 import contextlib
+import signal
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -123,3 +125,14 @@ def running(app):
         thread.join(TIMEOUT)
         sock.close()
         assert not thread.is_alive(), "server did not stop"
+
+
+def stop_server(process, timeout):
+    """SIGTERM to a ``tessera serve`` process, then its output once it has exited; a
+    server still running after ``timeout`` seconds is killed and the timeout re-raised."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        return process.communicate(timeout=timeout)[0].decode()
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise

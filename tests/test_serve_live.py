@@ -26,6 +26,7 @@ from tests.serve_helpers import (
     json_request,
     output_array,
     running,
+    stop_server,
     write_config,
 )
 
@@ -108,12 +109,7 @@ def test_cli_serve_starts_answers_and_stops(tmp_path, reference, rng):
         assert status == 200
         np.testing.assert_array_equal(output_array(got), reference.run(None, {"input": x})[0])
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            output = process.communicate(timeout=TIMEOUT)[0].decode()
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
+        output = stop_server(process, TIMEOUT)
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the parent sees how it ended.
     assert process.returncode in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output

@@ -34,6 +34,7 @@ from tests.serve_helpers import (
     digits_input,
     json_request,
     output_array,
+    stop_server,
     write_config,
 )
 
@@ -320,12 +321,7 @@ def test_cli_serve_with_workers_drains_then_stops_them(tmp_path, reference, rng)
                 got = output_array(json.loads(response.read()))
         assert got.tobytes() == reference.run(None, {"input": x})[0].tobytes()
     finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            output = process.communicate(timeout=TIMEOUT)[0].decode()
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
+        output = stop_server(process, TIMEOUT)
     assert process.returncode in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output
     for pid in pids:
