@@ -1,6 +1,7 @@
 """Shared pieces of the serving tests: a two-tenant config on the shipped digits model."""
 
 import contextlib
+import json
 import signal
 import socket
 import subprocess
@@ -136,3 +137,15 @@ def stop_server(process, timeout):
     except subprocess.TimeoutExpired:
         process.kill()
         raise
+
+
+def ask_digits(client, rng, reference, caplog, headers):
+    """Two seeded digits images through ``client``'s infer route: asserts the answer is
+    bit-exact with ``reference`` (an onnxruntime session) and returns the server's last
+    structured log line (which device ran it, retries) as a dict."""
+    x = digits_input(rng, 2)
+    response = client.post("/v2/models/digits/infer", headers=headers, json=json_request(x))
+    assert response.status_code == 200, response.text
+    assert output_array(response.json()).tobytes() == \
+        reference.run(None, {"input": x})[0].tobytes()
+    return json.loads(caplog.records[-1].getMessage())

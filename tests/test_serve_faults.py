@@ -28,6 +28,7 @@ from tests.serve_helpers import (
     DIGITS,
     TIMEOUT,
     FakeClock,
+    ask_digits,
     digits_input,
     hold_runs,
     json_request,
@@ -69,12 +70,7 @@ def test_failed_batch_is_retried_on_the_cpu_and_the_device_probed(tmp_path, refe
     client = TestClient(app)
 
     def ask():
-        x = digits_input(rng, 2)
-        response = client.post(INFER, headers=AUTH_A, json=json_request(x))
-        assert response.status_code == 200, response.text
-        assert output_array(response.json()).tobytes() == \
-            reference.run(None, {"input": x})[0].tobytes()
-        return json.loads(caplog.records[-1].getMessage())
+        return ask_digits(client, rng, reference, caplog, AUTH_A)
 
     log = ask()  # fails on the device, answered from the CPU fallback
     assert device.calls == 1

@@ -31,6 +31,7 @@ from tests.serve_helpers import (
     CONFIG,
     DIGITS,
     FakeClock,
+    ask_digits,
     digits_input,
     json_request,
     output_array,
@@ -167,12 +168,7 @@ def test_worker_fault_retried_on_cpu_and_probed_back(tmp_path, reference, rng, c
             os.kill(pid, signal.SIGKILL if fault == "killed" else signal.SIGSTOP)
 
         def ask():
-            x = digits_input(rng, 2)
-            response = client.post(INFER, headers=AUTH_A, json=json_request(x))
-            assert response.status_code == 200, response.text
-            assert output_array(response.json()).tobytes() == \
-                reference.run(None, {"input": x})[0].tobytes()
-            return json.loads(caplog.records[-1].getMessage())
+            return ask_digits(client, rng, reference, caplog, AUTH_A)
 
         log = ask()
         assert (log["device"], log["retried"]) == ("cpu-fallback", True)
