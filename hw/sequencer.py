@@ -118,13 +118,22 @@ class CommandSequencer(wiring.Component):
         left = Signal(32)          # entries / words left in this load
         weights_left = Signal(32)  # rows after the first tile's, sent after the activations
         frames_left = Signal(32)
-        # `load_last` (left == 1) and `last_frame` (frames_left == 1) are flip-flops, set
-        # beside every update of their counters from the value written, so the loader's
-        # `last` bits and the engine's pointers behind them wait on no 32-bit comparison.
+        # `load_last` (left == 1), `last_frame` (frames_left == 1) and `last_row` (below) are
+        # flip-flops, set by `load` and `count_down` beside every update of their counters
+        # from the value written, so the loader's `last` bits, the engine's start and the
+        # pointers behind them wait on no 32-bit comparison.
         last_word, last_frame = Signal(), Signal()
 
+        def load(counter, is_one, value):
+            """Set a down-counter and its registered ``counter == 1`` flag."""
+            return [counter.eq(value), is_one.eq(value == 1)]
+
+        def count_down(counter, is_one):
+            """Count a down-counter by one, keeping its ``counter == 1`` flag."""
+            return [counter.eq(counter - 1), is_one.eq(counter == 2)]
+
         def set_left(value):
-            return [left.eq(value), last_word.eq(value == 1)]
+            return load(left, last_word, value)
 
         m.d.comb += [self.busy.eq(self.phase != Phase.IDLE), self.load_last.eq(last_word),
                      self.last_frame.eq(last_frame), self.set_done.eq(self.finished)]
@@ -158,13 +167,12 @@ class CommandSequencer(wiring.Component):
             with m.Else():
                 m.d.sync += [self.error_code.eq(0), self.opcode.eq(cmd.opcode),
                              self.adding.eq(cmd.opcode == OPCODES["ADD"]),
-                             frames_left.eq(cmd.pool_frames),
-                             last_frame.eq(cmd.pool_frames == 1),
+                             *load(frames_left, last_frame, cmd.pool_frames),
                              self.pooling.eq(Mux(is_conv, cmd.pool_enable,
                                                  cmd.opcode == OPCODES["POOL"])),
                              *set_left(Mux(is_conv, cmd.load_params, cmd.stream_beats))]
         with m.If(self.frame_taken):
-            m.d.sync += [frames_left.eq(frames_left - 1), last_frame.eq(frames_left == 2)]
+            m.d.sync += count_down(frames_left, last_frame)
 
         # --- the first column tile's weight rows, C_in * kh * kw, one C_in a cycle -------
         # `rows_to_go` counts the first tile's rows not yet taken (summed up, then counted
@@ -177,21 +185,20 @@ class CommandSequencer(wiring.Component):
         starting_up = Signal()  # the cycle between the first tile's last row and the engine
         with m.If(self.busy & ~tile_rows_known):
             summed = rows_to_go + cmd.in_channels
-            m.d.sync += [rows_to_go.eq(summed), last_row.eq(summed == 1),
-                         sum_v.eq(sum_v + 1)]
+            m.d.sync += [*load(rows_to_go, last_row, summed), sum_v.eq(sum_v + 1)]
             with m.If(sum_v == cmd.kernel_w - 1):
                 m.d.sync += [sum_v.eq(0), sum_u.eq(sum_u + 1)]
                 with m.If(sum_u == cmd.kernel_h - 1):
                     m.d.sync += tile_rows_known.eq(1)
         with m.If(self.start & ~self.busy):
             # A zero-sized kernel (a bad descriptor) sends every weight in phase 1.
-            m.d.sync += [rows_to_go.eq(0), last_row.eq(0), sum_u.eq(0), sum_v.eq(0),
+            m.d.sync += [*load(rows_to_go, last_row, 0), sum_u.eq(0), sum_v.eq(0),
                          tile_rows_known.eq(~is_conv | (cmd.kernel_w == 0)
                                             | (cmd.kernel_h == 0))]
         m.d.comb += self.weights_held.eq(~tile_rows_known | starting_up)
 
         with m.If(self.entry_taken | self.act_taken):
-            m.d.sync += [left.eq(left - 1), last_word.eq(left == 2)]
+            m.d.sync += count_down(left, last_word)
         act_words = (cmd.load_act + ACTIVATIONS_PER_WORD - 1) // ACTIVATIONS_PER_WORD
 
         # --- phases ---------------------------------------------------------------------
@@ -221,7 +228,7 @@ class CommandSequencer(wiring.Component):
                 # handshake through this FSM into the engine's start logic.
                 m.d.comb += self.phase.eq(Phase.FIRST_WEIGHTS)
                 with m.If(self.entry_taken):
-                    m.d.sync += [rows_to_go.eq(rows_to_go - 1), last_row.eq(rows_to_go == 2)]
+                    m.d.sync += count_down(rows_to_go, last_row)
                     with m.If(self.load_last | last_row):
                         m.d.sync += [*set_left(act_words), weights_left.eq(left - 1),
                                      self.engine_start.eq(~self.abort & ~self.force_error)]
