@@ -86,15 +86,15 @@ def test_worker_answers_bit_exact_and_reports_its_process(worker_app, reference,
     assert len(pids) == 2 and os.getpid() not in pids and all(pids)
     timed = {}  # images -> the seconds the worker reported for that run
 
-    def recording(receive):
-        def wrapper():
-            values, seconds = receive()
+    def recording(run):
+        def wrapper(*args):
+            values, seconds = run(*args)
             timed[len(values[0])] = seconds
             return values, seconds
         return wrapper
 
     for worker in worker_app.state.workers:
-        worker.receive = recording(worker.receive)
+        worker.run = recording(worker.run)
     for images in (1, 3, 7):
         x = digits_input(rng, images)
         response = client.post(INFER, headers=AUTH_A, json=json_request(x))

@@ -158,7 +158,6 @@ class DeviceWorker:
         self._transfers = deque(maxlen=TRANSFER_WINDOW)
         self._process = self._conn = None
         self._ready = False
-        self._sent = 0.0
         self._start()
 
     @property
@@ -209,41 +208,19 @@ class DeviceWorker:
                     raise WorkerError(f"device {self.name!r}: its worker process could not "
                                       f"be started: {exc}") from exc
             self.wait_ready()
-            self.send(key, names, feeds)
-            if not self._conn.poll(self.timeout):
-                raise self.timed_out()
-            return self.receive()
-
-    def send(self, key, names, feeds):
-        """Start a run on a loaded worker; :meth:`receive` reads its answer."""
-        self._sent = time.perf_counter()
-        try:
-            self._conn.send((key, names, feeds))
-        except (OSError, ValueError) as exc:  # a broken pipe: the worker is gone
-            code = self._stop(kill=True)
-            raise WorkerError(f"device {self.name!r}: its worker process exited (code "
-                              f"{code}) before the run") from exc
-
-    def receive(self):
-        """The answer to the run sent: ``(outputs, seconds)`` or its error, as :meth:`run`.
-        Call once the pipe is readable (it blocks until the whole answer is read)."""
-        try:
-            message = self._conn.recv()
-        except (EOFError, OSError) as exc:
-            code = self._stop(kill=True)
-            raise WorkerError(f"device {self.name!r}: its worker process exited (code "
-                              f"{code}) during a run") from exc
-        if message[0] == "error":
-            _raise(message[1])
-        _, values, seconds = message
-        self._transfers.append(time.perf_counter() - self._sent - seconds)
-        return values, seconds
-
-    def timed_out(self):
-        """Kill the worker whose run has passed ``timeout``; the WorkerError to raise."""
-        self._stop(kill=True)
-        return WorkerError(f"device {self.name!r}: its worker process did not answer within "
-                           f"{self.timeout:g} s during a run; killed")
+            sent = time.perf_counter()
+            try:
+                self._conn.send((key, names, feeds))
+            except (OSError, ValueError) as exc:  # a broken pipe: the worker is gone
+                code = self._stop(kill=True)
+                raise WorkerError(f"device {self.name!r}: its worker process exited (code "
+                                  f"{code}) before the run") from exc
+            message = self._receive(self.timeout, "during a run")
+            if message[0] == "error":
+                _raise(message[1])
+            _, values, seconds = message
+            self._transfers.append(time.perf_counter() - sent - seconds)
+            return values, seconds
 
     def _stop(self, kill):
         """End the worker (at once with ``kill``, else asked to exit); its exit code."""
