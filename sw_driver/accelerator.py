@@ -29,6 +29,11 @@ from sw_driver.errors import DeviceError
 from sw_driver.regs import ERROR_MEANINGS, Opcode, Reg
 from sw_driver.transport.base import Deadline, TransportError
 
+#: Why a device without the residual add (``CONFIG.no_add``) runs no Add, for the driver's
+#: error and the device provider's refusal alike.
+NO_ADD = ("this device was built without the residual add (its CONFIG register's no_add "
+          "bit is set)")
+
 
 class AcceleratorError(DeviceError):
     """A layer failed on the device; the message names the layer and what was seen."""
@@ -314,8 +319,7 @@ class Accelerator:
 
         if not self.config.residual_add:
             # The device would refuse the start (BAD_OPCODE); say why before sending it.
-            raise AcceleratorError(f"{name}: this device was built without the residual "
-                                   f"add (its CONFIG register's no_add bit is set)")
+            raise AcceleratorError(f"{name}: {NO_ADD}")
         a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
         ma, na, mb, nb, my, ny = add_multipliers(a_scale, b_scale, y_scale)
         params = {"a_zero_point": a_zero_point, "b_zero_point": b_zero_point,

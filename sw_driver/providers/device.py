@@ -26,7 +26,7 @@ from models.eltwise import add_multipliers
 
 from .. import graph as g
 from .. import planner
-from ..accelerator import Accelerator, AcceleratorError
+from ..accelerator import NO_ADD, Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError, RefusedAtRunError
 from ..matmul_lowering import lower_matmul, matmul_refusal, matmul_work
@@ -115,8 +115,7 @@ def add_refusal(layer, config=None):
     and the scales must give the fixed-point multipliers of
     :func:`models.eltwise.add_multipliers`."""
     if config is not None and not config.residual_add:
-        return ("this device was built without the residual add (its CONFIG register's "
-                "no_add bit is set)")
+        return NO_ADD
     try:
         add_multipliers(layer.a_scale, layer.b_scale, layer.y_scale)
     except ValueError as exc:
