@@ -2,6 +2,8 @@
 driver and receiver that follow the valid/ready rules (sample in the read-only phase,
 transfer on the edge)."""
 
+import os
+
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
@@ -33,6 +35,11 @@ async def clock_and_reset(dut, idle_inputs):
     counter = CycleCounter(dut)
     cocotb.start_soon(counter.run())
     return counter
+
+
+def testbench_seed():
+    """The seed the runner gave this simulation (``TESSERA_SEED``; 1 when run by hand)."""
+    return int(os.environ.get("TESSERA_SEED", "1"))
 
 
 def _stream(dut, port):

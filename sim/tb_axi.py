@@ -27,15 +27,11 @@ from cocotbext.axi import (
 from contract.config import ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
-from sim.cocotb_util import first_difference
+from sim.cocotb_util import first_difference, testbench_seed
 from sw_driver import regs
 from sw_driver.accelerator import pass_program
 from sw_driver.conv_lowering import assemble_output, lower_conv2d
 from sw_driver.regs import Reg
-
-
-def _seed():
-    return int(os.environ.get("TESSERA_SEED", "1"))
 
 
 def _gaps(rng, idle):
@@ -75,11 +71,11 @@ class AxiBench:
 
     async def csr_write(self, offset, value):
         resp = await self.axil.write(offset, int(value).to_bytes(4, "little"))
-        assert resp.resp == AxiResp.OKAY, f"seed={_seed()} write {offset:#x}: {resp.resp}"
+        assert resp.resp == AxiResp.OKAY, f"seed={testbench_seed()} write {offset:#x}: {resp.resp}"
 
     async def csr_read(self, offset):
         resp = await self.axil.read(offset, 4)
-        assert resp.resp == AxiResp.OKAY, f"seed={_seed()} read {offset:#x}: {resp.resp}"
+        assert resp.resp == AxiResp.OKAY, f"seed={testbench_seed()} read {offset:#x}: {resp.resp}"
         return int.from_bytes(resp.data, "little")
 
     async def dma_write(self, data):
@@ -90,7 +86,7 @@ class AxiBench:
         frame = await self.c2h.recv()
         data = bytes(frame.tdata)
         assert len(data) == nbytes, (
-            f"seed={_seed()}: the C2H transfer had {len(data)} bytes, expected {nbytes} "
+            f"seed={testbench_seed()}: the C2H transfer had {len(data)} bytes, expected {nbytes} "
             f"(tlast on the wrong beat)")
         return data
 
@@ -109,17 +105,17 @@ async def run_layer(bench, config, x, w, bias, mult, shift, golden, label, **opt
         await with_timeout(sender, 20000, "ns")
         status = await bench.csr_read(Reg.STATUS)
         assert status & regs.STATUS_DONE_MASK and not status & regs.STATUS_ERROR_MASK, (
-            f"seed={_seed()} pass {program.name}: status {status:#x} after the results")
+            f"seed={testbench_seed()} pass {program.name}: status {status:#x} after the results")
         beats.append(program.decode(raw))
     got = assemble_output(passes, beats, w.shape[0])
     assert np.array_equal(got, golden), \
-        f"seed={_seed()} config={config.name} {label}: {first_difference(got, golden)}"
+        f"seed={testbench_seed()} config={config.name} {label}: {first_difference(got, golden)}"
 
 
 @cocotb.test()
 async def test_axil_registers(dut):
     """ID over AXI-Lite, a read-back of a RW register, and SLVERR for a partial write."""
-    bench = AxiBench(dut, np.random.default_rng(_seed()), 0.0)
+    bench = AxiBench(dut, np.random.default_rng(testbench_seed()), 0.0)
     await bench.reset()
     assert await bench.csr_read(Reg.ID) == regs.ID_VALUE
     assert await bench.csr_read(Reg.VERSION) == regs.MAP_VERSION
@@ -131,7 +127,7 @@ async def test_axil_registers(dut):
     assert int(dut.usr_irq_req.value) == 0
     # A read and a write at once, with gaps on every AXI-Lite channel: the slave takes one
     # transaction at a time and neither is lost or mixed with the other.
-    rng = np.random.default_rng(_seed())
+    rng = np.random.default_rng(testbench_seed())
     write, read = bench.axil.write_if, bench.axil.read_if
     for channel in (write.aw_channel, write.w_channel, write.b_channel, read.ar_channel,
                     read.r_channel):
@@ -139,10 +135,10 @@ async def test_axil_registers(dut):
     for value in range(5, 25):
         writer = cocotb.start_soon(bench.csr_write(Reg.POOL_HEIGHT, value))
         got = await with_timeout(bench.csr_read(Reg.ID), 5000, "ns")
-        assert got == regs.ID_VALUE, f"seed={_seed()}: ID read {got:#x} beside a write"
+        assert got == regs.ID_VALUE, f"seed={testbench_seed()}: ID read {got:#x} beside a write"
         await with_timeout(writer, 5000, "ns")
         got = await with_timeout(bench.csr_read(Reg.POOL_HEIGHT), 5000, "ns")
-        assert got == value, f"seed={_seed()}: POOL_HEIGHT {got} after writing {value}"
+        assert got == value, f"seed={testbench_seed()}: POOL_HEIGHT {got} after writing {value}"
 
 
 @cocotb.test()
@@ -154,7 +150,7 @@ async def test_h2c_tkeep(dut):
     from sw_driver.accelerator import pool_program
 
     config = ConvEngineConfig.from_env(os.environ)
-    bench = AxiBench(dut, np.random.default_rng(_seed()), 0.0)
+    bench = AxiBench(dut, np.random.default_rng(testbench_seed()), 0.0)
     await bench.reset()
     x = np.full((1, config.cols, 2, 2), -100, dtype=np.int8)
     x[0, config.cols - 1, 1, 1] = -5  # in the last word's last byte, which is not kept
@@ -177,7 +173,7 @@ async def test_h2c_tkeep(dut):
 async def test_conv_layer(dut, idle):
     """A conv layer, bit-exact against the golden model, with stream gaps ``idle``."""
     config = ConvEngineConfig.from_env(os.environ)
-    seed = _seed() + int(idle * 10)
+    seed = testbench_seed() + int(idle * 10)
     dut._log.info(f"seed={seed} idle={idle} config={config.name}")
     rng = np.random.default_rng(seed)
     bench = AxiBench(dut, rng, idle)

@@ -10,12 +10,14 @@ from cocotb.triggers import with_timeout
 
 from hw.maxpool import pixel_layout
 from models.pool import max_pool2d
-from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
+from sim.cocotb_util import (
+    clock_and_reset,
+    first_difference,
+    receive_stream,
+    send_stream,
+    testbench_seed,
+)
 from sim.packing import pack_struct, unpack_struct
-
-
-def _seed():
-    return int(os.environ.get("TESSERA_SEED", "1"))
 
 
 async def reset(dut):
@@ -35,7 +37,7 @@ async def exchange(dut, in_prefix, in_layout, beats, out_prefix, out_layout, cou
 async def test_max_pool(dut):
     lanes = int(os.environ["TESSERA_LANES"])
     max_width = int(os.environ["TESSERA_MAX_WIDTH"])
-    rng = np.random.default_rng(_seed())
+    rng = np.random.default_rng(testbench_seed())
     await reset(dut)
     dut.active.value = 1  # the top holds it high while a pass may pool
     for height, width in [(4, 6), (5, 7), (2, 2), (3, max_width), (9, 1 + max_width // 2)]:
@@ -52,5 +54,5 @@ async def test_max_pool(dut):
         got = np.array([beat["x"] for beat in out]).reshape(frames, oh, ow, lanes)
         got = got.transpose(0, 3, 1, 2)
         assert [beat["last"] for beat in out] == ([0] * (oh * ow - 1) + [1]) * frames
-        assert np.array_equal(got, want), f"seed={_seed()} {height}x{width}: " \
+        assert np.array_equal(got, want), f"seed={testbench_seed()} {height}x{width}: " \
             + first_difference(got, want.astype(np.int64))

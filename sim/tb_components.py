@@ -11,7 +11,7 @@ from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
 from contract.streams import WORD_BITS, add_words, output_words, param_words, weight_words
 from hw.sequencer import Phase
-from sim.cocotb_util import StreamMonitor, clock_and_reset, send_stream
+from sim.cocotb_util import StreamMonitor, clock_and_reset, send_stream, testbench_seed
 
 LOADER_OUTPUTS = ("params", "weights", "acts", "pairs", "pixels")
 #: The loader's inputs, held low through the reset.
@@ -20,14 +20,12 @@ LOADER_INPUTS = ("h2c__valid", "load_last", "weights_held", "clear", "adding",
 WRITER_INPUTS = ("results__valid", "c2h__ready", "hold_last", "clear")
 
 
-def _seed():
-    return int(os.environ.get("TESSERA_SEED", "1"))
 
 
 async def _start(dut, idle_inputs):
     """Clock and reset with ``idle_inputs`` low; the lanes and the seeded generator."""
     await clock_and_reset(dut, idle_inputs)
-    return int(os.environ["TESSERA_LANES"]), np.random.default_rng(_seed())
+    return int(os.environ["TESSERA_LANES"]), np.random.default_rng(testbench_seed())
 
 
 def _join(values, width=WORD_BITS):
@@ -85,7 +83,7 @@ async def test_host_loader(dut):
         if held:  # the sequencer is still summing the first tile's rows
             for _ in range(int(rng.integers(1, 6))):
                 await ReadOnly()
-                assert not dut.h2c__ready.value, f"seed={_seed()}: took a held weight word"
+                assert not dut.h2c__ready.value, f"seed={testbench_seed()}: took a held weight word"
                 await RisingEdge(dut.clk)
             dut.weights_held.value = 0
         await with_timeout(_take(dut, port, beats, rng, stall=0.4), 100_000, "ns")
@@ -101,11 +99,11 @@ async def test_host_loader(dut):
         monitor.check()
         if port != "h2c":
             assert monitor.beats == expected[port], (
-                f"seed={_seed()}: {port} beats differ; first got "
+                f"seed={testbench_seed()}: {port} beats differ; first got "
                 f"{[hex(b) for b in monitor.beats[:3]]}, want "
                 f"{[hex(b) for b in expected[port][:3]]}")
     assert len(monitors["h2c"].beats) == words_sent, \
-        f"seed={_seed()}: {len(monitors['h2c'].beats)} host words taken, {words_sent} sent"
+        f"seed={testbench_seed()}: {len(monitors['h2c'].beats)} host words taken, {words_sent} sent"
 
 
 @cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "host_loader")
@@ -125,7 +123,7 @@ async def test_host_loader_clear_drops_a_partial_entry(dut):
     await sender
     top = _last_offset(dut, "weights")
     assert beat == (_join(words) & ((1 << top) - 1)) | 1 << top, \
-        f"seed={_seed()}: a cleared partial entry leaked into the next one"
+        f"seed={testbench_seed()}: a cleared partial entry leaked into the next one"
 
 
 @cocotb.test(skip=os.environ.get("TESSERA_BLOCK") != "result_writer")
@@ -172,11 +170,11 @@ async def test_result_writer(dut):
         dut.hold_last.value = 0
         await with_timeout(taker, 100_000, "ns")
         assert len(done_pulses) == case + 1 and all(done_pulses), \
-            f"seed={_seed()} case {case}: done pulses {done_pulses}"
+            f"seed={testbench_seed()} case {case}: done pulses {done_pulses}"
     for monitor in monitors.values():
         monitor.check()
-    assert not last_words_seen, f"seed={_seed()}: the final word left while held"
+    assert not last_words_seen, f"seed={testbench_seed()}: the final word left while held"
     assert monitors["c2h"].beats == want, (
-        f"seed={_seed()}: c2h words differ; got {[hex(b) for b in monitors['c2h'].beats[:4]]}"
-        f", want {[hex(b) for b in want[:4]]}")
+        f"seed={testbench_seed()}: c2h words differ; got "
+        f"{[hex(b) for b in monitors['c2h'].beats[:4]]}, want {[hex(b) for b in want[:4]]}")
 

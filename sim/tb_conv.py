@@ -29,7 +29,7 @@ from hw.conv_engine import (
 from hw.requant import output_layout
 from models.conv import conv2d
 from models.requant import requantize
-from sim.cocotb_util import clock_and_reset, send_stream
+from sim.cocotb_util import clock_and_reset, send_stream, testbench_seed
 from sim.packing import pack_struct
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
 
@@ -38,8 +38,6 @@ def _config():
     return ConvEngineConfig.from_env(os.environ)
 
 
-def _seed():
-    return int(os.environ.get("TESSERA_SEED", "1"))
 
 
 def unpack_output(word, cols):
@@ -98,9 +96,9 @@ async def run_pass(dut, config, p, rng, counter, *, stall):
     cycles = counter.value - began
     await ReadOnly()
     assert dut.done.value and not dut.busy.value, \
-        f"seed={_seed()} pass {p.name}: done/busy not set after the last beat"
+        f"seed={testbench_seed()} pass {p.name}: done/busy not set after the last beat"
     assert len(beats) == p.output_beats and lasts.index(True) == len(lasts) - 1, (
-        f"seed={_seed()} pass {p.name}: {len(beats)} beats with `last` at "
+        f"seed={testbench_seed()} pass {p.name}: {len(beats)} beats with `last` at "
         f"{lasts.index(True)}, expected {p.output_beats} with `last` on the final one")
     await RisingEdge(dut.clk)
     return np.array(beats, dtype=np.int8), cycles
@@ -115,7 +113,7 @@ def describe(layer):
 async def run_layer(dut, config, layer, rng, counter, *, stall=0.0, label=""):
     """Run every pass of ``layer`` and compare with the golden model; returns the per-pass
     cycle measurements."""
-    context = f"seed={_seed()} config={config.name} case={label} layer: {describe(layer)}"
+    context = f"seed={testbench_seed()} config={config.name} case={label} layer: {describe(layer)}"
     passes = lower_conv2d(layer["x"], layer["w"], layer["bias"], layer["multiplier"],
                           layer["shift"], x_zero_point=layer["zx"], y_zero_point=layer["zy"],
                           lo=layer["lo"], hi=layer["hi"], stride=layer["stride"],
@@ -217,7 +215,7 @@ async def test_random_layers(dut, traffic):
     multiples of R or C (and 1), depthwise, batch 2; output stalled at random."""
     name, stall = traffic
     config = _config()
-    rng = np.random.default_rng([_seed(), len(name)])
+    rng = np.random.default_rng([testbench_seed(), len(name)])
     counter = await start(dut)
     cases = int(os.environ.get("TESSERA_CASES", "8"))
     for index in range(cases):
@@ -237,7 +235,7 @@ async def test_extreme_values(dut):
     """Zero points -128 and 127, saturating accumulators, M near 2^31, shifts 1 to 62,
     ReLU-style clamps, all -128 inputs and weights over a 7x7 window."""
     config = _config()
-    rng = np.random.default_rng(_seed())
+    rng = np.random.default_rng(testbench_seed())
     counter = await start(dut)
     for index, zx in enumerate((-128, 127, -128, 127)):
         layer = make_layer(rng, kernel=(3, 5, 1, 7)[index], stride=1 + index % 2,
@@ -257,7 +255,7 @@ async def test_throughput(dut):
     """Cycles per layer against the ideal MACs / (R*C), with a ready output. The 3x3,
     16 -> 16 channel, 16x16 layer must reach 85 % (the benchmark's target)."""
     config = _config()
-    rng = np.random.default_rng(_seed())
+    rng = np.random.default_rng(testbench_seed())
     counter = await start(dut)
     shapes = [("3x3 16->16 16x16", 3, 1, 16, 16, (16, 16)),
               ("3x3 8->8 8x8 stride 2", 3, 2, 8, 8, (8, 8)),
@@ -283,10 +281,10 @@ async def test_throughput(dut):
     if big:
         # The pipeline adds no bubbles: all but a fixed fill/drain cost is array beats.
         assert big[0]["beat_rate"] >= 0.95, (
-            f"seed={_seed()} config={config.name}: 3x3 16->16 16x16 moved "
+            f"seed={testbench_seed()} config={config.name}: 3x3 16->16 16x16 moved "
             f"{big[0]['array_beats']} beats in {big[0]['cycles']} cycles")
         # The benchmark's target, where R and C divide the layer (no padded lanes).
         if 16 % config.cols == 0 and 256 % config.rows == 0:
             assert big[0]["efficiency"] >= 0.85, (
-                f"seed={_seed()} config={config.name}: 3x3 16->16 16x16 ran at "
+                f"seed={testbench_seed()} config={config.name}: 3x3 16->16 16x16 ran at "
                 f"{100 * big[0]['efficiency']:.1f} % of the ideal rate, below 85 %")

@@ -8,6 +8,7 @@ import time
 import cocotb
 import numpy as np
 
+from sim.cocotb_util import testbench_seed
 from sim.tb_conv import _config, make_layer, run_layer, start
 
 # Shared with bench/bench_twin.py so both sides simulate the identical layer.
@@ -23,7 +24,7 @@ def bench_layer(seed):
 @cocotb.test()
 async def bench_conv_layer(dut):
     config = _config()
-    seed = int(os.environ.get("TESSERA_SEED", "1"))
+    seed = testbench_seed()
     counter = await start(dut)
     started, cpu_started = time.perf_counter(), time.process_time()
     first = counter.value

@@ -34,6 +34,7 @@ from sim.cocotb_util import (
     first_difference,
     receive_stream,
     send_stream,
+    testbench_seed,
 )
 from sim.packing import pack_struct, unpack_struct
 
@@ -43,8 +44,6 @@ BANK_INPUTS = ("adding", "accumulators__valid", "operands__valid", "results__rea
 STREAMS = ("accumulators", "operands", "results", "sums")
 
 
-def _seed():
-    return int(os.environ.get("TESSERA_SEED", "1"))
 
 
 def requant_pass(rng, lanes, beats):
@@ -127,10 +126,10 @@ async def _run_pass(dut, work, rng, idle, stall, label):
     values = [unpack_struct(work["out_layout"], word) for word in got]
     lasts = [v["last"] for v in values]
     assert lasts == [0] * (len(words) - 1) + [1], \
-        f"seed={_seed()} {label} {work['label']}: last flags {lasts}"
+        f"seed={testbench_seed()} {label} {work['label']}: last flags {lasts}"
     y = np.array([v["y"] for v in values], dtype=np.int64)
     assert np.array_equal(y, work["want"]), \
-        f"seed={_seed()} {label} {work['label']}: " + first_difference(y, work["want"])
+        f"seed={testbench_seed()} {label} {work['label']}: " + first_difference(y, work["want"])
     return got
 
 
@@ -142,7 +141,7 @@ async def test_passes_alternate_under_backpressure(dut, traffic):
     the traffic pattern (idle probability on the input, stall probability on the output)."""
     name, idle, stall = traffic
     lanes = int(os.environ["TESSERA_LANES"])
-    rng = np.random.default_rng([_seed(), len(name)])
+    rng = np.random.default_rng([testbench_seed(), len(name)])
     label = f"lanes={lanes} traffic={name}"
     await clock_and_reset(dut, BANK_INPUTS)
     monitors = {port: StreamMonitor(dut, port) for port in STREAMS}
@@ -167,6 +166,6 @@ async def test_passes_alternate_under_backpressure(dut, traffic):
     for port, monitor in monitors.items():
         monitor.check()
         assert monitor.beats == sent[port], (
-            f"seed={_seed()} {label}: {port} carried {len(monitor.beats)} beats, "
+            f"seed={testbench_seed()} {label}: {port} carried {len(monitor.beats)} beats, "
             f"{len(sent[port])} expected (lost, duplicated or reordered); first got "
             f"{[hex(b) for b in monitor.beats[:3]]}, want {[hex(b) for b in sent[port][:3]]}")
