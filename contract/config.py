@@ -39,6 +39,19 @@ def check_positive_int(name, value, *, maximum=None):
     return value
 
 
+def check_bool(name, value, *, meaning=None):
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is ``True`` or ``False``.
+
+    ``meaning`` (what the flag switches, e.g. "whether the engine has the residual add") is
+    put in the message. An int is refused too: ``1`` is what a typo or a C-style flag gives,
+    and a configuration field that is not a bool would hash and print differently.
+    """
+    if not isinstance(value, bool):
+        said = f" ({meaning})" if meaning else ""
+        raise ValueError(f"{name} must be true or false{said}, not {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class ArrayConfig:
     """Build parameters of the systolic GEMM array.
@@ -122,9 +135,8 @@ class ConvEngineConfig:
                 or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
             raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
-        if not isinstance(self.residual_add, bool):
-            raise ValueError(f"residual_add must be true or false (whether the engine has "
-                             f"the residual add), not {self.residual_add!r}")
+        check_bool("residual_add", self.residual_add,
+                   meaning="whether the engine has the residual add")
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "

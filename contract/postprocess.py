@@ -9,6 +9,8 @@ most R*C results every K cycles, so a few rescalers keep up with it at a fractio
 array's multipliers. Read by the RTL and by the driver's cycle model.
 """
 
+from .config import check_bool
+
 __all__ = ["ADD_LANES_PER_UNIT", "ADD_LATENCY", "ADD_RESCALERS_PER_UNIT",
            "MULTIPLIERS_PER_RESCALER", "REQUANT_LANES_PER_UNIT", "REQUANT_LATENCY",
            "add_units", "bank_rescalers", "postprocess_multipliers", "requant_units",
@@ -57,8 +59,7 @@ def bank_rescalers(lanes, *, residual_add=True):
     """Rescalers of the post-processing bank: enough for either mode (4 for the 8x8); a
     bank built without the residual add (``ConvEngineConfig.residual_add``) keeps only
     the requantizer's (1 for 2 lanes instead of 3)."""
-    if not isinstance(residual_add, bool):
-        raise ValueError(f"residual_add must be true or false, not {residual_add!r}")
+    check_bool("residual_add", residual_add)
     if not residual_add:
         return requant_units(lanes)
     return max(requant_units(lanes), ADD_RESCALERS_PER_UNIT * add_units(lanes))

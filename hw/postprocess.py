@@ -34,7 +34,7 @@ from amaranth import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.config import check_positive_int
+from contract.config import check_bool, check_positive_int
 from contract.postprocess import (
     ADD_LATENCY,
     REQUANT_LATENCY,
@@ -93,9 +93,7 @@ class PostProcessBank(wiring.Component):
 
     def __init__(self, *, lanes, residual_add=True):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
-        if not isinstance(residual_add, bool):
-            raise ValueError(f"residual_add must be True or False, not {residual_add!r}")
-        self.residual_add = residual_add
+        self.residual_add = check_bool("residual_add", residual_add)
         self.requant_units = requant_units(lanes)
         # Without the add, no datapath: the loops below see no unit in an add role.
         self.add_units = add_units(lanes) if residual_add else 0

@@ -81,6 +81,11 @@ def test_multipliers_of_the_bank_with_and_without_the_add(lanes, with_add, witho
         bank_rescalers(lanes, residual_add="yes")
 
 
+def test_the_bank_checks_the_flag_with_the_contracts_message():
+    with pytest.raises(ValueError, match=r"^residual_add must be true or false, not 1$"):
+        PostProcessBank(lanes=2, residual_add=1)
+
+
 def test_the_icebreaker_build_asks_for_the_upk5s_eight_multipliers():
     from hw import bitstream
 
