@@ -45,6 +45,7 @@ from contract.config import ConvEngineConfig
 from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 
 from .addrgen import AddressGenerator, address_width, descriptor_layout
+from .pipeline import SkidBuffer
 from .postprocess import PostProcessBank
 from .requant import output_layout
 from .residual_add import add_params_layout, operand_pair_layout, sum_layout
@@ -221,14 +222,21 @@ class ConvEngine(wiring.Component):
         # tile, so this holds the array only where loading is ahead of computing. The
         # generator decides it a cycle ahead from these counts (a registered flag in its
         # ``beats.valid``), so no pointer comparison sits in front of its ``ready``.
-        beat = addrgen.beats.payload
+        # Between the generator and the read stage, a skid buffer: the generator's lanes
+        # (hundreds of flip-flops) move on its registered ready, not on the array's stall
+        # handshake through the read stage (the 8x8 board build's critical path, issue 12).
+        # It costs one cycle per pass (cycle_model.PASS_LATENCY_CYCLES).
+        m.submodules.beat_skid = beat_skid = SkidBuffer(addrgen.beats.payload.shape())
+        wiring.connect(m, addrgen.beats, beat_skid.sink)
+        beats = beat_skid.source
+        beat = beats.payload
         m.d.comb += [addrgen.act_words_written.eq(act_ptr), addrgen.act_all.eq(act_complete),
                      addrgen.weight_rows_written.eq(weight_ptr),
                      addrgen.weights_all.eq(weights_complete)]
         advance = ~op_valid | array.operands.ready
-        m.d.comb += addrgen.beats.ready.eq(advance)
+        m.d.comb += beats.ready.eq(advance)
         with m.If(advance):
-            m.d.sync += [read_valid.eq(addrgen.beats.valid),
+            m.d.sync += [read_valid.eq(beats.valid),
                          read_inside.eq(beat.inside),
                          read_last.eq(beat.last),
                          op_valid.eq(read_valid), op_inside.eq(read_inside),
@@ -247,7 +255,7 @@ class ConvEngine(wiring.Component):
         with m.If(advance):
             m.d.sync += op_weights.eq(weight_rd.data)
         m.d.comb += [
-            weight_rd.addr.eq(addrgen.beats.payload.w_addr), weight_rd.en.eq(advance),
+            weight_rd.addr.eq(beat.w_addr), weight_rd.en.eq(advance),
             array.operands.payload.b.eq(op_weights),
             array.operands.payload.last.eq(op_last),
             array.operands.valid.eq(op_valid),

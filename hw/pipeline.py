@@ -1,6 +1,38 @@
-"""Control of a fixed-latency streaming pipeline that stalls as a whole."""
+"""Stream pipeline helpers: a skid buffer that registers ``ready``, and the control of a
+fixed-latency pipeline that stalls as a whole."""
 
-from amaranth import Cat, Signal
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+
+class SkidBuffer(wiring.Component):
+    """A two-entry register stage whose ``sink.ready`` is a flip-flop.
+
+    ``source`` is a register (valid and payload). When ``source`` is held and a beat
+    arrives, that beat waits in a second register (the skid) and ``sink.ready`` falls the
+    cycle after; so no combinational path runs from ``source.ready`` back to ``sink``. The
+    producer behind it then moves on its own registers instead of the consumer's stall
+    logic, which on ECP5 was the board build's critical path (issue 12). One beat per cycle
+    in steady state; one cycle of latency.
+    """
+
+    def __init__(self, layout):
+        super().__init__({"sink": In(stream.Signature(layout)),
+                          "source": Out(stream.Signature(layout))})
+
+    def elaborate(self, platform):
+        m = Module()
+        skid = Signal.like(self.sink.payload)
+        skid_full = Signal()
+        m.d.comb += self.sink.ready.eq(~skid_full)
+        with m.If(~self.source.valid | self.source.ready):
+            m.d.sync += [self.source.valid.eq(skid_full | self.sink.valid),
+                         self.source.payload.eq(Mux(skid_full, skid, self.sink.payload)),
+                         skid_full.eq(0)]
+        with m.Elif(self.sink.valid & ~skid_full):
+            m.d.sync += [skid.eq(self.sink.payload), skid_full.eq(1)]
+        return m
 
 
 def lockstep_pipeline(m, sink, source, latency):

@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 from contract.config import ArrayConfig
 
 from .pe import ProcessingElement
+from .pipeline import SkidBuffer
 
 
 def operand_layout(rows, cols):
@@ -90,9 +91,12 @@ class SystolicArray(wiring.Component):
         # held an 8x8 array on ECP5 near 100 MHz.
         advance = Signal(init=1)
 
-        # Input register: keeps ready free of combinational paths through the array.
-        beat = Signal(self.operands.payload.shape())
-        beat_full = Signal()
+        # Input stage: a skid buffer, so ``operands.ready`` is a flip-flop and the feeder's
+        # stall logic (the engine's read stage and address generator) does not wait on
+        # this array's handshake (it did: the 8x8 board build's critical path, issue 12).
+        m.submodules.input = skid = SkidBuffer(self.operands.payload.shape())
+        wiring.connect(m, wiring.flipped(self.operands), skid.sink)
+        beat, beat_full = skid.source.payload, skid.source.valid
         # Two tile ends enter at least `gap` ticks apart (short-K tiles get bubbles).
         # gap >= cols: row i is complete before its column 0 ends the next tile.
         # 2 * gap >= rows + cols - 1: a tile is complete before column 0 of row 0 ends
@@ -103,14 +107,7 @@ class SystolicArray(wiring.Component):
         may_enter = ~(beat.last & (since_last < gap))
         take = advance & may_enter
         entering = Signal()
-        m.d.comb += [
-            entering.eq(beat_full & take),
-            self.operands.ready.eq(~beat_full | take),
-        ]
-        with m.If(self.operands.valid & self.operands.ready):
-            m.d.sync += [beat.eq(self.operands.payload), beat_full.eq(1)]
-        with m.Elif(take):
-            m.d.sync += beat_full.eq(0)
+        m.d.comb += [entering.eq(beat_full & take), skid.source.ready.eq(take)]
         with m.If(advance):
             with m.If(entering & beat.last):
                 m.d.sync += since_last.eq(1)
