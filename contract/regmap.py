@@ -14,7 +14,8 @@ from pathlib import Path
 from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
-MAP_VERSION = (0 << 16) | 1
+# Minor 2: RW registers store only their fields' bits (the rest read 0).
+MAP_VERSION = (0 << 16) | 2
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
@@ -53,9 +54,25 @@ class Register:
                                  f"exceeds 32 bits")
             used |= mask
 
+    @property
+    def stored_mask(self):
+        """The bits the register's fields declare. An RW register stores these alone (its
+        other bits read 0 whatever was written: flip-flops the hardware never reads would
+        cost a small FPGA dearly, 48 registers of 32 bits being most of the CSR bank)."""
+        mask = 0
+        for f in self.fields:
+            mask |= ((1 << f.width) - 1) << f.lsb
+        return mask
+
 
 def _whole(doc):
     return (Field("value", 0, 32, doc),)
+
+
+def _low(width, signed, doc):
+    """A value held in the low ``width`` bits (a signed one in two's complement)."""
+    coding = ", two's complement" if signed else ""
+    return (Field("value", 0, width, f"{doc}{coding}"),)
 
 
 REGISTERS = (
@@ -89,6 +106,8 @@ REGISTERS = (
         Field("done", 0, 1, "interrupt when done"), Field("error", 1, 1, "on error"))),
     Register("ERROR_CODE", 0x02C, "RO", "Why the last layer failed (0: no error)",
              _whole("code")),
+    # Stored whole: a value past OPCODE_WIDTH must be refused as BAD_OPCODE, not aliased
+    # onto a valid operation by dropped high bits.
     Register("OPCODE", 0x040, "RW", "Layer operation (see sw_driver.regs.Opcode)",
              _whole("opcode")),
     Register("LOAD_PARAMS", 0x050, "RW", "Column-tile parameter entries the host-to-device "
@@ -98,7 +117,7 @@ REGISTERS = (
     Register("LOAD_ACT", 0x058, "RW", "Activation elements (int8, HWC) that follow, "
              "packed 4 per 32-bit word", _whole("elements")),
     Register("POOL_ENABLE", 0x060, "RW", "CONV: fuse a 2x2 / stride 2 max pool after "
-             "requantization", _whole("1 to pool")),
+             "requantization", (Field("enable", 0, 1, "1 to pool"),)),
     Register("POOL_WIDTH", 0x064, "RW", "CONV with pool, POOL: feature map width",
              _whole("pixels")),
     Register("POOL_HEIGHT", 0x068, "RW", "CONV with pool, POOL: feature map height",
@@ -121,12 +140,12 @@ REGISTERS = (
     # (each field is the low bits of its register; signed fields are two's complement).
     *(Register(f"CONV_{name.upper()}", 0x100 + 4 * index, "RW",
                f"Convolution descriptor: {meaning} ({'signed ' if signed else ''}{width} bits)",
-               _whole(name))
+               _low(width, signed, name))
       for index, (name, width, signed, meaning) in enumerate(DESCRIPTOR_FIELDS)),
     # The residual-add parameters, one register per field of ADD_PARAM_FIELDS.
     *(Register(f"ADD_{name.upper()}", 0x180 + 4 * index, "RW",
                f"Residual add: {meaning} ({'signed ' if signed else ''}{width} bits)",
-               _whole(name))
+               _low(width, signed, name))
       for index, (name, width, signed, meaning) in enumerate(ADD_PARAM_FIELDS)),
 )
 
@@ -267,6 +286,12 @@ def markdown():
              "",
              "Access: RO read-only; RW read-write; W1P writing 1 to a bit pulses it for one",
              "cycle; W1C bits are set by the hardware and cleared by writing 1.", "",
+             "An RW register stores only the bits of its fields (the `bits` column; a",
+             "register without field rows is stored whole): its other bits are not",
+             "implemented, so they read 0 whatever was written, and a value written there is",
+             "lost. A signed field is two's complement in its low bits: write the value",
+             "masked to 32 bits (or to the field); it reads back zero-extended.",
+             "Unmapped words, and the registers a build leaves out, read 0.", "",
              "| offset | name | access | bits | description |",
              "|---|---|---|---|---|"]
     for reg in REGISTERS:

@@ -29,7 +29,9 @@ class CsrBank(wiring.Component):
     """Registers of ``contract.regmap.REGISTERS`` behind one CSR bus.
 
     Ports per register, by access kind (``<name>`` is the register name in lower case):
-    RO: ``<name>`` in, the value to read. RW: ``<name>`` out, the stored value.
+    RO: ``<name>`` in, the value to read. RW: ``<name>`` out, the stored value, as wide as
+    the register's highest field (``Register.stored_mask``: the bits no field declares are
+    not stored and read 0).
     W1P: ``<name>`` out, the written bits for one cycle. W1C: ``<name>_set`` in (bits the
     hardware sets), ``<name>_live`` in (read-only bits ORed into reads), ``<name>`` out.
     """
@@ -41,7 +43,9 @@ class CsrBank(wiring.Component):
             name = port_name(reg)
             if reg.access == "RO":
                 ports[name] = In(32)
-            elif reg.access in ("RW", "W1P"):
+            elif reg.access == "RW":
+                ports[name] = Out(reg.stored_mask.bit_length())
+            elif reg.access == "W1P":
                 ports[name] = Out(32)
             else:
                 ports[name] = Out(32)
@@ -66,7 +70,9 @@ class CsrBank(wiring.Component):
                         continue
                     target = getattr(self, port_name(reg))
                     with m.Case(reg.offset):
-                        if reg.access in ("RW", "W1P"):
+                        if reg.access == "RW":
+                            m.d.sync += target.eq(bus.w_data & reg.stored_mask)
+                        elif reg.access == "W1P":
                             m.d.sync += target.eq(bus.w_data)
                         else:
                             hw_set = getattr(self, f"{port_name(reg)}_set")

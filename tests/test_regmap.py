@@ -109,6 +109,8 @@ def test_every_byte_address_reads_its_register_or_zero():
     want = {addr: 0 for addr in range(1 << ADDR_WIDTH)}
     for reg in regs:
         want[reg.offset] = 0 if reg.access == "W1P" else values[reg.name]
+        if reg.access == "RW":
+            want[reg.offset] &= reg.stored_mask
         if reg.access == "W1C":
             want[reg.offset] = values[reg.name] | live
     got = {}
@@ -136,6 +138,66 @@ def test_every_byte_address_reads_its_register_or_zero():
     sim.run()
     wrong = [(hex(a), got[a], want[a]) for a in want if got[a] != want[a]]
     assert not wrong, f"first (address, read, expected): {wrong[:3]}"
+
+
+def _field_mask(register):
+    return sum(((1 << f.width) - 1) << f.lsb for f in register.fields)
+
+
+def test_rw_registers_store_exactly_their_fields_bits():
+    """Every RW register of the map, written all-ones, reads back its fields' bits and
+    nothing else (the unstored bits read 0), and written zero reads 0."""
+    rw = [reg for reg in REGISTERS if reg.access == "RW"]
+    dut = CsrBank()
+    got = {}
+
+    async def bench(ctx):
+        for reg in rw:
+            await csr_write(ctx, dut.bus, reg.offset, 0xFFFFFFFF)
+        for reg in rw:
+            got[reg.name] = [await csr_read(ctx, dut.bus, reg.offset)]
+        for reg in rw:
+            await csr_write(ctx, dut.bus, reg.offset, 0)
+            got[reg.name].append(await csr_read(ctx, dut.bus, reg.offset))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    want = {reg.name: [_field_mask(reg), 0] for reg in rw}
+    wrong = {name: [hex(v) for v in got[name]] for name in want if got[name] != want[name]}
+    assert not wrong, f"(all-ones, zero) read back: {wrong}; expected the field masks"
+    # The descriptor registers are as wide as the contract's fields, no wider.
+    widths = {reg.name: _field_mask(reg).bit_length() for reg in rw}
+    assert widths["CONV_IN_CHANNELS"] == 16 and widths["CONV_X_ZERO_POINT"] == 8
+    assert widths["ADD_A_MULTIPLIER"] == MULTIPLIER_WIDTH and widths["OPCODE"] == 32
+    assert widths["POOL_ENABLE"] == 1 and widths["IRQ_ENABLE"] == 2
+
+
+def test_a_signed_field_reads_back_its_twos_complement_bits():
+    """The driver writes a signed field masked to 32 bits; the register keeps the field's
+    low bits, which the hardware reads as two's complement."""
+    registers = by_name()
+    dut = CsrBank()
+    got = {}
+    cases = {"CONV_X_ZERO_POINT": -128, "CONV_LO": -1, "CONV_GROUP_DX": -3,
+             "CONV_ORIGIN_ADDR": -70000, "ADD_A_ZERO_POINT": 5}
+
+    async def bench(ctx):
+        for name, value in cases.items():
+            await csr_write(ctx, dut.bus, registers[name].offset, value & 0xFFFFFFFF)
+            got[name] = (await csr_read(ctx, dut.bus, registers[name].offset),
+                         ctx.get(getattr(dut, name.lower())))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for name, value in cases.items():
+        width = _field_mask(registers[name]).bit_length()
+        low = value & ((1 << width) - 1)
+        signed = low - (1 << width) if low >> (width - 1) else low
+        assert got[name] == (low, low) and signed == value, (name, got[name], value)
 
 
 def test_every_register_has_a_port():
