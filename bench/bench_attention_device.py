@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import metric, require_counters, write_results
 from models.requant import requantize
 from models.sequence import matmul_int
 from sw_driver import InferenceSession
@@ -104,6 +104,7 @@ def measure_vit(provider):
 
 def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    require_counters(CONFIG, "bench_attention_device")
     provider = SimProvider(CONFIG, log=lambda message: None)
     try:
         records = measure_gemms(provider, CONFIG)

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import metric, require_counters, write_results
 from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
@@ -64,6 +64,7 @@ def run_layer(accelerator, rng, c_in, c_out, size, kernel, stride, depthwise):
 
 def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    require_counters(CONFIG, "bench_conv")
     started = time.perf_counter()
     accelerator = Accelerator(SimTransport.open(CONFIG, cycle_budget=50_000_000))
     rng = np.random.default_rng(2026)

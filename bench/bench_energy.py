@@ -34,7 +34,7 @@ def main():
         result = energy_of_model(paths[model], board, run=runs_open[board])
         runs[name] = {key: result[key] for key in (
             "model", "board", "device", "clock_mhz", "calibrated", "cycles", "macs",
-            "not_counted", "resources", "energy", "activity")}
+            "not_counted", "resources", "energy", "activity", "counters_added")}
         metrics += [
             metric(f"{name} energy per inference (ESTIMATE)",
                    round(result["nj_per_inference"], 1), "nJ", note=NOTE),

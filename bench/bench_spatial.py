@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import metric, require_counters, write_results
 from contract.config_file import PRESETS
 
 MODEL = Path(__file__).resolve().parent.parent / "models" / "zoo" / "digits_qdq.onnx"
@@ -109,6 +109,7 @@ def twin_cycles(config, path=MODEL, seed=SEED):
     from sw_driver import InferenceSession
     from sw_driver.providers.sim import SimProvider
 
+    require_counters(config, "bench_spatial")
     provider = SimProvider(config, log=lambda message: None)
     session = InferenceSession(str(path), providers=[provider])
     x = np.random.default_rng(seed).random((1, 1, 8, 8), dtype=np.float32)

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import metric, require_counters, write_results
 from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
@@ -110,6 +110,7 @@ def cocotb_layer():
 
 def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    require_counters(CONFIG, "bench_twin")
     layer = bench_layer(SEED)
     want = golden(layer)
     twins = {"plain": open_twin(None), "pgo": open_twin(TRAIN)}

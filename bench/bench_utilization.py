@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import metric, require_counters, write_results
 from sw_driver import InferenceSession
 from sw_driver import graph as g
 from sw_driver.planner import device_work, infer_shapes, macs
@@ -86,6 +86,7 @@ def _utilization(records):
 
 def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    require_counters(CONFIG, "bench_utilization")
     provider = SimProvider(CONFIG, log=lambda message: None)
     try:
         resnet, resnet_wall = measure("resnet8", provider, CONFIG)

@@ -15,6 +15,18 @@ RESULTS = Path(__file__).resolve().parent / "results"
 WRITTEN = []
 
 
+def require_counters(config, bench):
+    """Refuse to measure ``config`` when it has no performance counters: ``bench`` reads
+    them (PERF_*), and such a device's zeros are not a measurement."""
+    if not config.perf_counters:
+        raise ValueError(
+            f"{bench} reads the device's performance counters, but configuration "
+            f"{config.name} has perf_counters = false: its device is built without them "
+            f"(the PERF_* registers read 0); measure a configuration with "
+            f"perf_counters = true")
+    return config
+
+
 def metric(name, value, unit, *, peer=None, peer_value=None, target=None, note=None):
     """One measured figure; where a ratio is claimed, name the peer measured in the same run."""
     entry = {"name": name, "value": value, "unit": unit}

@@ -6,6 +6,7 @@ provider over the energy twin of the board's configuration; layers the device do
 run fall back to the CPU and are listed, since their energy is not in the estimate.
 """
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,12 @@ class EnergyRun:
         from sw_driver.transport.sim import SimTransport
 
         self.config = config
-        self.twin = EnergyTwin(config, log=log)
+        # The MACs (the report's ops) are read from PERF_MACS: a configuration built
+        # without the counters (the iCEBreaker's) is simulated with them, their switching
+        # counted in the host interface, and the report says so (``counters_added``).
+        self.counters_added = not config.perf_counters
+        simulated = replace(config, perf_counters=True) if self.counters_added else config
+        self.twin = EnergyTwin(simulated, log=log)
         self.transport = SimTransport(self.twin, cycle_budget=CYCLE_BUDGET)
         self.accelerator = Accelerator(self.transport)
         self._provider = None
@@ -184,5 +190,6 @@ def energy_of_model(path, board, *, batch=1, seed=0, coefficients=energy_model.C
     result = report(activity, board, coefficients=coefficients, clock_mhz=clock_mhz,
                     inferences=batch)
     result.update(model=str(path), batch=batch, seed=seed, config=config.as_dict(),
+                  counters_added=run.counters_added,
                   not_counted=elsewhere, resources=resources(board), activity=activity)
     return result

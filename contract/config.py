@@ -111,6 +111,12 @@ class ConvEngineConfig:
         4 multipliers instead of 12 on a 2-lane bank), the device refuses an ADD start
         with ``BAD_OPCODE`` and says so in its ``CONFIG`` register, and the driver runs Add
         layers elsewhere. False only where the multipliers are scarce (the iCEBreaker).
+    perf_counters : bool
+        Whether the device has its performance counters (the ``PERF_*`` registers: cycles,
+        busy, MACs, stalls, compute). Without them those words read 0 like unmapped ones,
+        the ``CONFIG`` register's ``no_perf`` bit is set, and the driver reports no cycle
+        counts rather than zeros. False only where logic cells are scarce (the iCEBreaker,
+        docs/boards.md).
     """
 
     array: ArrayConfig = field(default_factory=ArrayConfig)
@@ -120,6 +126,7 @@ class ConvEngineConfig:
     stream_width: int = WORD_BITS
     clock_mhz: float | None = None
     residual_add: bool = True
+    perf_counters: bool = True
 
     def __post_init__(self):
         if not isinstance(self.array, ArrayConfig):
@@ -137,6 +144,8 @@ class ConvEngineConfig:
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
         check_bool("residual_add", self.residual_add,
                    meaning="whether the engine has the residual add")
+        check_bool("perf_counters", self.perf_counters,
+                   meaning="whether the device has its performance counters")
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "
@@ -164,14 +173,16 @@ class ConvEngineConfig:
     def name(self):
         """Folder-friendly name: one netlist per configuration."""
         return (f"{self.top_name}-{self.array.name}-x{self.act_depth}-w{self.weight_depth}"
-                f"-t{self.max_col_tiles}{'' if self.residual_add else '-noadd'}")
+                f"-t{self.max_col_tiles}{'' if self.residual_add else '-noadd'}"
+                f"{'' if self.perf_counters else '-noperf'}")
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
         return {"TESSERA_ACT_DEPTH": str(self.act_depth),
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
                 "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
-                "TESSERA_RESIDUAL_ADD": str(int(self.residual_add))}
+                "TESSERA_RESIDUAL_ADD": str(int(self.residual_add)),
+                "TESSERA_PERF_COUNTERS": str(int(self.perf_counters))}
 
     @classmethod
     def from_env(cls, environ):
@@ -181,7 +192,8 @@ class ConvEngineConfig:
         return cls(array=array, act_depth=int(environ["TESSERA_ACT_DEPTH"]),
                    weight_depth=int(environ["TESSERA_WEIGHT_DEPTH"]),
                    max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]),
-                   residual_add=environ.get("TESSERA_RESIDUAL_ADD", "1") == "1")
+                   residual_add=environ.get("TESSERA_RESIDUAL_ADD", "1") == "1",
+                   perf_counters=environ.get("TESSERA_PERF_COUNTERS", "1") == "1")
 
     def as_dict(self):
         return asdict(self)

@@ -14,8 +14,9 @@ from pathlib import Path
 from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
-# Minor 2: RW registers store only their fields' bits (the rest read 0).
-MAP_VERSION = (0 << 16) | 2
+# Minor 2: RW registers store only their fields' bits (the rest read 0). Minor 3:
+# CONFIG.no_perf.
+MAP_VERSION = (0 << 16) | 3
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
@@ -86,7 +87,9 @@ REGISTERS = (
         # Set for a feature a build leaves out, so a build from before the bit reads 0
         # (everything present), as it should.
         Field("no_add", 24, 1, "1: built without the residual add; an ADD start is "
-              "refused with BAD_OPCODE"))),
+              "refused with BAD_OPCODE"),
+        Field("no_perf", 25, 1, "1: built without the performance counters; the PERF_* "
+              "registers read 0"))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
              _whole("elements")),
     Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
@@ -180,11 +183,20 @@ def by_name():
     return {reg.name: reg for reg in REGISTERS}
 
 
-def implemented_registers(*, residual_add=True):
+#: Register name prefix -> the :class:`contract.config.ConvEngineConfig` field without
+#: which a build leaves those registers out.
+OPTIONAL_REGISTERS = {"ADD_": "residual_add", "PERF_": "perf_counters"}
+
+
+def implemented_registers(*, residual_add=True, perf_counters=True):
     """The registers a build implements: all of :data:`REGISTERS`, less the residual add's
-    parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``), where those
-    words read zero like unmapped ones and writes to them are dropped."""
-    return tuple(reg for reg in REGISTERS if residual_add or not reg.name.startswith("ADD_"))
+    parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``) and the
+    performance counters (``PERF_*``) on one without them (``CONFIG.no_perf``), where
+    those words read zero like unmapped ones and writes to them are dropped."""
+    present = {"residual_add": residual_add, "perf_counters": perf_counters}
+    return tuple(reg for reg in REGISTERS
+                 if all(present[feature] or not reg.name.startswith(prefix)
+                        for prefix, feature in OPTIONAL_REGISTERS.items()))
 
 
 def _fields(register_name):
@@ -195,9 +207,10 @@ def _fields(register_name):
 ARRAY_FIELDS = ("rows", "cols", "acc_width")
 
 
-def pack_config(*, rows, cols, acc_width, residual_add=True):
+def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True):
     """The CONFIG register's word for an array of ``rows`` x ``cols`` with ``acc_width``-bit
-    accumulators, and the ``no_add`` bit unless ``residual_add``; each must fit its field."""
+    accumulators, the ``no_add`` bit unless ``residual_add`` and the ``no_perf`` bit unless
+    ``perf_counters``; each must fit its field."""
     word = 0
     for name, value in (("rows", rows), ("cols", cols), ("acc_width", acc_width)):
         f = _fields("CONFIG")[name]
@@ -207,6 +220,8 @@ def pack_config(*, rows, cols, acc_width, residual_add=True):
         word |= value << f.lsb
     if not residual_add:
         word |= 1 << _fields("CONFIG")["no_add"].lsb
+    if not perf_counters:
+        word |= 1 << _fields("CONFIG")["no_perf"].lsb
     return word
 
 
@@ -218,8 +233,11 @@ def unpack_config(word):
 
 def unpack_features(word):
     """The engine's optional features a CONFIG register word advertises, as
-    :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool}``."""
-    return {"residual_add": not (word >> _fields("CONFIG")["no_add"].lsb) & 1}
+    :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool,
+    "perf_counters": bool}``."""
+    fields = _fields("CONFIG")
+    return {"residual_add": not (word >> fields["no_add"].lsb) & 1,
+            "perf_counters": not (word >> fields["no_perf"].lsb) & 1}
 
 
 def field_constants(register):

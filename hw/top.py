@@ -55,7 +55,7 @@ class AcceleratorTop(wiring.Component):
                       ├ pixels (POOL) ─► MaxPool2x2 ◄──────────┘ (pooling)  │
                       └ pairs (ADD) ──► ConvEngine.add_operands (its bank)  │
            engine / pool / add results ─► ResultWriter ─► c2h              │
-           PerfCounters ◄─ busy, phase, the engine's issue and stall ◄──────┘
+           PerfCounters ◄─ busy, phase, the engine's issue and stall ◄──────┘ (optional)
     ```
 
     Parameters
@@ -81,8 +81,10 @@ class AcceleratorTop(wiring.Component):
         m = Module()
         cfg = self.config
         rows, cols = cfg.rows, cfg.cols
-        # A build without the residual add has no ADD_* registers (they read zero).
-        m.submodules.csr = csr = CsrBank(implemented_registers(residual_add=cfg.residual_add))
+        # A build without the residual add has no ADD_* registers, one without the
+        # performance counters no PERF_* registers (they read zero).
+        m.submodules.csr = csr = CsrBank(implemented_registers(
+            residual_add=cfg.residual_add, perf_counters=cfg.perf_counters))
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
         m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add)
@@ -91,14 +93,14 @@ class AcceleratorTop(wiring.Component):
         m.submodules.pool = pool = ResetInserter(soft_reset)(
             MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH))
         m.submodules.writer = writer = ResultWriter(cols)
-        m.submodules.perf = perf = PerfCounters(rows * cols)
 
         # --- registers: identity, configuration, layer parameters, status --------------
         m.d.comb += [
             csr.id.eq(ID_VALUE),
             csr.version.eq(MAP_VERSION),
             csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width,
-                                      residual_add=cfg.residual_add)),
+                                      residual_add=cfg.residual_add,
+                                      perf_counters=cfg.perf_counters)),
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),
@@ -190,12 +192,15 @@ class AcceleratorTop(wiring.Component):
             writer.clear.eq(soft_reset),
         ]
 
-        # --- performance counters -------------------------------------------------------
-        m.d.comb += [
-            perf.busy.eq(seq.busy), perf.computing.eq(seq.phase == Phase.DRAIN),
-            perf.stalled.eq(engine.stalled), perf.issued.eq(engine.issued),
-            csr.perf_cycles.eq(perf.cycles), csr.perf_busy.eq(perf.busy_cycles),
-            csr.perf_macs_lo.eq(perf.macs[:32]), csr.perf_macs_hi.eq(perf.macs[32:]),
-            csr.perf_stalls.eq(perf.stall_cycles), csr.perf_compute.eq(perf.compute_cycles),
-        ]
+        # --- performance counters (left out, with their registers, on a build without) --
+        if cfg.perf_counters:
+            m.submodules.perf = perf = PerfCounters(rows * cols)
+            m.d.comb += [
+                perf.busy.eq(seq.busy), perf.computing.eq(seq.phase == Phase.DRAIN),
+                perf.stalled.eq(engine.stalled), perf.issued.eq(engine.issued),
+                csr.perf_cycles.eq(perf.cycles), csr.perf_busy.eq(perf.busy_cycles),
+                csr.perf_macs_lo.eq(perf.macs[:32]), csr.perf_macs_hi.eq(perf.macs[32:]),
+                csr.perf_stalls.eq(perf.stall_cycles),
+                csr.perf_compute.eq(perf.compute_cycles),
+            ]
         return m

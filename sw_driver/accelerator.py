@@ -33,6 +33,10 @@ from sw_driver.transport.base import Deadline, TransportError
 #: error and the device provider's refusal alike.
 NO_ADD = ("this device was built without the residual add (its CONFIG register's no_add "
           "bit is set)")
+#: Why a device has no cycle or MAC counts to give: written once, read by the driver's
+#: errors and the benches'.
+NO_PERF = ("this device was built without performance counters (its CONFIG register's "
+           "no_perf bit is set; its PERF_* registers read 0, which is not a measurement)")
 
 
 class AcceleratorError(DeviceError):
@@ -270,7 +274,9 @@ class Accelerator:
         #: Widest feature map the device's 2x2 max pool takes.
         self.pool_max_width = read(Reg.POOL_MAX_WIDTH)
         transport.csr_write(Reg.IRQ_ENABLE, 0b11)
-        self.last_counters = Counters()
+        #: Whether the device has its performance counters (``CONFIG.no_perf`` clear).
+        self.has_counters = self.config.perf_counters
+        self._last_counters = Counters() if self.has_counters else None
 
     # --- layers -----------------------------------------------------------------------
 
@@ -284,14 +290,15 @@ class Accelerator:
                               y_zero_point=y_zero_point, lo=lo, hi=hi, stride=stride,
                               padding=padding, groups=groups, config=self.config, name=name,
                               row_multiple=2 if pool else 1)
-        total = Counters()
+        total = Counters() if self.has_counters else None
         outputs = []
         for engine_pass in passes:
             beats, counters = self.run_program(
                 pass_program(engine_pass, self.config, pool=pool),
                 expected_cycles=pass_cycles(engine_pass, self.config))
             outputs.append(beats)
-            total = total + counters
+            if total is not None:
+                total = total + counters
         self.last_counters = total
         if pool:
             passes = [pooled_pass(p) for p in passes]
@@ -360,7 +367,7 @@ class Accelerator:
 
     def run_program(self, program, *, expected_cycles=None):
         """Run one :class:`PassProgram`; returns ``(beats, counters)`` with beats of shape
-        (output_beats, C) int8.
+        (output_beats, C) int8 and counters None on a device without performance counters.
 
         With ``expected_cycles`` (the cycle model's figure) the wait for the results has
         the deadline :attr:`deadlines` derives from it; without, the transport's defaults.
@@ -368,7 +375,7 @@ class Accelerator:
         t = self.transport
         deadline = None if expected_cycles is None else self.deadlines.deadline(
             expected_cycles, t.min_cycles_per_second)
-        before = self.counters()
+        before = self.counters() if self.has_counters else None
         for offset, value in program.csr_writes:
             t.csr_write(offset, value)
         t.dma_write(program.h2c)
@@ -383,11 +390,31 @@ class Accelerator:
                 f"layer pass {program.name!r} timed out: {error}; status was "
                 f"{self._describe_status(status)}; the device has been reset") from error
         self._check_finished(program.name)
-        return program.decode(raw), self.counters() - before
+        return program.decode(raw), (self.counters() - before if self.has_counters else None)
 
     # --- status -----------------------------------------------------------------------
 
+    @property
+    def last_counters(self):
+        """:class:`Counters` of the last layer; refused on a device without counters."""
+        if not self.has_counters:
+            raise AcceleratorError(f"no performance counters to read: {NO_PERF}")
+        return self._last_counters
+
+    @last_counters.setter
+    def last_counters(self, counters):
+        self._last_counters = counters
+
+    @property
+    def last_cycles(self):
+        """Device cycles of the last layer, or None on a device without counters (for
+        profiles, which then leave the figure out rather than show 0)."""
+        return self._last_counters.cycles if self.has_counters else None
+
     def counters(self):
+        """The counters' values now; refused on a device without them (:data:`NO_PERF`)."""
+        if not self.has_counters:
+            raise AcceleratorError(f"no performance counters to read: {NO_PERF}")
         read = self.transport.csr_read
         return Counters(cycles=read(Reg.PERF_CYCLES), busy=read(Reg.PERF_BUSY),
                         macs=read(Reg.PERF_MACS_LO) | read(Reg.PERF_MACS_HI) << 32,

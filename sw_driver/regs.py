@@ -6,7 +6,7 @@ Generated from contract/regmap.py by `python -m contract.regmap`; do not edit.
 import enum
 
 ID_VALUE = 0x54455353
-MAP_VERSION = 0x2
+MAP_VERSION = 0x3
 
 
 class Reg(enum.IntEnum):
@@ -156,6 +156,8 @@ CONFIG_ACC_WIDTH_SHIFT = 16
 CONFIG_ACC_WIDTH_MASK = 0xff0000
 CONFIG_NO_ADD_SHIFT = 24
 CONFIG_NO_ADD_MASK = 0x1000000
+CONFIG_NO_PERF_SHIFT = 25
+CONFIG_NO_PERF_MASK = 0x2000000
 CTRL_START_SHIFT = 0
 CTRL_START_MASK = 0x1
 CTRL_SOFT_RESET_SHIFT = 1

@@ -154,7 +154,7 @@ def engine_refusal(layer, config):
 
 @dataclass(frozen=True)
 class _Run:
-    cycles: int
+    cycles: int | None  # None: the device has no performance counters
     bytes: int
     fused: bool = False  # a MaxPool computed in its Conv's pass
 
@@ -257,7 +257,9 @@ class DeviceProvider(Provider):
             y, cycles = fused
         elif isinstance(layer, g.MaxPool) and isinstance(inputs[0], PooledConvOutput) \
                 and inputs[0].pool is layer:
-            self._runs[layer] = _Run(0, 0, fused=True)  # computed in the Conv's pass
+            # Computed in the Conv's pass: no cycles of its own (none at all without counters).
+            self._runs[layer] = _Run(0 if self.accelerator.has_counters else None, 0,
+                                     fused=True)
             return inputs[0].pooled
         elif isinstance(layer, g.Conv):
             y, cycles = self._conv(layer, inputs[0])
@@ -267,7 +269,7 @@ class DeviceProvider(Provider):
             y, cycles = self._matmul(layer, inputs[0], inputs[1])
         elif isinstance(layer, g.MaxPool):
             y = self.accelerator.max_pool2d(inputs[0], name=layer.name)
-            cycles = self.accelerator.last_counters.cycles
+            cycles = self.accelerator.last_cycles
         elif isinstance(layer, g.Add):
             y, cycles = self._add(layer, inputs)
         else:
@@ -327,7 +329,8 @@ class DeviceProvider(Provider):
         self.accelerator.reset()
 
     def cycles(self, layer):
-        """Device cycles (PERF_CYCLES) of ``layer``'s last run, or None."""
+        """Device cycles (PERF_CYCLES) of ``layer``'s last run, or None (also on a device
+        built without performance counters: ``Accelerator.has_counters``)."""
         run = self._runs.get(layer)
         return run.cycles if run else None
 
@@ -345,14 +348,14 @@ class DeviceProvider(Provider):
             x_zero_point=layer.x_zero_point, y_zero_point=layer.y_zero_point, lo=layer.lo,
             hi=layer.hi, stride=layer.stride, padding=layer.padding, groups=layer.groups,
             pool=pool, name=layer.name)
-        return y, self.accelerator.last_counters.cycles
+        return y, self.accelerator.last_cycles
 
     def _add(self, layer, inputs):
         b = inputs[1] if layer.constant is None else layer.constant
         y = self.accelerator.add(inputs[0], layer.a_scale, layer.a_zero_point, b,
                                  layer.b_scale, layer.b_zero_point, layer.y_scale,
                                  layer.y_zero_point, layer.lo, layer.hi, name=layer.name)
-        return y, self.accelerator.last_counters.cycles
+        return y, self.accelerator.last_cycles
 
     def _dense(self, layer, x):
         lead = x.shape[:-1]
@@ -364,14 +367,15 @@ class DeviceProvider(Provider):
         """``x`` (P, K) through Dense passes of ``weight`` (O, K) with ``layer``'s
         requantization; ``((P, O) int8, cycles)``."""
         chunk = planner.dense_chunk(x.shape[1], self.config)
-        outputs, cycles = [], 0
+        outputs, cycles = [], (0 if self.accelerator.has_counters else None)
         # One pass per chunk: the chunk is the pass's image width and must fit the buffer.
         for start in range(0, len(x), chunk):
             outputs.append(self.accelerator.dense(
                 x[start:start + chunk], weight, bias, layer.multiplier, layer.shift,
                 x_zero_point=x_zero_point, y_zero_point=layer.y_zero_point, lo=layer.lo,
                 hi=layer.hi, name=layer.name))
-            cycles += self.accelerator.last_counters.cycles
+            if cycles is not None:
+                cycles += self.accelerator.last_cycles
         return np.concatenate(outputs), cycles
 
     def _matmul(self, layer, a, b):
@@ -386,5 +390,5 @@ class DeviceProvider(Provider):
         for job in lowering.jobs:
             y, job_cycles = self._dense_rows(layer, job.x, job.w, None, job.x_zero_point)
             outputs.append(y)
-            cycles += job_cycles
+            cycles = None if job_cycles is None else cycles + job_cycles
         return lowering.assemble(outputs), cycles
