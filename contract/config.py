@@ -117,6 +117,12 @@ class ConvEngineConfig:
         the ``CONFIG`` register's ``no_perf`` bit is set, and the driver reports no cycle
         counts rather than zeros. False only where logic cells are scarce (the iCEBreaker,
         docs/boards.md).
+    csr_readback : bool
+        Whether the RW registers (the layer's descriptor, counts and options) read back
+        what was written. Without it they read 0 (the hardware still holds and uses them;
+        the driver never reads them back), which leaves their bits out of the CSR bank's
+        read multiplexer, and the ``CONFIG`` register's ``no_readback`` bit is set. False
+        only where logic cells are scarce (the iCEBreaker).
     """
 
     array: ArrayConfig = field(default_factory=ArrayConfig)
@@ -127,6 +133,7 @@ class ConvEngineConfig:
     clock_mhz: float | None = None
     residual_add: bool = True
     perf_counters: bool = True
+    csr_readback: bool = True
 
     def __post_init__(self):
         if not isinstance(self.array, ArrayConfig):
@@ -146,6 +153,8 @@ class ConvEngineConfig:
                    meaning="whether the engine has the residual add")
         check_bool("perf_counters", self.perf_counters,
                    meaning="whether the device has its performance counters")
+        check_bool("csr_readback", self.csr_readback,
+                   meaning="whether the RW registers read back")
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "
@@ -174,7 +183,8 @@ class ConvEngineConfig:
         """Folder-friendly name: one netlist per configuration."""
         return (f"{self.top_name}-{self.array.name}-x{self.act_depth}-w{self.weight_depth}"
                 f"-t{self.max_col_tiles}{'' if self.residual_add else '-noadd'}"
-                f"{'' if self.perf_counters else '-noperf'}")
+                f"{'' if self.perf_counters else '-noperf'}"
+                f"{'' if self.csr_readback else '-wo'}")
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
@@ -182,7 +192,8 @@ class ConvEngineConfig:
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
                 "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
                 "TESSERA_RESIDUAL_ADD": str(int(self.residual_add)),
-                "TESSERA_PERF_COUNTERS": str(int(self.perf_counters))}
+                "TESSERA_PERF_COUNTERS": str(int(self.perf_counters)),
+                "TESSERA_CSR_READBACK": str(int(self.csr_readback))}
 
     @classmethod
     def from_env(cls, environ):
@@ -193,7 +204,8 @@ class ConvEngineConfig:
                    weight_depth=int(environ["TESSERA_WEIGHT_DEPTH"]),
                    max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]),
                    residual_add=environ.get("TESSERA_RESIDUAL_ADD", "1") == "1",
-                   perf_counters=environ.get("TESSERA_PERF_COUNTERS", "1") == "1")
+                   perf_counters=environ.get("TESSERA_PERF_COUNTERS", "1") == "1",
+                   csr_readback=environ.get("TESSERA_CSR_READBACK", "1") == "1")
 
     def as_dict(self):
         return asdict(self)

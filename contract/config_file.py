@@ -57,11 +57,11 @@ PRESETS = {
     "ulx3s-25f": ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
                                   weight_depth=1024, max_col_tiles=16),
     # No residual add: its datapath's 8 SB_MAC16 are what the UP5K (8 in all) lacks
-    # beside the array's 4 and the requantizer's 4; no performance counters: their logic
-    # cells are what the UP5K lacks (docs/boards.md).
+    # beside the array's 4 and the requantizer's 4; no performance counters and no
+    # readback of the RW registers: logic cells are what the UP5K lacks (docs/boards.md).
     "icebreaker": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=1024,
                                    weight_depth=1024, max_col_tiles=16, residual_add=False,
-                                   perf_counters=False),
+                                   perf_counters=False, csr_readback=False),
 }
 DEFAULT_PRESET = "default"
 
@@ -80,6 +80,7 @@ FIELDS = {
     "clock_mhz": ("number", (MIN_CLOCK_MHZ, MAX_CLOCK_MHZ)),
     "residual_add": ("bool", (True, False)),
     "perf_counters": ("bool", (True, False)),
+    "csr_readback": ("bool", (True, False)),
 }
 _TABLES = {"array"}
 

@@ -15,8 +15,8 @@ from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
 # Minor 2: RW registers store only their fields' bits (the rest read 0). Minor 3:
-# CONFIG.no_perf.
-MAP_VERSION = (0 << 16) | 3
+# CONFIG.no_perf. Minor 4: CONFIG.no_readback.
+MAP_VERSION = (0 << 16) | 4
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
@@ -89,7 +89,9 @@ REGISTERS = (
         Field("no_add", 24, 1, "1: built without the residual add; an ADD start is "
               "refused with BAD_OPCODE"),
         Field("no_perf", 25, 1, "1: built without the performance counters; the PERF_* "
-              "registers read 0"))),
+              "registers read 0"),
+        Field("no_readback", 26, 1, "1: the RW registers read 0 (written values still "
+              "hold and are used)"))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
              _whole("elements")),
     Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
@@ -207,10 +209,12 @@ def _fields(register_name):
 ARRAY_FIELDS = ("rows", "cols", "acc_width")
 
 
-def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True):
+def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True,
+                csr_readback=True):
     """The CONFIG register's word for an array of ``rows`` x ``cols`` with ``acc_width``-bit
-    accumulators, the ``no_add`` bit unless ``residual_add`` and the ``no_perf`` bit unless
-    ``perf_counters``; each must fit its field."""
+    accumulators, the ``no_add`` bit unless ``residual_add``, the ``no_perf`` bit unless
+    ``perf_counters`` and the ``no_readback`` bit unless ``csr_readback``; each must fit
+    its field."""
     word = 0
     for name, value in (("rows", rows), ("cols", cols), ("acc_width", acc_width)):
         f = _fields("CONFIG")[name]
@@ -220,8 +224,9 @@ def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True)
         word |= value << f.lsb
     if not residual_add:
         word |= 1 << _fields("CONFIG")["no_add"].lsb
-    if not perf_counters:
-        word |= 1 << _fields("CONFIG")["no_perf"].lsb
+    for feature, present in (("no_perf", perf_counters), ("no_readback", csr_readback)):
+        if not present:
+            word |= 1 << _fields("CONFIG")[feature].lsb
     return word
 
 
@@ -234,10 +239,11 @@ def unpack_config(word):
 def unpack_features(word):
     """The engine's optional features a CONFIG register word advertises, as
     :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool,
-    "perf_counters": bool}``."""
+    "perf_counters": bool, "csr_readback": bool}``."""
     fields = _fields("CONFIG")
     return {"residual_add": not (word >> fields["no_add"].lsb) & 1,
-            "perf_counters": not (word >> fields["no_perf"].lsb) & 1}
+            "perf_counters": not (word >> fields["no_perf"].lsb) & 1,
+            "csr_readback": not (word >> fields["no_readback"].lsb) & 1}
 
 
 def field_constants(register):
@@ -309,7 +315,9 @@ def markdown():
              "implemented, so they read 0 whatever was written, and a value written there is",
              "lost. A signed field is two's complement in its low bits: write the value",
              "masked to 32 bits (or to the field); it reads back zero-extended.",
-             "Unmapped words, and the registers a build leaves out, read 0.", "",
+             "A build with `CONFIG.no_readback` set reads 0 from every RW register (what",
+             "was written still holds and is used). Unmapped words, and the registers a",
+             "build leaves out, read 0.", "",
              "| offset | name | access | bits | description |",
              "|---|---|---|---|---|"]
     for reg in REGISTERS:

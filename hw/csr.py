@@ -4,6 +4,7 @@ from amaranth import C, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from contract.config import check_bool
 from contract.regmap import REGISTERS
 
 ADDR_WIDTH = 10  # byte addresses 0x000-0x3ff
@@ -34,10 +35,19 @@ class CsrBank(wiring.Component):
     not stored and read 0).
     W1P: ``<name>`` out, the written bits for one cycle. W1C: ``<name>_set`` in (bits the
     hardware sets), ``<name>_live`` in (read-only bits ORed into reads), ``<name>`` out.
+
+    Parameters
+    ----------
+    registers : iterable of contract.regmap.Register
+        The registers the build implements (``contract.regmap.implemented_registers``).
+    readback : bool
+        Whether RW registers read back their stored value; without it they read 0 and
+        their bits stay out of the read multiplexer (``ConvEngineConfig.csr_readback``).
     """
 
-    def __init__(self, registers=REGISTERS):
+    def __init__(self, registers=REGISTERS, *, readback=True):
         self.registers = tuple(registers)
+        self.readback = check_bool("readback", readback)
         ports = {"bus": In(csr_bus_signature())}
         for reg in self.registers:
             name = port_name(reg)
@@ -85,8 +95,8 @@ class CsrBank(wiring.Component):
         # that is not word-aligned reads zero as before.
         values = {}
         for reg in self.registers:
-            if reg.access == "W1P":
-                continue  # strobes read as zero
+            if reg.access == "W1P" or (reg.access == "RW" and not self.readback):
+                continue  # strobes, and RW registers without readback, read as zero
             name = port_name(reg)
             value = getattr(self, name)
             if reg.access == "W1C":

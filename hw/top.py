@@ -84,7 +84,8 @@ class AcceleratorTop(wiring.Component):
         # A build without the residual add has no ADD_* registers, one without the
         # performance counters no PERF_* registers (they read zero).
         m.submodules.csr = csr = CsrBank(implemented_registers(
-            residual_add=cfg.residual_add, perf_counters=cfg.perf_counters))
+            residual_add=cfg.residual_add, perf_counters=cfg.perf_counters),
+            readback=cfg.csr_readback)
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
         m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add)
@@ -100,7 +101,8 @@ class AcceleratorTop(wiring.Component):
             csr.version.eq(MAP_VERSION),
             csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width,
                                       residual_add=cfg.residual_add,
-                                      perf_counters=cfg.perf_counters)),
+                                      perf_counters=cfg.perf_counters,
+                                      csr_readback=cfg.csr_readback)),
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),

@@ -68,7 +68,7 @@ def test_config_word_carries_no_perf_in_bit_25(residual_add, perf_counters):
     assert word >> 25 & 1 == (not perf_counters) and word >> 24 & 1 == (not residual_add)
     assert regs.CONFIG_NO_PERF_MASK == 1 << 25 and regs.CONFIG_NO_PERF_SHIFT == 25
     assert unpack_features(word) == {"residual_add": residual_add,
-                                     "perf_counters": perf_counters}
+                                     "perf_counters": perf_counters, "csr_readback": True}
     assert unpack_config(word) == {"rows": 2, "cols": 3, "acc_width": 32}
 
 
