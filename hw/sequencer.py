@@ -32,6 +32,7 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import data, enum, wiring
 from amaranth.lib.wiring import In, Out
 
+from contract.config import check_bool
 from contract.regmap import ERROR_CODES, OPCODES
 from contract.streams import ACTIVATIONS_PER_WORD, POOL_MAX_WIDTH
 
@@ -86,9 +87,7 @@ class CommandSequencer(wiring.Component):
     """
 
     def __init__(self, *, residual_add=True):
-        if not isinstance(residual_add, bool):
-            raise ValueError(f"residual_add must be True or False, not {residual_add!r}")
-        self.residual_add = residual_add
+        self.residual_add = check_bool("residual_add", residual_add)
         super().__init__({
             "command": In(command_layout()),
             "start": In(1),

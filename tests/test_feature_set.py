@@ -175,7 +175,7 @@ def test_the_sequencer_without_the_add_refuses_add_as_an_unknown_opcode():
                     False: (1, ERROR_CODES["BAD_OPCODE"][0], Phase.IDLE)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnusedElaboratable)  # refused, never elaborated
-        with pytest.raises(ValueError, match="residual_add must be True or False, not 0"):
+        with pytest.raises(ValueError, match="residual_add must be true or false, not 0"):
             CommandSequencer(residual_add=0)
         gc.collect()
 
