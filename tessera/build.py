@@ -6,6 +6,8 @@ The search (``docs/build.md``):
 1. **Candidates.** Array sizes R x C from :data:`SIDES`, activation and weight buffer
    depths from :data:`ACT_DEPTHS` and :data:`WEIGHT_DEPTHS` (``max_col_tiles`` and the
    stream width stay at their defaults: the only stream width the contract has is 32 bits).
+   The optional blocks (:data:`FEATURES`) are the board preset's, less the residual add
+   for a model with no Add layer (:func:`features_for`).
 2. **Fit.** The resource model (``bench.resource_model``, fitted on real builds) predicts
    LUT/FF/DSP/EBR and fmax; a candidate fits when every prediction is within the board's
    limits (logic below 85 %, see ``UTILIZATION_CAP``).
@@ -54,6 +56,8 @@ CLOCK_MARGIN = 0.10
 PROBE = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=max(ACT_DEPTHS),
                          weight_depth=max(WEIGHT_DEPTHS))
 BAUD = 3_000_000
+#: The optional blocks of an engine (docs/config.md) a build takes from its board's preset.
+FEATURES = ("residual_add", "perf_counters", "csr_readback")
 
 
 class BuildSearchError(ValueError):
@@ -115,17 +119,35 @@ def _cpu_seconds(layer, shape):
     return 0.0 if cost is None or cost.seconds is None else cost.seconds
 
 
+def features_for(board, graph):
+    """The optional blocks (:data:`FEATURES`) of a build of ``graph`` for ``board``: the
+    board preset's (the iCEBreaker's leaves out what the UP5K cannot hold), and no residual
+    add when no layer is an Add (its datapath would be area spent on nothing)."""
+    from hw.bitstream import default_config
+    from sw_driver import graph as g
+
+    preset = default_config(board)
+    features = {name: getattr(preset, name) for name in FEATURES}
+    if not any(isinstance(layer, g.Add) for layer in graph.layers):
+        features["residual_add"] = False
+    return features
+
+
 class ModelProfile:
     """A model's layers, split into those that must run on the engine and those that
-    fall back to the CPU whatever the engine (with the reason)."""
+    fall back to the CPU whatever the engine (with the reason), for a build for ``board``
+    with its optional blocks (:func:`features_for`; a layer a missing block would run falls
+    back). Without a board, every block is in."""
 
-    def __init__(self, path):
+    def __init__(self, path, board=None):
         self.path = Path(path)
         self.graph, self.shapes = load_graph(path)
+        self.features = features_for(board, self.graph) if board else {}
+        probe = dataclasses.replace(PROBE, **self.features)
         self.required, self.fallbacks = [], []
         for layer in self.graph.layers:
             shape = self.shape_of(layer)
-            problem, _ = _device_refusal(layer, shape, PROBE)
+            problem, _ = _device_refusal(layer, shape, probe)
             if problem is None:
                 self.required.append(layer)
             else:
@@ -182,9 +204,11 @@ def _pll_clock(board, family, fmax_mhz, margin):
     return None
 
 
-def candidates(board_info, model):
-    """``[(config, prediction)]`` of every configuration predicted to fit the board, for
-    each array size only the Pareto-largest buffers (see the module docstring)."""
+def candidates(board_info, model, features=None):
+    """``[(config, prediction)]`` of every configuration (with the optional blocks
+    ``features``) predicted to fit the board, for each array size only the Pareto-largest
+    buffers (see the module docstring)."""
+    features = features or {}
     family = board_info["family"]
     fitting = []
     for rows in SIDES:
@@ -195,7 +219,8 @@ def candidates(board_info, model):
             best_weight = {}
             for act in ACT_DEPTHS:
                 for weight in WEIGHT_DEPTHS:
-                    config = ConvEngineConfig(array=array, act_depth=act, weight_depth=weight)
+                    config = ConvEngineConfig(array=array, act_depth=act, weight_depth=weight,
+                                              **features)
                     prediction = model.predict(config, family)
                     if not fits(prediction, board_info):
                         best_weight[act] = (config, prediction)
@@ -225,8 +250,8 @@ def search(model_path, board, *, resource_model=None, say=None):
     started = time.monotonic()
     board_info = board_limits(board)
     resource_model = ResourceModel() if resource_model is None else resource_model
-    profile = ModelProfile(model_path)
-    fitting = candidates(board_info, resource_model)
+    profile = ModelProfile(model_path, board)
+    fitting = candidates(board_info, resource_model, profile.features)
     scored, blocked = [], {}
     for config, prediction in fitting:
         if prediction["fmax_mhz"] is None:

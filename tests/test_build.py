@@ -169,6 +169,27 @@ def test_search_scores_the_model_with_the_cycle_model():
     assert "not GlobalAveragePool" in fallbacks["gap"]
 
 
+def test_search_takes_the_boards_optional_blocks_and_drops_an_unused_add(tmp_path):
+    """The digits CNN has no Add: no build carries the residual add. The iCEBreaker's
+    build leaves out what its preset leaves out; a model with an Add keeps the add on the
+    ULX3S, and on the iCEBreaker its Add falls back to the cpu with the reason."""
+    import qdq_models
+
+    model = rm.ResourceModel(FAKE)
+    ulx3s = tb.search(DIGITS_QDQ, "ulx3s-85f", resource_model=model)["config"]
+    ice = tb.search(DIGITS_QDQ, "icebreaker", resource_model=model)["config"]
+    assert (ulx3s.residual_add, ulx3s.perf_counters, ulx3s.csr_readback) == \
+        (False, True, True)
+    assert (ice.residual_add, ice.perf_counters, ice.csr_readback) == (False, False, False)
+
+    _, residual, _ = qdq_models.build("residual", 7, tmp_path)
+    assert tb.search(residual, "ulx3s-85f", resource_model=model)["config"].residual_add
+    plan = tb.search(residual, "icebreaker", resource_model=model)
+    assert not plan["config"].residual_add
+    reasons = {f.name: f.reason for f in plan["fallbacks"]}
+    assert "without the residual add" in reasons["residual_add"], reasons
+
+
 def test_pll_clock_is_made_by_the_pll_and_divides_the_uart():
     from hw.boards.accelerator import uart_divisor
     from hw.boards.pll import ecp5_pll_settings
