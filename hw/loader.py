@@ -11,9 +11,14 @@ h2c words ──► gather ─ *_WEIGHTS ──► weights (C int8, weight_words
 
 Words are gathered into an entry of as many words as the phase's beat needs; the entry goes
 out when full and the next word is taken only once it has (no skid buffer: the loads are
-word-rate and the engine takes an entry a cycle). ``load_last`` from the sequencer becomes each
+word-rate and the engine takes an entry a cycle). Each output's ``valid`` is a flip-flop,
+set by the word that completes an entry (the phase is stable while one gathers), so the
+handshake the sequencer counts (``entry_taken``) starts from registers rather than from the
+sequencer's own state through this decode (the board build's critical path, issue 12).
+``load_last`` from the sequencer becomes each
 beat's ``last``; ``weights_held`` stops weights until the sequencer knows the first tile's
-size. ``clear`` drops a partly gathered entry (start, soft reset).
+size. ``clear`` drops a partly gathered or waiting entry (the top holds it while the
+sequencer is idle, and on a soft reset).
 """
 
 from amaranth import Module, Mux, Signal
@@ -72,10 +77,14 @@ class HostLoader(wiring.Component):
             m.d.comb += needed.eq(per_weight)
         with m.Else():
             m.d.comb += needed.eq(Mux(self.adding, per_pair, per_pixel))
-        full = count == needed
+        full = Signal()  # a gathered entry waits: exactly one output's valid is high
+        outputs = (self.params, self.weights, self.pairs, self.pixels)
+        streaming = phase == Phase.STREAM
+        destined = ((phase == Phase.PARAMS), is_weights, streaming & self.adding,
+                    streaming & ~self.adding)
 
         gathering = (phase == Phase.PARAMS) | (phase == Phase.REST_WEIGHTS) \
-            | (phase == Phase.STREAM) | ((phase == Phase.FIRST_WEIGHTS) & ~self.weights_held)
+            | streaming | ((phase == Phase.FIRST_WEIGHTS) & ~self.weights_held)
         with m.If(gathering):
             m.d.comb += self.h2c.ready.eq(~full)
         with m.Elif(phase == Phase.ACTIVATIONS):
@@ -83,22 +92,21 @@ class HostLoader(wiring.Component):
         with m.If(self.h2c.valid & self.h2c.ready & gathering):
             m.d.sync += [gathered.word_select(count, WORD_BITS).eq(self.h2c.payload.data),
                          count.eq(count + 1)]
+            with m.If(count + 1 == needed):
+                m.d.sync += full.eq(1)
+                m.d.sync += [out.valid.eq(is_for)
+                             for out, is_for in zip(outputs, destined, strict=True)]
 
-        streaming = (phase == Phase.STREAM) & full
         m.d.comb += [
             self.params.payload.word.eq(gathered),
             self.params.payload.last.eq(self.load_last),
-            self.params.valid.eq((phase == Phase.PARAMS) & full),
             self.weights.payload.w.eq(gathered),
             self.weights.payload.last.eq(self.load_last),
-            self.weights.valid.eq(is_weights & full),
             self.pairs.payload.a.eq(gathered[:8 * cols]),
             self.pairs.payload.b.eq(gathered[8 * cols:16 * cols]),
             self.pairs.payload.last.eq(self.load_last),
-            self.pairs.valid.eq(streaming & self.adding),
             self.pixels.payload.x.eq(gathered[:8 * cols]),
             self.pixels.payload.last.eq(self.load_last),
-            self.pixels.valid.eq(streaming & ~self.adding),
             # Activations: a whole word (four bytes) a cycle, straight into the engine,
             # which is already running and reads each word as soon as it is written.
             self.acts.payload.x.eq(self.h2c.payload.data),
@@ -111,5 +119,5 @@ class HostLoader(wiring.Component):
                                         | (self.pairs.valid & self.pairs.ready)
                                         | (self.pixels.valid & self.pixels.ready))
         with m.If(self.entry_taken | self.clear):
-            m.d.sync += count.eq(0)
+            m.d.sync += [count.eq(0), full.eq(0), *(out.valid.eq(0) for out in outputs)]
         return m

@@ -40,6 +40,7 @@ from .host_words import word_layout
 from .loader import HostLoader
 from .maxpool import MaxPool2x2
 from .perf_counters import PerfCounters
+from .pipeline import SkidBuffer
 from .result_writer import ResultWriter
 from .sequencer import CommandSequencer, Phase
 
@@ -143,7 +144,9 @@ class AcceleratorTop(wiring.Component):
         m.d.comb += [
             loader.phase.eq(seq.phase), loader.adding.eq(seq.adding),
             loader.load_last.eq(seq.load_last), loader.weights_held.eq(seq.weights_held),
-            loader.clear.eq(soft_reset | (csr.ctrl[0] & ~seq.busy)),
+            # Idle, the loader holds nothing: a pass that ends early (a forced error) must
+            # not leave a gathered entry offered to the engine or the pool.
+            loader.clear.eq(soft_reset | ~seq.busy),
             engine.start.eq(seq.engine_start),
             engine.load_during_run.eq(1),
             engine.adding.eq(seq.adding),
@@ -151,16 +154,27 @@ class AcceleratorTop(wiring.Component):
         wiring.connect(m, loader.params, engine.param_in)
         wiring.connect(m, loader.weights, engine.weight_in)
         wiring.connect(m, loader.acts, engine.act_in)
-        wiring.connect(m, loader.pairs, engine.add_operands)
+        # The ADD operand pairs and the POOL pixels pass a skid buffer: the bank's and the
+        # pool's ready follow the output writer and the host link, and the loader's
+        # handshake, which the sequencer counts, must not wait on them (issue 12).
+        if cfg.residual_add:
+            m.submodules.pair_skid = pair_skid = SkidBuffer(loader.pairs.payload.shape())
+            wiring.connect(m, loader.pairs, pair_skid.sink)
+            wiring.connect(m, pair_skid.source, engine.add_operands)
+        else:
+            wiring.connect(m, loader.pairs, engine.add_operands)
+        m.submodules.pixel_skid = pixel_skid = SkidBuffer(loader.pixels.payload.shape())
+        wiring.connect(m, loader.pixels, pixel_skid.sink)
+        host_pixels = pixel_skid.source
 
         # --- the max pool takes the engine's output (CONV with pooling) or the host's
         # pixels (POOL) -------------------------------------------------------------------
         streaming = seq.phase == Phase.STREAM
         m.d.comb += pool.active.eq(seq.busy & seq.pooling)
         with m.If(streaming):
-            m.d.comb += [pool.pixels.payload.eq(loader.pixels.payload),
-                         pool.pixels.valid.eq(loader.pixels.valid),
-                         loader.pixels.ready.eq(pool.pixels.ready)]
+            m.d.comb += [pool.pixels.payload.eq(host_pixels.payload),
+                         pool.pixels.valid.eq(host_pixels.valid),
+                         host_pixels.ready.eq(pool.pixels.ready)]
         with m.Else():
             m.d.comb += [pool.pixels.payload.eq(engine.output.payload),
                          pool.pixels.valid.eq(engine.output.valid & seq.pooling)]
