@@ -272,7 +272,18 @@ class ConvEngine(wiring.Component):
         m.d.sync += post.adding.eq(self.adding)
         m.d.comb += post.add_params.eq(self.add_params)
         wiring.connect(m, wiring.flipped(self.add_operands), post.operands)
-        wiring.connect(m, post.sums, wiring.flipped(self.add_results))
+        # Both of the bank's outputs leave through a skid buffer: their consumers (the
+        # pool, the output writer) are chosen by the sequencer's phase, and the bank's
+        # pipeline, and the array's result handshake behind it, must not wait on that
+        # choice (the 8x8 board build's critical path, issue 12). One cycle a pass.
+        output_skid = SkidBuffer(self.output.payload.shape())
+        m.submodules.output_skid = output_skid
+        if cfg.residual_add:
+            m.submodules.sum_skid = sum_skid = SkidBuffer(self.add_results.payload.shape())
+            wiring.connect(m, post.sums, sum_skid.sink)
+            wiring.connect(m, sum_skid.source, wiring.flipped(self.add_results))
+        else:
+            wiring.connect(m, post.sums, wiring.flipped(self.add_results))
         row = Signal(range(rows))
         group, tile = Signal(16), Signal(16)
         # `group == pixel_groups - 1` and `tile == col_tiles - 1` as flags decided one
@@ -295,7 +306,7 @@ class ConvEngine(wiring.Component):
         m.d.comb += param_rd.addr.eq(tile)
         m.d.sync += param_wait.eq(0)
         entered = post.accumulators.valid & post.accumulators.ready
-        left = self.output.valid & self.output.ready
+        left = post.results.valid & post.results.ready
         m.d.sync += in_flight.eq(in_flight + entered - left)
         with m.If(need_params & ~param_wait & (in_flight == 0)):
             m.d.sync += [params.eq(param_rd.data), need_params.eq(0)]
@@ -332,7 +343,8 @@ class ConvEngine(wiring.Component):
                          last_tile.eq(d.col_tiles == 1), tiles_penultimate.eq(d.col_tiles - 2),
                          last_row.eq(d.last_rows - 1)]
 
-        wiring.connect(m, post.results, wiring.flipped(self.output))
-        with m.If(left & self.output.payload.last):
+        wiring.connect(m, post.results, output_skid.sink)
+        wiring.connect(m, output_skid.source, wiring.flipped(self.output))
+        with m.If(self.output.valid & self.output.ready & self.output.payload.last):
             m.d.sync += [busy.eq(0), self.done.eq(1)]
         return m

@@ -16,9 +16,9 @@ __all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
 #: which added the address generator's set-up cycle, the operand register after the
 #: buffers and six requantizer stages; one more for the post-processing bank's lane-pick
 #: stage and one for its saturation stage; one more for the sequencer's registered engine
-#: start (``hw/sequencer.py``, STARTING); one for the skid buffer between the address
-#: generator and the engine's read stage (``hw/conv_engine.py``).
-PASS_LATENCY_CYCLES = 106
+#: start (``hw/sequencer.py``, STARTING); one each for the skid buffers between the address
+#: generator and the engine's read stage and at the engine's output (``hw/conv_engine.py``).
+PASS_LATENCY_CYCLES = 107
 
 #: The post-processing bank's requantization stages (``contract.postprocess``). Between
 #: column tiles the engine waits for them to empty before it switches the per-channel

@@ -218,8 +218,10 @@ POOL_CSR_WRITES, ADD_CSR_WRITES = 7, 15
 #: Fixed cycles of a POOL and of an ADD pass: fitted on the twin's PERF_CYCLES (31 for the
 #: pool on the 4x4 twin; 73 for the add on the 8x8 twin, 2x2 to 32x32 maps: 69 with its own
 #: unit, four more through the shared post-processing bank, whose add path is four stages
-#: longer, contract.postprocess.ADD_LATENCY).
-POOL_FIXED_CYCLES, ADD_FIXED_CYCLES = 31, 73
+#: longer, contract.postprocess.ADD_LATENCY). One more for the pool and two for the add
+#: since the skid buffers on their input and output streams (hw/top.py, hw/conv_engine.py;
+#: measured on the twins).
+POOL_FIXED_CYCLES, ADD_FIXED_CYCLES = 32, 75
 #: Cycles per POOL input beat beyond its words (the gatherer hands the beat on).
 EXTRA_CYCLES_PER_BEAT = 1
 
