@@ -75,8 +75,9 @@ class CommandSequencer(wiring.Component):
       starting), ``engine_start`` (a one-cycle pulse from a register, the cycle after the
       first tile's last weight row),
       ``opcode``, ``adding`` (the opcode is ``ADD``: a flip-flop for the loader's and the
-      result path's multiplexers, not a 32-bit comparison) and ``pooling`` (latched at
-      start), ``last_frame``.
+      result path's multiplexers, not a 32-bit comparison), ``pooling`` and
+      ``pool_from_host`` (the pool's input is the host's pixels; both latched at start),
+      ``last_frame``.
     - status (out): ``error_code``, ``set_done``, ``set_error`` (one-cycle pulses).
 
     Parameters
@@ -105,6 +106,10 @@ class CommandSequencer(wiring.Component):
             "opcode": Out(32),
             "adding": Out(1),
             "pooling": Out(1),
+            # The pass is a POOL (the pool takes the host's pixels, not the engine's
+            # output): latched at start like ``pooling``, so the pool's input multiplexer
+            # does not decode this FSM's state across the die (issue 12).
+            "pool_from_host": Out(1),
             "last_frame": Out(1),
             "error_code": Out(32),
             "set_done": Out(1),
@@ -167,6 +172,7 @@ class CommandSequencer(wiring.Component):
                 m.d.sync += [self.error_code.eq(0), self.opcode.eq(cmd.opcode),
                              self.adding.eq(cmd.opcode == OPCODES["ADD"]),
                              *load(frames_left, last_frame, cmd.pool_frames),
+                             self.pool_from_host.eq(cmd.opcode == OPCODES["POOL"]),
                              self.pooling.eq(Mux(is_conv, cmd.pool_enable,
                                                  cmd.opcode == OPCODES["POOL"])),
                              *set_left(Mux(is_conv, cmd.load_params, cmd.stream_beats))]

@@ -169,9 +169,9 @@ class AcceleratorTop(wiring.Component):
 
         # --- the max pool takes the engine's output (CONV with pooling) or the host's
         # pixels (POOL) -------------------------------------------------------------------
-        streaming = seq.phase == Phase.STREAM
+        from_host = seq.pool_from_host
         m.d.comb += pool.active.eq(seq.busy & seq.pooling)
-        with m.If(streaming):
+        with m.If(from_host):
             m.d.comb += [pool.pixels.payload.eq(host_pixels.payload),
                          pool.pixels.valid.eq(host_pixels.valid),
                          host_pixels.ready.eq(pool.pixels.ready)]
@@ -199,7 +199,7 @@ class AcceleratorTop(wiring.Component):
                          results.payload.last.eq(engine.output.payload.last),
                          results.valid.eq(engine.output.valid),
                          engine.output.ready.eq(results.ready)]
-        with m.If(seq.pooling & ~streaming):
+        with m.If(seq.pooling & ~from_host):
             m.d.comb += engine.output.ready.eq(pool.pixels.ready)
         wiring.connect(m, writer.c2h, wiring.flipped(self.c2h))
         m.d.comb += [
