@@ -3,15 +3,13 @@ the ``icebreaker`` preset): the configuration field, the CONFIG register's ``no_
 bit, a CSR bank whose RW registers read 0 while still holding what was written, and the
 top that runs a pass from registers it cannot read back."""
 
-import tomllib
 from dataclasses import replace
 
 import pytest
 from amaranth.sim import Simulator
 
 from contract.config import ArrayConfig, ConvEngineConfig
-from contract.config_file import PRESETS, ConfigFileError, dumps_toml, parse_config
-from contract.regmap import REGISTERS, by_name, pack_config, unpack_features
+from contract.regmap import REGISTERS, by_name, unpack_features
 from hw.csr import CsrBank
 from hw.top import AcceleratorTop
 from sim.streams import csr_read, csr_write
@@ -20,34 +18,6 @@ from sw_driver import regs
 SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight_depth=16,
                          max_col_tiles=2)
 WRITE_ONLY = replace(SMALL, csr_readback=False)
-
-
-def test_the_field_is_checked_and_names_the_netlist():
-    with pytest.raises(ValueError, match=r"^csr_readback must be true or false \(whether the "
-                                         r"RW registers read back\), not 'no'$"):
-        ConvEngineConfig(csr_readback="no")
-    assert WRITE_ONLY.name == SMALL.name + "-wo"
-    assert ConvEngineConfig.from_env({"TESSERA_ROWS": "2", "TESSERA_COLS": "2",
-                                      **WRITE_ONLY.env()}) == WRITE_ONLY
-    assert PRESETS["icebreaker"].csr_readback is False
-    assert all(config.csr_readback for name, config in PRESETS.items()
-               if name != "icebreaker")
-
-
-def test_a_config_file_spells_it_as_a_toml_boolean():
-    text = dumps_toml(PRESETS["icebreaker"])
-    assert "csr_readback = false" in text.splitlines()
-    assert parse_config(tomllib.loads(text), "ice.toml") == PRESETS["icebreaker"]
-    with pytest.raises(ConfigFileError, match=r"^ice\.toml: csr_readback must be true or "
-                                              r"false, not 1$"):
-        parse_config({"csr_readback": 1}, "ice.toml")
-
-
-def test_config_word_carries_no_readback_in_bit_26():
-    word = pack_config(rows=2, cols=2, acc_width=32, csr_readback=False)
-    assert word >> 26 & 1 == 1 and regs.CONFIG_NO_READBACK_MASK == 1 << 26
-    assert unpack_features(word)["csr_readback"] is False
-    assert unpack_features(pack_config(rows=2, cols=2, acc_width=32))["csr_readback"] is True
 
 
 @pytest.mark.parametrize("readback", [True, False])

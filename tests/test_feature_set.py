@@ -4,7 +4,6 @@ requantization alone, the refused ADD start, the CONFIG register's ``no_add`` bi
 driver's fallback with its reason."""
 
 import gc
-import tomllib
 import warnings
 from dataclasses import replace
 
@@ -14,7 +13,6 @@ from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
 
 from contract.config import ArrayConfig, ConvEngineConfig
-from contract.config_file import PRESETS, ConfigFileError, dumps_toml, parse_config
 from contract.descriptor import ADD_PARAM_FIELDS
 from contract.postprocess import bank_rescalers, postprocess_multipliers, requant_units
 from contract.regmap import (
@@ -44,35 +42,7 @@ SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight
 NO_ADD = replace(SMALL, residual_add=False)
 
 
-# --- the configuration field ---------------------------------------------------------------
-
-def test_the_field_is_checked_and_names_the_netlist():
-    with pytest.raises(ValueError, match="residual_add must be true or false .*not 'no'"):
-        ConvEngineConfig(residual_add="no")
-    with pytest.raises(ValueError, match="residual_add must be true or false .*not 1"):
-        ConvEngineConfig(residual_add=1)
-    assert NO_ADD.name == SMALL.name + "-noadd"
-    assert ConvEngineConfig.from_env({"TESSERA_ROWS": "2", "TESSERA_COLS": "2",
-                                      **NO_ADD.env()}) == NO_ADD
-    assert PRESETS["icebreaker"].residual_add is False
-    assert all(config.residual_add for name, config in PRESETS.items()
-               if name != "icebreaker")
-
-
-def test_a_config_file_spells_it_as_a_toml_boolean():
-    text = dumps_toml(PRESETS["icebreaker"])
-    assert "residual_add = false" in text.splitlines()
-    assert parse_config(tomllib.loads(text), "ice.toml") == PRESETS["icebreaker"]
-    assert parse_config({"base": "icebreaker", "residual_add": True}).residual_add is True
-    with pytest.raises(ConfigFileError,
-                       match=r"^ice\.toml: residual_add must be true or false, not 'no' "
-                             r"\(a string\)$"):
-        parse_config({"residual_add": "no"}, "ice.toml")
-    with pytest.raises(ConfigFileError, match=r"residual_add must be true or false, not 0$"):
-        parse_config({"residual_add": 0}, "ice.toml")
-
-
-# --- the post-processing bank ---------------------------------------------------------------
+# --- the post-processing bank (the field itself: test_optional_blocks.py) -------------------
 
 @pytest.mark.parametrize("lanes, with_add, without", [(2, 12, 4), (8, 16, 16), (1, 12, 4),
                                                      (4, 12, 8)])

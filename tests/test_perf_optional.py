@@ -3,7 +3,6 @@
 top whose PERF_* registers read 0, and the driver and benches that say the device has no
 counters instead of reporting zeros."""
 
-import tomllib
 from dataclasses import replace
 
 import numpy as np
@@ -12,13 +11,11 @@ from amaranth.sim import Simulator
 
 from bench.common import require_counters
 from contract.config import ArrayConfig, ConvEngineConfig
-from contract.config_file import PRESETS, ConfigFileError, dumps_toml, parse_config
 from contract.regmap import (
     REGISTERS,
     by_name,
     implemented_registers,
     pack_config,
-    unpack_config,
     unpack_features,
 )
 from hw.top import AcceleratorTop
@@ -34,43 +31,7 @@ NO_PERF_CONFIG = replace(SMALL, perf_counters=False)
 PERF_NAMES = {reg.name for reg in REGISTERS if reg.name.startswith("PERF_")}
 
 
-# --- the configuration field and the CONFIG bit ---------------------------------------------
-
-def test_the_field_is_checked_and_names_the_netlist():
-    with pytest.raises(ValueError, match=r"^perf_counters must be true or false \(whether the "
-                                         r"device has its performance counters\), not 0$"):
-        ConvEngineConfig(perf_counters=0)
-    assert NO_PERF_CONFIG.name == SMALL.name + "-noperf"
-    assert replace(NO_PERF_CONFIG, residual_add=False).name == SMALL.name + "-noadd-noperf"
-    assert ConvEngineConfig.from_env({"TESSERA_ROWS": "2", "TESSERA_COLS": "2",
-                                      **NO_PERF_CONFIG.env()}) == NO_PERF_CONFIG
-    assert PRESETS["icebreaker"].perf_counters is False
-    assert all(config.perf_counters for name, config in PRESETS.items()
-               if name != "icebreaker")
-
-
-def test_a_config_file_spells_it_as_a_toml_boolean():
-    text = dumps_toml(PRESETS["icebreaker"])
-    assert "perf_counters = false" in text.splitlines()
-    assert parse_config(tomllib.loads(text), "ice.toml") == PRESETS["icebreaker"]
-    assert parse_config({"base": "icebreaker", "perf_counters": True}).perf_counters is True
-    with pytest.raises(ConfigFileError,
-                       match=r"^ice\.toml: perf_counters must be true or false, not 'off' "
-                             r"\(a string\)$"):
-        parse_config({"perf_counters": "off"}, "ice.toml")
-
-
-@pytest.mark.parametrize("residual_add", [True, False])
-@pytest.mark.parametrize("perf_counters", [True, False])
-def test_config_word_carries_no_perf_in_bit_25(residual_add, perf_counters):
-    word = pack_config(rows=2, cols=3, acc_width=32, residual_add=residual_add,
-                       perf_counters=perf_counters)
-    assert word >> 25 & 1 == (not perf_counters) and word >> 24 & 1 == (not residual_add)
-    assert regs.CONFIG_NO_PERF_MASK == 1 << 25 and regs.CONFIG_NO_PERF_SHIFT == 25
-    assert unpack_features(word) == {"residual_add": residual_add,
-                                     "perf_counters": perf_counters, "csr_readback": True}
-    assert unpack_config(word) == {"rows": 2, "cols": 3, "acc_width": 32}
-
+# --- the registers a build without counters implements (the field: test_optional_blocks.py)
 
 def test_a_build_without_counters_implements_every_register_but_theirs():
     every = {reg.name for reg in REGISTERS}

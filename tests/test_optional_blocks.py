@@ -1,0 +1,73 @@
+"""The engine's optional blocks as configuration (``residual_add``, ``perf_counters``,
+``csr_readback``; all false only in the ``icebreaker`` preset): each field is checked and
+names the netlist, a configuration file spells it as a TOML boolean, and the CONFIG
+register carries its absence in its own bit. What each block's absence does to the
+hardware and the driver is tested beside it (test_feature_set.py, test_perf_optional.py,
+test_csr_readback.py)."""
+
+import itertools
+import tomllib
+from dataclasses import replace
+
+import pytest
+
+from contract.config import ArrayConfig, ConvEngineConfig
+from contract.config_file import PRESETS, ConfigFileError, dumps_toml, parse_config
+from contract.regmap import pack_config, unpack_config, unpack_features
+from sw_driver import regs
+
+SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight_depth=16,
+                         max_col_tiles=2)
+#: field -> (netlist name suffix without it, CONFIG bit that says it is absent)
+BLOCKS = {"residual_add": ("-noadd", 24), "perf_counters": ("-noperf", 25),
+          "csr_readback": ("-wo", 26)}
+#: Each block's bit constants as the driver's generated module spells them.
+DRIVER_BITS = {"residual_add": "NO_ADD", "perf_counters": "NO_PERF",
+               "csr_readback": "NO_READBACK"}
+
+
+@pytest.mark.parametrize("field", BLOCKS)
+def test_the_field_is_checked_and_names_the_netlist(field):
+    for wrong in ("no", 1, 0):
+        with pytest.raises(ValueError,
+                           match=rf"^{field} must be true or false \(.+\), not {wrong!r}$"):
+            ConvEngineConfig(**{field: wrong})
+    without = replace(SMALL, **{field: False})
+    assert without.name == SMALL.name + BLOCKS[field][0]
+    assert ConvEngineConfig.from_env({"TESSERA_ROWS": "2", "TESSERA_COLS": "2",
+                                      **without.env()}) == without
+    assert getattr(PRESETS["icebreaker"], field) is False
+    assert all(getattr(config, field) for name, config in PRESETS.items()
+               if name != "icebreaker")
+
+
+def test_the_suffixes_combine_in_a_fixed_order():
+    assert replace(SMALL, residual_add=False, perf_counters=False).name == \
+        SMALL.name + "-noadd-noperf"
+
+
+@pytest.mark.parametrize("field", BLOCKS)
+def test_a_config_file_spells_it_as_a_toml_boolean(field):
+    text = dumps_toml(PRESETS["icebreaker"])
+    assert f"{field} = false" in text.splitlines()
+    assert parse_config(tomllib.loads(text), "ice.toml") == PRESETS["icebreaker"]
+    assert getattr(parse_config({"base": "icebreaker", field: True}), field) is True
+    with pytest.raises(ConfigFileError, match=rf"^ice\.toml: {field} must be true or false, "
+                                              rf"not 'no' \(a string\)$"):
+        parse_config({field: "no"}, "ice.toml")
+    with pytest.raises(ConfigFileError,
+                       match=rf"^ice\.toml: {field} must be true or false, not 0$"):
+        parse_config({field: 0}, "ice.toml")
+
+
+@pytest.mark.parametrize("present", list(itertools.product([True, False], repeat=3)))
+def test_config_word_carries_each_absence_in_its_own_bit(present):
+    flags = dict(zip(BLOCKS, present, strict=True))
+    word = pack_config(rows=2, cols=3, acc_width=32, **flags)
+    for field, (_, bit) in BLOCKS.items():
+        assert word >> bit & 1 == (not flags[field]), (field, hex(word))
+        name = DRIVER_BITS[field]
+        assert getattr(regs, f"CONFIG_{name}_SHIFT") == bit
+        assert getattr(regs, f"CONFIG_{name}_MASK") == 1 << bit
+    assert unpack_features(word) == flags
+    assert unpack_config(word) == {"rows": 2, "cols": 3, "acc_width": 32}
