@@ -1,5 +1,7 @@
 """Async helpers for Amaranth simulator testbenches: move one beat over a stream, or make
-one access on a CSR bus (``hw.csr.csr_bus_signature``)."""
+one access on a CSR bus (``hw.csr.csr_bus_signature``), by offset or by register name."""
+
+from contract.regmap import by_name
 
 
 async def stream_put(ctx, stream, payload):
@@ -34,3 +36,17 @@ async def csr_read(ctx, bus, offset):
     await ctx.tick()
     ctx.set(bus.r_en, 0)
     return ctx.get(bus.r_data)
+
+
+def register_access(ctx, bus):
+    """``(write, read)``: coroutines that write and read the register map's registers by
+    name (``contract.regmap``) on ``bus``, in the testbench ``ctx``."""
+    registers = by_name()
+
+    async def write(name, value):
+        await csr_write(ctx, bus, registers[name].offset, value)
+
+    async def read(name):
+        return await csr_read(ctx, bus, registers[name].offset)
+
+    return write, read

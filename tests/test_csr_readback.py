@@ -12,7 +12,7 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from contract.regmap import REGISTERS, by_name, unpack_features
 from hw.csr import CsrBank
 from hw.top import AcceleratorTop
-from sim.streams import csr_read, csr_write
+from sim.streams import csr_read, csr_write, register_access
 from sw_driver import regs
 
 SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight_depth=16,
@@ -50,15 +50,10 @@ def test_the_top_without_readback_runs_a_pass_from_registers_that_read_zero():
     """A POOL pass of the write-only top: the registers read 0, CONFIG says so, and the
     pass still starts from what was written (busy, no error)."""
     dut = AcceleratorTop(WRITE_ONLY)
-    registers = by_name()
     seen = {}
 
     async def bench(ctx):
-        async def write(name, value):
-            await csr_write(ctx, dut.csr, registers[name].offset, value)
-
-        async def read(name):
-            return await csr_read(ctx, dut.csr, registers[name].offset)
+        write, read = register_access(ctx, dut.csr)
 
         seen["CONFIG"] = await read("CONFIG")
         for name, value in (("OPCODE", regs.Opcode.POOL), ("POOL_WIDTH", 2),

@@ -19,7 +19,6 @@ from contract.regmap import (
     ERROR_CODES,
     OPCODES,
     REGISTERS,
-    by_name,
     implemented_registers,
     pack_config,
     unpack_features,
@@ -28,7 +27,7 @@ from hw.postprocess import PostProcessBank
 from hw.sequencer import CommandSequencer, Phase
 from hw.top import AcceleratorTop
 from models.requant import requantize
-from sim.streams import csr_read, csr_write, stream_get, stream_put
+from sim.streams import register_access, stream_get, stream_put
 from sw_driver import graph as g
 from sw_driver import regs
 from sw_driver.accelerator import Accelerator, AcceleratorError
@@ -154,15 +153,10 @@ def test_the_top_without_the_add_says_so_and_refuses_an_add_start():
     """The accelerator top of a no-add build, simulated: CONFIG carries ``no_add``, an ADD
     start ends in the error flag with BAD_OPCODE, and a POOL start still runs."""
     dut = AcceleratorTop(NO_ADD)
-    registers = by_name()
     seen = {}
 
     async def bench(ctx):
-        async def write(name, value):
-            await csr_write(ctx, dut.csr, registers[name].offset, value)
-
-        async def read(name):
-            return await csr_read(ctx, dut.csr, registers[name].offset)
+        write, read = register_access(ctx, dut.csr)
 
         seen["CONFIG"] = await read("CONFIG")
         await write("ADD_A_MULTIPLIER", 0x5A5A5A5A)  # not implemented: dropped, reads 0

@@ -37,7 +37,7 @@ from hw.conv_engine import param_word_layout
 from hw.csr import ADDR_WIDTH, CsrBank
 from hw.postprocess import PostProcessBank
 from hw.top import AcceleratorTop
-from sim.streams import csr_read, csr_write
+from sim.streams import csr_read, csr_write, register_access
 from sw_driver import regs
 from sw_driver.accelerator import Accelerator, AcceleratorError
 
@@ -57,18 +57,13 @@ def test_bad_register_descriptions_are_refused():
 
 
 def test_decoder_read_write_pulse_and_clear():
-    regs = by_name()
     dut = CsrBank()
     seen = {}
 
     async def bench(ctx):
         ctx.set(dut.id, ID_VALUE)
 
-        async def write(name, value):
-            await csr_write(ctx, dut.bus, regs[name].offset, value)
-
-        async def read(name):
-            return await csr_read(ctx, dut.bus, regs[name].offset)
+        write, read = register_access(ctx, dut.bus)
 
         seen["id"] = await read("ID")
         await write("IRQ_ENABLE", 3)
@@ -273,15 +268,10 @@ def test_rtl_top_publishes_the_contract():
     config = ConvEngineConfig(array=ArrayConfig(rows=2, cols=3), act_depth=64,
                               weight_depth=16, max_col_tiles=2)
     dut = AcceleratorTop(config)
-    registers = by_name()
     seen = {}
 
     async def bench(ctx):
-        async def write(name, value):
-            await csr_write(ctx, dut.csr, registers[name].offset, value)
-
-        async def read(name):
-            return await csr_read(ctx, dut.csr, registers[name].offset)
+        write, read = register_access(ctx, dut.csr)
 
         for name in ("ID", "CONFIG", "POOL_MAX_WIDTH", "PARAM_DEPTH"):
             seen[name] = await read(name)
