@@ -39,6 +39,16 @@ def check_positive_int(name, value, *, maximum=None):
     return value
 
 
+#: The engine's optional blocks, each a bool field of :class:`ConvEngineConfig` that is true
+#: by default: field -> (what it switches, the netlist name's suffix without the block).
+#: Each also has a ``CONFIG`` bit that says the block is absent (``contract.regmap``).
+OPTIONAL_BLOCKS = {
+    "residual_add": ("whether the engine has the residual add", "-noadd"),
+    "perf_counters": ("whether the device has its performance counters", "-noperf"),
+    "csr_readback": ("whether the RW registers read back", "-wo"),
+}
+
+
 def check_bool(name, value, *, meaning=None):
     """Raise ``ValueError`` naming ``name`` unless ``value`` is ``True`` or ``False``.
 
@@ -149,12 +159,8 @@ class ConvEngineConfig:
                 or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
             raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
-        check_bool("residual_add", self.residual_add,
-                   meaning="whether the engine has the residual add")
-        check_bool("perf_counters", self.perf_counters,
-                   meaning="whether the device has its performance counters")
-        check_bool("csr_readback", self.csr_readback,
-                   meaning="whether the RW registers read back")
+        for block, (meaning, _) in OPTIONAL_BLOCKS.items():
+            check_bool(block, getattr(self, block), meaning=meaning)
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "
@@ -182,18 +188,17 @@ class ConvEngineConfig:
     def name(self):
         """Folder-friendly name: one netlist per configuration."""
         return (f"{self.top_name}-{self.array.name}-x{self.act_depth}-w{self.weight_depth}"
-                f"-t{self.max_col_tiles}{'' if self.residual_add else '-noadd'}"
-                f"{'' if self.perf_counters else '-noperf'}"
-                f"{'' if self.csr_readback else '-wo'}")
+                f"-t{self.max_col_tiles}"
+                + "".join(suffix for block, (_, suffix) in OPTIONAL_BLOCKS.items()
+                          if not getattr(self, block)))
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
         return {"TESSERA_ACT_DEPTH": str(self.act_depth),
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
                 "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
-                "TESSERA_RESIDUAL_ADD": str(int(self.residual_add)),
-                "TESSERA_PERF_COUNTERS": str(int(self.perf_counters)),
-                "TESSERA_CSR_READBACK": str(int(self.csr_readback))}
+                **{f"TESSERA_{block.upper()}": str(int(getattr(self, block)))
+                   for block in OPTIONAL_BLOCKS}}
 
     @classmethod
     def from_env(cls, environ):
@@ -203,9 +208,8 @@ class ConvEngineConfig:
         return cls(array=array, act_depth=int(environ["TESSERA_ACT_DEPTH"]),
                    weight_depth=int(environ["TESSERA_WEIGHT_DEPTH"]),
                    max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]),
-                   residual_add=environ.get("TESSERA_RESIDUAL_ADD", "1") == "1",
-                   perf_counters=environ.get("TESSERA_PERF_COUNTERS", "1") == "1",
-                   csr_readback=environ.get("TESSERA_CSR_READBACK", "1") == "1")
+                   **{block: environ.get(f"TESSERA_{block.upper()}", "1") == "1"
+                      for block in OPTIONAL_BLOCKS})
 
     def as_dict(self):
         return asdict(self)

@@ -205,6 +205,11 @@ def _fields(register_name):
     return {f.name: f for f in by_name()[register_name].fields}
 
 
+#: Each optional block (``contract.config.OPTIONAL_BLOCKS``) -> the CONFIG bit set when a
+#: build leaves it out.
+ABSENCE_BITS = {"residual_add": "no_add", "perf_counters": "no_perf",
+                "csr_readback": "no_readback"}
+
 #: The CONFIG fields that describe the array (:class:`contract.config.ArrayConfig`'s).
 ARRAY_FIELDS = ("rows", "cols", "acc_width")
 
@@ -222,11 +227,11 @@ def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True,
             raise ValueError(f"CONFIG.{name} holds {f.width} bits, so 0 to "
                              f"{(1 << f.width) - 1}, not {value!r}")
         word |= value << f.lsb
-    if not residual_add:
-        word |= 1 << _fields("CONFIG")["no_add"].lsb
-    for feature, present in (("no_perf", perf_counters), ("no_readback", csr_readback)):
-        if not present:
-            word |= 1 << _fields("CONFIG")[feature].lsb
+    present = {"residual_add": residual_add, "perf_counters": perf_counters,
+               "csr_readback": csr_readback}
+    for block, bit in ABSENCE_BITS.items():
+        if not present[block]:
+            word |= 1 << _fields("CONFIG")[bit].lsb
     return word
 
 
@@ -241,9 +246,7 @@ def unpack_features(word):
     :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool,
     "perf_counters": bool, "csr_readback": bool}``."""
     fields = _fields("CONFIG")
-    return {"residual_add": not (word >> fields["no_add"].lsb) & 1,
-            "perf_counters": not (word >> fields["no_perf"].lsb) & 1,
-            "csr_readback": not (word >> fields["no_readback"].lsb) & 1}
+    return {block: not (word >> fields[bit].lsb) & 1 for block, bit in ABSENCE_BITS.items()}
 
 
 def field_constants(register):

@@ -42,7 +42,7 @@ from bench.resource_model import (
     board_limits,
     fits,
 )
-from contract.config import ArrayConfig, ConvEngineConfig
+from contract.config import OPTIONAL_BLOCKS, ArrayConfig, ConvEngineConfig
 
 #: Array sides tried for R and for C.
 SIDES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
@@ -57,7 +57,7 @@ PROBE = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=max(ACT_DE
                          weight_depth=max(WEIGHT_DEPTHS))
 BAUD = 3_000_000
 #: The optional blocks of an engine (docs/config.md) a build takes from its board's preset.
-FEATURES = ("residual_add", "perf_counters", "csr_readback")
+FEATURES = tuple(OPTIONAL_BLOCKS)
 
 
 class BuildSearchError(ValueError):
