@@ -45,7 +45,7 @@ from contract.config import ConvEngineConfig
 from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 
 from .addrgen import AddressGenerator, address_width, descriptor_layout
-from .pipeline import SkidBuffer
+from .pipeline import SkidBuffer, skid_between
 from .postprocess import PostProcessBank
 from .requant import output_layout
 from .residual_add import add_params_layout, operand_pair_layout, sum_layout
@@ -276,12 +276,9 @@ class ConvEngine(wiring.Component):
         # pool, the output writer) are chosen by the sequencer's phase, and the bank's
         # pipeline, and the array's result handshake behind it, must not wait on that
         # choice (the 8x8 board build's critical path, issue 12). One cycle a pass.
-        output_skid = SkidBuffer(self.output.payload.shape())
-        m.submodules.output_skid = output_skid
+        # (The output's is connected below, after the row filter.)
         if cfg.residual_add:
-            m.submodules.sum_skid = sum_skid = SkidBuffer(self.add_results.payload.shape())
-            wiring.connect(m, post.sums, sum_skid.sink)
-            wiring.connect(m, sum_skid.source, wiring.flipped(self.add_results))
+            skid_between(m, "sum_skid", post.sums, wiring.flipped(self.add_results))
         else:
             wiring.connect(m, post.sums, wiring.flipped(self.add_results))
         row = Signal(range(rows))
@@ -343,8 +340,7 @@ class ConvEngine(wiring.Component):
                          last_tile.eq(d.col_tiles == 1), tiles_penultimate.eq(d.col_tiles - 2),
                          last_row.eq(d.last_rows - 1)]
 
-        wiring.connect(m, post.results, output_skid.sink)
-        wiring.connect(m, output_skid.source, wiring.flipped(self.output))
+        skid_between(m, "output_skid", post.results, wiring.flipped(self.output))
         with m.If(self.output.valid & self.output.ready & self.output.payload.last):
             m.d.sync += [busy.eq(0), self.done.eq(1)]
         return m

@@ -21,7 +21,7 @@ size. ``clear`` drops a partly gathered or waiting entry (the top holds it while
 sequencer is idle, and on a soft reset).
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -77,8 +77,8 @@ class HostLoader(wiring.Component):
             m.d.comb += needed.eq(per_weight)
         with m.Else():
             m.d.comb += needed.eq(Mux(self.adding, per_pair, per_pixel))
-        full = Signal()  # a gathered entry waits: exactly one output's valid is high
         outputs = (self.params, self.weights, self.pairs, self.pixels)
+        full = Cat(out.valid for out in outputs).any()  # a gathered entry waits
         streaming = phase == Phase.STREAM
         destined = ((phase == Phase.PARAMS), is_weights, streaming & self.adding,
                     streaming & ~self.adding)
@@ -93,7 +93,6 @@ class HostLoader(wiring.Component):
             m.d.sync += [gathered.word_select(count, WORD_BITS).eq(self.h2c.payload.data),
                          count.eq(count + 1)]
             with m.If(count + 1 == needed):
-                m.d.sync += full.eq(1)
                 m.d.sync += [out.valid.eq(is_for)
                              for out, is_for in zip(outputs, destined, strict=True)]
 
@@ -119,5 +118,5 @@ class HostLoader(wiring.Component):
                                         | (self.pairs.valid & self.pairs.ready)
                                         | (self.pixels.valid & self.pixels.ready))
         with m.If(self.entry_taken | self.clear):
-            m.d.sync += [count.eq(0), full.eq(0), *(out.valid.eq(0) for out in outputs)]
+            m.d.sync += [count.eq(0), *(out.valid.eq(0) for out in outputs)]
         return m

@@ -35,6 +35,14 @@ class SkidBuffer(wiring.Component):
         return m
 
 
+def skid_between(m, name, producer, consumer):
+    """Connect the stream ``producer`` to ``consumer`` through a :class:`SkidBuffer`,
+    added to ``m`` as submodule ``name``."""
+    m.submodules[name] = skid = SkidBuffer(producer.payload.shape())
+    wiring.connect(m, producer, skid.sink)
+    wiring.connect(m, skid.source, consumer)
+
+
 def lockstep_pipeline(m, sink, source, latency):
     """Carry ``valid`` and ``payload.last`` from ``sink`` to ``source`` through ``latency``
     register stages and return the enable that every data stage must use.

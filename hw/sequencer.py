@@ -146,14 +146,15 @@ class CommandSequencer(wiring.Component):
         # --- start: check the command, latch what the pass needs ------------------------
         starting = self.start & ~self.busy & ~self.abort & ~self.force_error
         is_conv = cmd.opcode == OPCODES["CONV"]
-        is_stream = cmd.opcode == OPCODES["POOL"]
+        is_pool = cmd.opcode == OPCODES["POOL"]
+        is_stream = is_pool
         if self.residual_add:
             is_stream = is_stream | (cmd.opcode == OPCODES["ADD"])
         bad_pool = (cmd.pool_width < 2) | (cmd.pool_width > POOL_MAX_WIDTH) \
             | (cmd.pool_height < 2) | (cmd.pool_frames == 0)
         bad_conv = (cmd.load_params == 0) | (cmd.load_weights == 0) | (cmd.load_act == 0) \
             | (cmd.col_tiles == 0) | (cmd.pixel_groups == 0) | (cmd.pool_enable & bad_pool)
-        bad_stream = (cmd.stream_beats == 0) | ((cmd.opcode == OPCODES["POOL"]) & bad_pool)
+        bad_stream = (cmd.stream_beats == 0) | (is_pool & bad_pool)
         start_conv = starting & is_conv & ~bad_conv
         start_stream = starting & is_stream & ~bad_stream
         with m.If(self.abort):
@@ -172,9 +173,8 @@ class CommandSequencer(wiring.Component):
                 m.d.sync += [self.error_code.eq(0), self.opcode.eq(cmd.opcode),
                              self.adding.eq(cmd.opcode == OPCODES["ADD"]),
                              *load(frames_left, last_frame, cmd.pool_frames),
-                             self.pool_from_host.eq(cmd.opcode == OPCODES["POOL"]),
-                             self.pooling.eq(Mux(is_conv, cmd.pool_enable,
-                                                 cmd.opcode == OPCODES["POOL"])),
+                             self.pool_from_host.eq(is_pool),
+                             self.pooling.eq(Mux(is_conv, cmd.pool_enable, is_pool)),
                              *set_left(Mux(is_conv, cmd.load_params, cmd.stream_beats))]
         with m.If(self.frame_taken):
             m.d.sync += count_down(frames_left, last_frame)

@@ -40,7 +40,7 @@ from .host_words import word_layout
 from .loader import HostLoader
 from .maxpool import MaxPool2x2
 from .perf_counters import PerfCounters
-from .pipeline import SkidBuffer
+from .pipeline import SkidBuffer, skid_between
 from .result_writer import ResultWriter
 from .sequencer import CommandSequencer, Phase
 
@@ -158,9 +158,7 @@ class AcceleratorTop(wiring.Component):
         # pool's ready follow the output writer and the host link, and the loader's
         # handshake, which the sequencer counts, must not wait on them (issue 12).
         if cfg.residual_add:
-            m.submodules.pair_skid = pair_skid = SkidBuffer(loader.pairs.payload.shape())
-            wiring.connect(m, loader.pairs, pair_skid.sink)
-            wiring.connect(m, pair_skid.source, engine.add_operands)
+            skid_between(m, "pair_skid", loader.pairs, engine.add_operands)
         else:
             wiring.connect(m, loader.pairs, engine.add_operands)
         m.submodules.pixel_skid = pixel_skid = SkidBuffer(loader.pixels.payload.shape())

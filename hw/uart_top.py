@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from contract.config import ConvEngineConfig
 
 from .host_bridge import HostBridge
-from .pipeline import SkidBuffer
+from .pipeline import skid_between
 from .top import AcceleratorTop
 from .uart import UartRx, UartTx
 
@@ -57,12 +57,8 @@ class UartTop(wiring.Component):
         # ready may wait on the other's (a board build's critical path ran from the core's
         # phase through the h2c ready into the bridge, issue 12). A word a cycle is far
         # above a serial link's rate, so the extra cycle costs nothing.
-        m.submodules.h2c_skid = h2c_skid = SkidBuffer(core.h2c.payload.shape())
-        m.submodules.c2h_skid = c2h_skid = SkidBuffer(core.c2h.payload.shape())
-        wiring.connect(m, bridge.h2c, h2c_skid.sink)
-        wiring.connect(m, h2c_skid.source, core.h2c)
-        wiring.connect(m, core.c2h, c2h_skid.sink)
-        wiring.connect(m, c2h_skid.source, bridge.c2h)
+        skid_between(m, "h2c_skid", bridge.h2c, core.h2c)
+        skid_between(m, "c2h_skid", core.c2h, bridge.c2h)
         m.d.comb += [core.dbg_force_error.eq(0), self.irq.eq(core.irq)]
         if self.byte_port:
             wiring.connect(m, wiring.flipped(self.rx), bridge.rx)
