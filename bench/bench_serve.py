@@ -39,7 +39,13 @@ machine, interleaved (about 3 minutes a run; each run rewrites ``bench/results/s
 
 or, finer grained, ``python -m bench.bench_serve --compare-processes 3`` (about 4 minutes):
 the ResNet-8-like model's mixed and B-alone phases under each, alternated phase by phase
-with one SLO for both, into ``bench/results/serve_process.json``.
+with one SLO for both, into ``bench/results/serve_process.json``. In the same way
+``--compare lanes ROUNDS digits|resnet8`` sets priority lanes against one front end (into
+``serve_lanes_MODEL.json``), the runs where ``BENCH_SERVE_PROCESS`` says.
+
+``BENCH_SERVE_LANES`` (default 1) turns ``[server] priority_lanes`` on for the two-tenant
+and B-alone phases: tenant B's HTTP is parsed in a second process at a lower CPU priority,
+and only its tensors reach the main process's scheduler (tessera/serve/lanes.py).
 """
 
 import json
@@ -73,13 +79,18 @@ SEED = 14
 SECONDS = float(os.environ.get("BENCH_SERVE_SECONDS", "6"))
 #: Where the device's runs execute: "worker" (a process of their own) or "thread".
 PROCESS = os.environ.get("BENCH_SERVE_PROCESS", "worker")
+#: ``[server] priority_lanes`` in the two-tenant phases: "1" (tenant B's HTTP in the side
+#: lane's process) or "0" (one front end for both).
+LANES = os.environ.get("BENCH_SERVE_LANES", "1")
 
 
-def config_text(model_path, max_batch, slo_ms=None, rate_b=100_000.0, process=None):
+def config_text(model_path, max_batch, slo_ms=None, rate_b=100_000.0, process=None,
+                lanes=False):
     slo = "" if slo_ms is None else f"slo_ms = {slo_ms:.3f}"
     return f"""
 [server]
 host = "127.0.0.1"
+priority_lanes = {"true" if lanes else "false"}
 [devices.cpu]
 workers = 1
 max_queue = 32
@@ -144,8 +155,9 @@ def two_tenants(folder, model_path, inputs, expected, capacity, tag):
         phases["unloaded_batch1"] = check(summarize(load, seconds))
     slo_ms = 3 * phases["unloaded_batch1"]["latency_p50_ms"]
     rate_a, rate_b = 0.2 * capacity, 1.8 * capacity
-    with serve(folder, config_text(model_path, 16, slo_ms, rate_b=1.5 * capacity),
-               f"{tag}_mixed") as url:
+    lanes = LANES == "1"
+    with serve(folder, config_text(model_path, 16, slo_ms, rate_b=1.5 * capacity,
+                                   lanes=lanes), f"{tag}_mixed") as url:
         warm(url, inputs, expected)
         a = tenant("a", inputs, expected, rate=rate_a, slo_ms=slo_ms)
         b = tenant("b", inputs, expected, rate=rate_b)
@@ -157,7 +169,7 @@ def two_tenants(folder, model_path, inputs, expected, capacity, tag):
         phases["predictor"] = stats["predictor"]
         phases["workers"] = stats["balancing"]["devices"]["cpu"].get("workers")
         phases["mixed_a"]["server_side"] = server_counts(url, "a")
-    with serve(folder, config_text(model_path, 16), f"{tag}_b_alone") as url:
+    with serve(folder, config_text(model_path, 16, lanes=lanes), f"{tag}_b_alone") as url:
         warm(url, inputs, expected)
         b = tenant("b", inputs, expected, rate=2 * capacity)
         seconds = run_load(url, [b], duration=SECONDS, seed=SEED, connections=128)
@@ -248,10 +260,12 @@ def check(summary):
 def main():
     if PROCESS not in ("thread", "worker"):
         raise SystemExit(f"BENCH_SERVE_PROCESS must be thread or worker, not {PROCESS!r}")
+    if LANES not in ("0", "1"):
+        raise SystemExit(f"BENCH_SERVE_LANES must be 0 or 1, not {LANES!r}")
     rng = np.random.default_rng(SEED)
     load_before = round(os.getloadavg()[0], 2)
-    print(f"seed {SEED}, {SECONDS:g} s per phase, runs in a {PROCESS}, load average "
-          f"{load_before}")
+    print(f"seed {SEED}, {SECONDS:g} s per phase, runs in a {PROCESS}, priority lanes "
+          f"{'on' if LANES == '1' else 'off'}, load average {load_before}")
     metrics, results = [], {}
     with tempfile.TemporaryDirectory(prefix="bench_serve_") as folder:
         inputs, expected = reference(DIGITS, (1, 1, 8, 8), rng)
@@ -297,36 +311,55 @@ def main():
                               for k, p in r.items() if k not in ("predictor", "workers")),
                           "requests", target="0"))
     write_results("serve", metrics, seed=SEED, seconds_per_phase=SECONDS, provider="cpu",
-                  process=PROCESS, load_average_1min_at_start=load_before,
+                  process=PROCESS, priority_lanes=LANES == "1",
+                  load_average_1min_at_start=load_before,
                   models=["digits_qdq.onnx", "random_models resnet8"], phases=results,
                   scheduler_simulation=simulated)
 
 
-def compare_processes(rounds):
-    """Threads against worker processes on the ResNet-8-like model, interleaved on one
-    machine: one SLO and one capacity for both (measured once, threads), then per round the
-    mixed phase (A + B at 2x) and B alone at 2x under each, the order swapped every round
-    so that a drift of the machine's load falls on both. Writes ``serve_process.json``."""
+#: What ``--compare`` sets against what: the peer first, then the variant measured.
+COMPARISONS = {
+    "processes": {"thread": {"process": "thread"}, "worker": {"process": "worker"}},
+    "lanes": {"one front end": {"lanes": False}, "priority lanes": {"lanes": True}},
+}
+
+
+def compare(kind, rounds, model_name):
+    """Two server settings (``COMPARISONS[kind]``) interleaved on one machine, on the
+    digits or the ResNet-8-like model: one SLO and one capacity for both (measured once,
+    the peer's setting), then per round the mixed phase (A + B at 2x) and B alone at 2x
+    under each, the order swapped every round so that a drift of the machine's load falls
+    on both. Writes ``serve_{kind}_{model}.json`` (``serve_process.json`` for the
+    original threads-against-workers run on ResNet-8)."""
     rng = np.random.default_rng(SEED)
+    (peer, peer_settings), (variant, _) = COMPARISONS[kind].items()
+    base = {"process": PROCESS, "lanes": LANES == "1"}
     rounds_out = []
     with tempfile.TemporaryDirectory(prefix="bench_serve_") as folder:
-        _, resnet = random_models.build("resnet8", folder)
-        inputs, expected = reference(resnet, (1, 3, 32, 32), rng)
-        with serve(folder, config_text(resnet, 16, process="thread"), "capacity") as url:
+        if model_name == "digits":
+            model, shape = DIGITS, (1, 1, 8, 8)
+        else:
+            _, model = random_models.build("resnet8", folder)
+            shape = (1, 3, 32, 32)
+        inputs, expected = reference(model, shape, rng)
+        settings = {**base, **peer_settings}
+        with serve(folder, config_text(model, 16, **settings), "capacity") as url:
             warm(url, inputs, expected)
             load = tenant("b", inputs, expected, concurrency=32)
             capacity = check(summarize(load, run_load(url, [load], duration=SECONDS,
                                                       seed=SEED)))["throughput"]
-        with serve(folder, config_text(resnet, 1, process="thread"), "unloaded") as url:
+        with serve(folder, config_text(model, 1, **settings), "unloaded") as url:
             warm(url, inputs, expected)
             load = tenant("a", inputs, expected, concurrency=1)
             seconds = run_load(url, [load], duration=3.0, max_requests=500, seed=SEED)
             slo_ms = 3 * check(summarize(load, seconds))["latency_p50_ms"]
-        print(f"capacity {capacity:.1f} req/s, SLO {slo_ms:.2f} ms")
+        print(f"{model_name}: capacity {capacity:.1f} req/s, SLO {slo_ms:.2f} ms")
         for index in range(rounds):
-            for process in (("thread", "worker") if index % 2 == 0 else ("worker", "thread")):
-                tag = f"r{index}_{process}"
-                text = config_text(resnet, 16, slo_ms, rate_b=1.5 * capacity, process=process)
+            order = list(COMPARISONS[kind].items())
+            for name, changed in (order if index % 2 == 0 else order[::-1]):
+                settings = {**base, **changed}
+                tag = f"r{index}_{name.replace(' ', '_')}"
+                text = config_text(model, 16, slo_ms, rate_b=1.5 * capacity, **settings)
                 with serve(folder, text, f"{tag}_mixed") as url:
                     warm(url, inputs, expected)
                     a = tenant("a", inputs, expected, rate=0.2 * capacity, slo_ms=slo_ms)
@@ -336,7 +369,7 @@ def compare_processes(rounds):
                     ma, mb = check(summarize(a, seconds)), check(summarize(b, seconds))
                     stats = get_json(url, "/v2/models/m/stats", TOKEN_A)
                     server = server_counts(url, "a")
-                with serve(folder, config_text(resnet, 16, process=process),
+                with serve(folder, config_text(model, 16, **settings),
                            f"{tag}_b_alone") as url:
                     warm(url, inputs, expected)
                     alone = tenant("b", inputs, expected, rate=2 * capacity)
@@ -344,10 +377,11 @@ def compare_processes(rounds):
                                        connections=128)
                     alone = check(summarize(alone, seconds))
                 workers = stats["balancing"]["devices"]["cpu"].get("workers") or [{}]
-                row = {"round": index, "process": process,
+                row = {"round": index, "setting": name,
                        "a_slo_attainment_sent": ma["slo_attainment"],
                        "a_slo_attainment_server": server["slo_attainment_answered"],
-                       "a_p99_ms": ma["latency_p99_ms"], "a_503": ma["by_status"].get("503", 0),
+                       "a_p50_ms": ma["latency_p50_ms"], "a_p99_ms": ma["latency_p99_ms"],
+                       "a_503": ma["by_status"].get("503", 0),
                        "b_answered_mixed": mb["answered"],
                        "b_alone_share": alone["throughput"] / capacity,
                        "predictor_p50": stats["predictor"]["prediction_error_p50"],
@@ -355,24 +389,28 @@ def compare_processes(rounds):
                        "transfer_ms_p50": workers[0].get("transfer_ms_p50"),
                        "transfer_ms_p95": workers[0].get("transfer_ms_p95"),
                        "load_average_1min": alone["load_average_1min"]}
-                print(json.dumps(row))
+                print(json.dumps(row), flush=True)
                 rounds_out.append(row)
     metrics = []
     for key, unit in (("a_slo_attainment_sent", "fraction"),
                       ("a_slo_attainment_server", "fraction"), ("b_alone_share", "fraction"),
                       ("predictor_p95", "fraction"), ("predictor_p50", "fraction"),
-                      ("a_p99_ms", "ms")):
-        medians = {p: float(np.median([r[key] for r in rounds_out if r["process"] == p]))
-                   for p in ("thread", "worker")}
-        metrics.append(metric(f"resnet8: {key}, median of {rounds} rounds, worker process",
-                              round(medians["worker"], 4), unit, peer="threads (same rounds)",
-                              peer_value=round(medians["thread"], 4)))
-    write_results("serve_process", metrics, seed=SEED, seconds_per_phase=SECONDS,
-                  capacity=capacity, slo_ms=slo_ms, rounds=rounds_out)
+                      ("a_p50_ms", "ms"), ("a_p99_ms", "ms")):
+        medians = {n: float(np.median([r[key] for r in rounds_out if r["setting"] == n]))
+                   for n in (peer, variant)}
+        metrics.append(metric(f"{model_name}: {key}, median of {rounds} rounds, {variant}",
+                              round(medians[variant], 4), unit, peer=f"{peer} (same rounds)",
+                              peer_value=round(medians[peer], 4)))
+    name = ("serve_process" if (kind, model_name) == ("processes", "resnet8")
+            else f"serve_{kind}_{model_name}")
+    write_results(name, metrics, seed=SEED, seconds_per_phase=SECONDS, capacity=capacity,
+                  slo_ms=slo_ms, base_settings=base, rounds=rounds_out)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--compare-processes"]:
-        compare_processes(int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+    if sys.argv[1:2] == ["--compare-processes"]:  # the original comparison's spelling
+        compare("processes", int(sys.argv[2]) if len(sys.argv) > 2 else 3, "resnet8")
+    elif sys.argv[1:2] == ["--compare"]:
+        compare(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "resnet8")
     else:
         main()

@@ -190,19 +190,24 @@ def _batch_key(name, names, feeds):
             tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(feeds.items())))
 
 
-def create_app(config, *, clock=time.monotonic):
+def create_app(config, *, clock=time.monotonic, upstream=None):
     """A FastAPI application serving ``config`` (a :class:`~tessera.serve.config.ServeConfig`).
 
     Sessions are created here, so a model that cannot load fails at startup, naming it.
     ``clock`` drives the rate limits and device probes (tests pass a fake one). Setting
     ``app.state.draining`` (``tessera serve`` does on SIGTERM) makes ``/v2/health/ready``
     answer 503 and new inference requests 503, while the admitted ones finish.
+
+    ``upstream`` makes it a side lane (:mod:`tessera.serve.lanes`): requests are checked
+    and decoded here and run by ``upstream.call`` in the main process, which holds the
+    scheduler and the devices; counts go to ``upstream.metrics``.
     """
     admission = Admission(config.devices, config.tenants, clock=clock)
     models = _load_models(config, admission)
     device_health = {name: DeviceHealth(name, clock=clock) for name in config.devices}
     buckets = {name: TokenBucket(t.rate, t.burst, clock) for name, t in config.tenants.items()}
-    worker_pools, workers = _start_workers(config, models)
+    worker_pools, workers = ({}, []) if upstream is not None else _start_workers(config,
+                                                                                 models)
 
     def close():
         """Stop the worker processes (idempotent): after the drain, at the app's shutdown;
@@ -217,7 +222,8 @@ def create_app(config, *, clock=time.monotonic):
 
     app = FastAPI(title="Tessera inference server", docs_url=None, redoc_url=None,
                   openapi_url=None, lifespan=lifespan)
-    metrics = Metrics()
+    metrics = Metrics() if upstream is None else upstream.metrics
+    app.state.refused_type = _Refused
     app.state.close, app.state.workers = close, workers
     app.state.config, app.state.models, app.state.admission = config, models, admission
     app.state.metrics = metrics
@@ -278,7 +284,7 @@ def create_app(config, *, clock=time.monotonic):
         labels = {"tenant": tenant.name, "model": name}
         scope["tessera_rate_checked"] = True
         refusal = rate_refusal(tenant)
-        if refusal is None:
+        if refusal is None and upstream is None:  # a side lane has no queues of its own
             rank = PRIORITIES.index(tenant.priority)
             queues = [admission.queues[d] for d in config.devices_for(tenant.name, name)]
             if all(q.full_for(rank) for q in queues):
@@ -520,7 +526,7 @@ def create_app(config, *, clock=time.monotonic):
     async def infer(name: str, request: Request):
         # Label values come from the config only ("-" otherwise): clients cannot add series.
         labels = {"tenant": "-", "model": name if name in models else "-"}
-        log = {}
+        log = {} if upstream is None else {"lane": "side"}
         try:
             response = await answer(name, request, labels, log)
         except _Refused as exc:
@@ -568,6 +574,31 @@ def create_app(config, *, clock=time.monotonic):
                                 f"{exc}") from None
         return values, queued, seconds, info
 
+    async def run_request(name, tenant_name, feeds, names, images, slo, received):
+        """Admit, queue and run a decoded request (from this process's HTTP front end or
+        a side lane's): ``(values, seconds queued, seconds run, run info)``, or
+        :class:`_Refused`."""
+        model, tenant = models[name], config.tenants[tenant_name]
+        if not model.stages:
+            return await execute(name, model, tenant, feeds, names, images, slo, received,
+                                 config.devices_for(tenant.name, name))
+        # A pipeline: the first stage must leave the second's predicted time within the
+        # SLO; once admitted, the second stage is never refused for the SLO.
+        first, second = model.stages
+        rest = admission.predict(second.config.name, images, second.config.device)
+        budget = None if slo is None else max(slo - rest, 1e-9)
+        (middle,), queued0, ran0, info0 = await execute(
+            name, first, tenant, feeds, [first.boundary], images, budget, received, None)
+        values, queued1, ran1, info1 = await execute(
+            name, second, tenant, {second.boundary: middle}, names, images, None, received,
+            None)
+        info = {"device": f"{info0['device']} -> {info1['device']}",
+                "batch": max(info0["batch"], info1["batch"]),
+                "retried": info0["retried"] or info1["retried"]}
+        return values, queued0 + queued1, ran0 + ran1, info
+
+    app.state.run_request = run_request
+
     async def answer(name, request, labels, log):
         received = time.perf_counter()
         tenant, model = model_for(request, name, labels)
@@ -590,26 +621,9 @@ def create_app(config, *, clock=time.monotonic):
         slo = None if tenant.slo_ms is None else tenant.slo_ms / 1e3
         names = [n for n, _ in decoded.outputs]
         metrics.images.labels(**labels).observe(images)
-        if model.stages:
-            # A pipeline: the first stage must leave the second's predicted time within
-            # the SLO; once admitted, the second stage is never refused for the SLO.
-            first, second = model.stages
-            rest = admission.predict(second.config.name, images, second.config.device)
-            budget = None if slo is None else max(slo - rest, 1e-9)
-            (middle,), queued0, ran0, info0 = await execute(
-                name, first, tenant, decoded.feeds, [first.boundary], images, budget,
-                received, None)
-            values, queued1, ran1, info1 = await execute(
-                name, second, tenant, {second.boundary: middle}, names, images, None,
-                received, None)
-            queued, seconds = queued0 + queued1, ran0 + ran1
-            info = {"device": f"{info0['device']} -> {info1['device']}",
-                    "batch": max(info0["batch"], info1["batch"]),
-                    "retried": info0["retried"] or info1["retried"]}
-        else:
-            values, queued, seconds, info = await execute(
-                name, model, tenant, decoded.feeds, names, images, slo, received,
-                config.devices_for(tenant.name, name))
+        values, queued, seconds, info = await (upstream.call if upstream is not None
+                                               else run_request)(
+            name, tenant.name, decoded.feeds, names, images, slo, received)
         log["queue_ms"] = round(queued * 1e3, 3)
         metrics.queue_seconds.labels(**labels).observe(queued)
         log.update(device=info["device"], batch=info["batch"], retried=info["retried"],

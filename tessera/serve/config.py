@@ -22,7 +22,10 @@ PRIORITIES = ("high", "normal", "low")
 #: Shortest token accepted: a guessable token is no authentication.
 MIN_TOKEN_LENGTH = 16
 
-_SERVER_KEYS = {"host", "port", "max_body_bytes"}
+_SERVER_KEYS = {"host", "port", "max_body_bytes", "priority_lanes", "lane_nice"}
+#: How much lower the side lane's CPU priority is than the main process's (``nice``
+#: increment; tessera/serve/lanes.py).
+DEFAULT_LANE_NICE = 10
 _DEVICE_KEYS = {"workers", "max_queue", "providers", "instances", "config", "process",
                 "timeout_s"}
 #: Where a device's runs execute: in the server's own threads, or in worker processes of
@@ -127,6 +130,9 @@ class ServeConfig:
     devices: dict
     models: dict
     tenants: dict
+    #: Lower-priority tenants' HTTP in a process of its own (tessera/serve/lanes.py).
+    priority_lanes: bool = False
+    lane_nice: int = DEFAULT_LANE_NICE
 
     def devices_for(self, tenant, model):
         """The devices a request of ``tenant`` (a name) to ``model`` may run on: the model's
@@ -227,7 +233,16 @@ def _server(source, data):
                                f"(0: any free port), not {port!r}")
     body = _number(source, "[server] max_body_bytes", table.get("max_body_bytes", 64 << 20),
                    integer=True)
-    return host, port, body
+    lanes = table.get("priority_lanes", False)
+    if not isinstance(lanes, bool):
+        raise ServeConfigError(f"{source}: [server] priority_lanes must be true or false, "
+                               f"not {lanes!r}")
+    nice = table.get("lane_nice", DEFAULT_LANE_NICE)
+    if not (isinstance(nice, int) and not isinstance(nice, bool) and 0 <= nice <= 19):
+        raise ServeConfigError(f"{source}: [server] lane_nice must be an integer in 0..19 "
+                               f"(how much lower the side lane's CPU priority is), not "
+                               f"{nice!r}")
+    return host, port, body, lanes, nice
 
 
 def _devices(source, data):
@@ -456,11 +471,11 @@ def parse_config(data, *, source="<config>", base=".", environ=None):
     environ = os.environ if environ is None else environ
     _table(source, "the file", data)
     _unknown(source, "the top level", data, _TOP_KEYS)
-    host, port, body = _server(source, data)
+    host, port, body, lanes, nice = _server(source, data)
     devices = _devices(source, data)
     models = _models(source, data, Path(base), devices)
     tenants = _tenants(source, data, models, environ, devices)
-    config = ServeConfig(source, host, port, body, devices, models, tenants)
+    config = ServeConfig(source, host, port, body, devices, models, tenants, lanes, nice)
     for tenant in tenants.values():
         for model in tenant.models:
             if not config.devices_for(tenant.name, model):

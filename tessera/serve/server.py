@@ -1,6 +1,8 @@
 """Run the application with uvicorn on the configured loopback address."""
 
+import hmac
 import logging
+import socket
 import sys
 
 import uvicorn
@@ -8,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from .app import REQUEST_LOG, create_app
 
-__all__ = ["SWITCH_INTERVAL", "DrainingServer", "run"]
+__all__ = ["SWITCH_INTERVAL", "DrainingServer", "LanedServer", "protocol_factory", "run"]
 
 #: Seconds a thread may hold the GIL while another waits for it (see :func:`run`).
 SWITCH_INTERVAL = 0.0001
@@ -29,6 +31,88 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+def protocol_factory(server):
+    """A callable making uvicorn's HTTP protocol for one connection of ``server`` (what its
+    own listener does), for connections accepted by :mod:`tessera.serve.lanes` instead."""
+    config = server.config
+    return lambda: config.http_protocol_class(config=config,
+                                              server_state=server.server_state,
+                                              app_state=server.lifespan.state)
+
+
+def _goes_to_side(config):
+    """``(head, token) -> bool``: a connection whose first request is an inference request
+    with a side tenant's token goes to the side lane."""
+    from .lanes import side_tenants
+
+    tokens = [config.tenants[name].token.encode() for name in side_tenants(config)]
+
+    def decide(head, token):
+        line = head.split(b"\r\n", 1)[0].split(b" ")
+        if len(line) < 2 or line[0] != b"POST" or not line[1].startswith(b"/v2/models/") \
+                or not line[1].endswith(b"/infer"):
+            return False
+        found = False
+        for known in tokens:  # every one compared: the time says nothing of which matched
+            found |= hmac.compare_digest(known, token)
+        return found
+
+    return decide
+
+
+class LanedServer(DrainingServer):
+    """The main process with priority lanes (:mod:`tessera.serve.lanes`): it accepts
+    connections itself and hands the side tenants' to the side lane's process."""
+
+    def __init__(self, config, app, serve_config, port):
+        super().__init__(config, app)
+        self.serve_config, self.port = serve_config, port
+        self.lane = self.acceptor = self.link = None
+
+    async def startup(self, sockets=None):
+        from .lanes import Acceptor, LaneLink, SideLane
+
+        listener = socket.create_server((self.serve_config.host, self.port),
+                                        backlog=self.config.backlog)
+        self.lane = SideLane(self.serve_config, self.serve_config.lane_nice,
+                             REQUEST_LOG.level == logging.INFO)
+        state = self.tessera_app.state
+        # Held here: the event loop keeps only a weak reference to the link's task.
+        self.link = LaneLink(self.lane.link, state.run_request, state.metrics,
+                             state.refused_type)
+        self.link.start()
+        await super().startup(sockets=[])  # no listener of uvicorn's: the acceptor's
+        self.acceptor = Acceptor(listener, protocol_factory(self),
+                                 _goes_to_side(self.serve_config), self.lane.channel)
+        self.acceptor.start()
+        host, port = listener.getsockname()[:2]
+        print(f"tessera serve: listening on http://{host}:{port} (priority lanes: side "
+              f"lane pid {self.lane.process.pid}, nice +{self.serve_config.lane_nice})",
+              file=sys.stderr, flush=True)
+
+    def handle_exit(self, sig, frame):
+        super().handle_exit(sig, frame)
+        if self.lane is not None:
+            self.lane.stop()
+
+    async def shutdown(self, sockets=None):
+        if self.acceptor is not None:
+            self.acceptor.close()
+        if self.lane is not None:  # its requests still run here while it drains
+            self.lane.stop()
+            await self.lane.wait_exit()
+        await super().shutdown(sockets)
+
+
+def log_requests_to_stderr():
+    """One JSON line per inference request on stderr (the side lane's too)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    REQUEST_LOG.addHandler(handler)
+    REQUEST_LOG.setLevel(logging.INFO)
+    REQUEST_LOG.propagate = False
+
+
 def run(config, *, port=None, log_level="info", log_requests=True):
     """Serve ``config`` until SIGTERM or Ctrl-C, then drain (see :class:`DrainingServer`).
     ``port`` overrides the file's; ``log_requests`` writes one JSON line per inference
@@ -39,13 +123,12 @@ def run(config, *, port=None, log_level="info", log_requests=True):
             print(f"model {name!r}: {model.plan.describe()}", file=sys.stderr)
     port = config.port if port is None else port
     if log_requests:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        REQUEST_LOG.addHandler(handler)
-        REQUEST_LOG.setLevel(logging.INFO)
-        REQUEST_LOG.propagate = False
-    server = DrainingServer(uvicorn.Config(app, host=config.host, port=port,
-                                           log_level=log_level), app)
+        log_requests_to_stderr()
+    uvicorn_config = uvicorn.Config(app, host=config.host, port=port, log_level=log_level)
+    if config.priority_lanes:
+        server = LanedServer(uvicorn_config, app, config, port)
+    else:
+        server = DrainingServer(uvicorn_config, app)
     # One BLAS thread per run: runs already go in parallel on each device's workers, and
     # OpenBLAS's own threads (it starts them for the CPU provider's matmuls from about 15
     # images on) made a batch of 16 digits 15x slower on a busy 2-core machine (8 ms
