@@ -20,6 +20,7 @@ import ipaddress
 import json
 import math
 import multiprocessing
+import os
 import signal
 import socket
 import subprocess
@@ -130,6 +131,9 @@ class TenantLoad:
     slo_ms: float | None = None
     input_name: str = "input"
     output_name: str = "logits"
+    #: With ``processes=True``: how much lower this tenant's client process runs (``nice``
+    #: increment), to stand for clients on other machines that take no server core.
+    nice: int = 0
     records: list = field(default_factory=list)
 
 
@@ -283,6 +287,8 @@ def _tenant_process(url, tenant, stream, start_at, duration, max_requests, drain
                     seed, connections):
     """One tenant's load in a child process, begun at the wall-clock time ``start_at``
     (shared by the tenants' processes); ``(records, seconds)``."""
+    if tenant.nice:
+        os.nice(tenant.nice)
     time.sleep(max(0.0, start_at - time.time()))
     seconds = asyncio.run(_run(url, [tenant], duration, max_requests, drain_timeout, seed,
                                connections, first_stream=stream))

@@ -2,6 +2,7 @@
 are handed to a second process that parses their HTTP and sends the tensors to the main
 process's scheduler. Live server on 127.0.0.1 only; every wait bounded."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -59,7 +60,8 @@ def test_bearer_token_is_read_from_the_first_header_block():
 
 @pytest.mark.parametrize(("extra", "field"), [("priority_lanes = 1", "priority_lanes"),
                                               ("lane_nice = 25", "lane_nice"),
-                                              ("lane_nice = true", "lane_nice")])
+                                              ("lane_nice = true", "lane_nice"),
+                                              ("lane_batch_ms = -1", "lane_batch_ms")])
 def test_bad_lane_settings_name_the_field(tmp_path, extra, field):
     with pytest.raises(ServeConfigError, match=rf"serve\.toml: \[server\] {field} must be"):
         load_config(lanes_config(tmp_path, extra))
@@ -76,18 +78,17 @@ def post(port, model, body, headers):
         connection.close()
 
 
-def test_side_lane_serves_the_low_priority_tenant_bit_exact(tmp_path, rng):
-    """Both tenants answered bit-exact; B's requests carry the side lane's mark in the
-    request log; /metrics (main process) counts both; SIGTERM stops both processes."""
+@contextlib.contextmanager
+def serving(config_path):
+    """``tessera serve`` on a free loopback port: yields ``(port, result)``; after the
+    block it is stopped (SIGTERM) and ``result["output"]`` holds what it printed."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "tessera.cli", "serve", "--config",
-               str(lanes_config(tmp_path)), "--port", str(port)]
+    command = [sys.executable, "-m", "tessera.cli", "serve", "--config", str(config_path),
+               "--port", str(port)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    reference = InferenceSession(str(DIGITS))
-    jobs = [("digits", AUTH_A, digits_input(rng, 1 + i % 3)) for i in range(12)]
-    jobs += [("digits_b", AUTH_B, digits_input(rng, 1 + i % 2)) for i in range(12)]
+    result = {}
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -100,6 +101,23 @@ def test_side_lane_serves_the_low_priority_tenant_bit_exact(tmp_path, rng):
                         break
             except OSError:
                 time.sleep(0.1)
+        yield port, result
+    finally:
+        result["output"] = stop_server(process, TIMEOUT)
+        result["returncode"] = process.returncode
+
+
+def request_lines(output):
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{\"")]
+
+
+def test_side_lane_serves_the_low_priority_tenant_bit_exact(tmp_path, rng):
+    """Both tenants answered bit-exact; B's requests carry the side lane's mark in the
+    request log; /metrics (main process) counts both; SIGTERM stops both processes."""
+    reference = InferenceSession(str(DIGITS))
+    jobs = [("digits", AUTH_A, digits_input(rng, 1 + i % 3)) for i in range(12)]
+    jobs += [("digits_b", AUTH_B, digits_input(rng, 1 + i % 2)) for i in range(12)]
+    with serving(lanes_config(tmp_path)) as (port, result):
         with ThreadPoolExecutor(6) as pool:
             answers = list(pool.map(lambda job: post(port, job[0], json_request(job[2]),
                                                      job[1]), jobs))
@@ -115,10 +133,9 @@ def test_side_lane_serves_the_low_priority_tenant_bit_exact(tmp_path, rng):
             line = (f'tessera_requests_total{{code="200",model="{model}",'
                     f'tenant="{tenant}"}} 12.0')
             assert line in metrics, metrics
-    finally:
-        output = stop_server(process, TIMEOUT)
-    assert process.returncode in (0, -signal.SIGTERM), output
-    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{\"")]
+    output = result["output"]
+    assert result["returncode"] in (0, -signal.SIGTERM), output
+    lines = request_lines(output)
     assert sorted(r["tenant"] for r in lines if r.get("lane") == "side") == ["b"] * 12
     assert sorted(r["tenant"] for r in lines if "lane" not in r) == ["a"] * 12
     (pid,) = re.findall(r"side lane pid (\d+)", output)
@@ -127,6 +144,29 @@ def test_side_lane_serves_the_low_priority_tenant_bit_exact(tmp_path, rng):
         assert time.monotonic() < deadline, "the side lane outlived the server"
         time.sleep(0.05)
     assert TOKEN_A not in output and TOKEN_B not in output
+
+
+def test_side_lane_groups_requests_and_splits_their_answers(tmp_path, rng):
+    """With lane_batch_ms, concurrent requests of B's model go to the main process as one
+    call: the runs are batches of several requests, every answer still its own, bit-exact.
+    Fails if the lane sends each alone (no run above the request's own images) or splits
+    the outputs wrongly."""
+    text = CONFIG.format(burst_a=1000, burst_b=1000).replace(
+        "max_body_bytes = 65536", "max_body_bytes = 65536\npriority_lanes = true\n"
+        "lane_batch_ms = 200").replace(
+        '[models.digits_b]\npath', '[models.digits_b]\nmax_batch = 8\npath')
+    reference = InferenceSession(str(DIGITS))
+    inputs = [digits_input(rng, 1 + i % 2) for i in range(8)]
+    with serving(write_config(tmp_path, text=text)) as (port, result):
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(lambda x: post(port, "digits_b", json_request(x),
+                                                   AUTH_B), inputs))
+    for x, (status, body) in zip(inputs, answers, strict=True):
+        assert status == 200, body
+        assert output_array(body).tobytes() == reference.run(None, {"input": x})[0].tobytes()
+    lines = [r for r in request_lines(result["output"]) if r.get("lane") == "side"]
+    assert len(lines) == 8
+    assert max(r["batch"] - r["images"] for r in lines) > 0, lines
 
 
 def _alive(pid):

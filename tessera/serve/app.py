@@ -294,6 +294,13 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
                                         f"or a higher one",
                                    {"Retry-After": retry_after(sum(
                                        q.predicted_wait(rank) for q in queues) / len(queues))})
+        elif refusal is None and upstream.full():
+            # The lane's requests already out could fill every device's queue: more would
+            # only cost the main process a refusal each (tessera/serve/lanes.py).
+            refusal = _Refused(503, f"model {name!r} for tenant {tenant.name!r}: the "
+                                    f"server's queues are full ({upstream.limit} requests of "
+                                    f"the lower priorities waiting or running)",
+                               {"Retry-After": "1"})
         if refusal is not None:
             metrics.requests.labels(**labels, code=str(refusal.status)).inc()
             REQUEST_LOG.info(json.dumps({**labels, "status": refusal.status,

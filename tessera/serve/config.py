@@ -22,10 +22,14 @@ PRIORITIES = ("high", "normal", "low")
 #: Shortest token accepted: a guessable token is no authentication.
 MIN_TOKEN_LENGTH = 16
 
-_SERVER_KEYS = {"host", "port", "max_body_bytes", "priority_lanes", "lane_nice"}
+_SERVER_KEYS = {"host", "port", "max_body_bytes", "priority_lanes", "lane_nice",
+                "lane_batch_ms"}
 #: How much lower the side lane's CPU priority is than the main process's (``nice``
 #: increment; tessera/serve/lanes.py).
 DEFAULT_LANE_NICE = 10
+#: Milliseconds the side lane holds a request for others of its model to go with it to
+#: the main process as one message (0: each alone).
+DEFAULT_LANE_BATCH_MS = 2.0
 _DEVICE_KEYS = {"workers", "max_queue", "providers", "instances", "config", "process",
                 "timeout_s"}
 #: Where a device's runs execute: in the server's own threads, or in worker processes of
@@ -133,6 +137,7 @@ class ServeConfig:
     #: Lower-priority tenants' HTTP in a process of its own (tessera/serve/lanes.py).
     priority_lanes: bool = False
     lane_nice: int = DEFAULT_LANE_NICE
+    lane_batch_ms: float = DEFAULT_LANE_BATCH_MS
 
     def devices_for(self, tenant, model):
         """The devices a request of ``tenant`` (a name) to ``model`` may run on: the model's
@@ -242,7 +247,13 @@ def _server(source, data):
         raise ServeConfigError(f"{source}: [server] lane_nice must be an integer in 0..19 "
                                f"(how much lower the side lane's CPU priority is), not "
                                f"{nice!r}")
-    return host, port, body, lanes, nice
+    batch_ms = table.get("lane_batch_ms", DEFAULT_LANE_BATCH_MS)
+    if not (isinstance(batch_ms, (int, float)) and not isinstance(batch_ms, bool)
+            and math.isfinite(batch_ms) and 0 <= batch_ms <= 1000):
+        raise ServeConfigError(f"{source}: [server] lane_batch_ms must be a number of "
+                               f"milliseconds in 0..1000 (0: each request alone), not "
+                               f"{batch_ms!r}")
+    return host, port, body, lanes, nice, float(batch_ms)
 
 
 def _devices(source, data):
@@ -471,11 +482,12 @@ def parse_config(data, *, source="<config>", base=".", environ=None):
     environ = os.environ if environ is None else environ
     _table(source, "the file", data)
     _unknown(source, "the top level", data, _TOP_KEYS)
-    host, port, body, lanes, nice = _server(source, data)
+    host, port, body, lanes, nice, batch_ms = _server(source, data)
     devices = _devices(source, data)
     models = _models(source, data, Path(base), devices)
     tenants = _tenants(source, data, models, environ, devices)
-    config = ServeConfig(source, host, port, body, devices, models, tenants, lanes, nice)
+    config = ServeConfig(source, host, port, body, devices, models, tenants, lanes, nice,
+                         batch_ms)
     for tenant in tenants.values():
         for model in tenant.models:
             if not config.devices_for(tenant.name, model):

@@ -30,6 +30,8 @@ import socket
 import struct
 import sys
 
+from numpy import concatenate as numpy_concatenate
+
 __all__ = ["Acceptor", "LaneLink", "SideLane", "side_tenants"]
 
 #: Bytes of a connection's first request the acceptor looks at for its token.
@@ -248,14 +250,35 @@ class ForwardedMetrics:
         return records
 
 
+class _Group:
+    """Requests the lane batches into one call: same model, tenant, outputs, SLO and
+    per-input shape beyond the batch."""
+
+    def __init__(self):
+        self.members = []  # (feeds, images, received, future)
+        self.images = 0
+        self.timer = None
+
+
 class Upstream:
     """The lane's end of the message link: ``await call(...)`` runs a request in the main
-    process; counts go there every METRICS_FLUSH seconds."""
+    process; counts go there every METRICS_FLUSH seconds. At most ``limit`` requests are
+    out at once (every device's queue and workers): past it, :meth:`full` and the lane
+    refuses before reading the body, so a flood costs the main process nothing.
 
-    def __init__(self, sock, refused_type):
-        self.sock, self.refused_type = sock, refused_type
+    ``batching`` maps a model to its ``max_batch``: requests of a model above 1 wait up to
+    ``delay`` seconds for others to go with them as one call (up to ``max_batch`` images),
+    so the main process admits and answers one message per group, not per request; their
+    outputs are split here. ``delay`` 0: every request alone."""
+
+    def __init__(self, sock, refused_type, limit, batching=None, delay=0.0):
+        self.sock, self.refused_type, self.limit = sock, refused_type, limit
+        self.batching, self.delay = dict(batching or {}), delay
         self.metrics = ForwardedMetrics()
         self.pending, self.ids = {}, itertools.count()
+        self.groups = {}
+        self.out = 0  # requests between call() and their answer
+        self.calls = self.grouped = 0  # messages sent, requests that went in them
         self.writer = None
         self.lock = None
 
@@ -287,7 +310,78 @@ class Upstream:
                 with contextlib.suppress(ConnectionError):
                     await _send(self.writer, ("metrics", records))
 
+    def full(self):
+        return self.out >= self.limit
+
     async def call(self, name, tenant, feeds, names, images, slo, received):
+        self.out += 1
+        try:
+            max_batch = self.batching.get(name, 1)
+            if self.delay <= 0 or max_batch <= 1 or images >= max_batch:
+                return await self._call(name, tenant, feeds, names, images, slo, received)
+            return await self._join(name, tenant, feeds, names, images, slo, received,
+                                    max_batch)
+        finally:
+            self.out -= 1
+
+    async def _join(self, name, tenant, feeds, names, images, slo, received, max_batch):
+        key = (name, tenant, tuple(names), slo,
+               tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(feeds.items())))
+        group = self.groups.get(key)
+        if group is not None and group.images + images > max_batch:
+            self._send_group(key)
+            group = None
+        if group is None:
+            group = self.groups[key] = _Group()
+            group.timer = asyncio.get_running_loop().call_later(self.delay, self._send_group,
+                                                                key)
+        future = asyncio.get_running_loop().create_future()
+        group.members.append((feeds, images, received, future))
+        group.images += images
+        if group.images >= max_batch:
+            self._send_group(key)
+        return await future
+
+    def _send_group(self, key):
+        group = self.groups.pop(key, None)
+        if group is None:
+            return
+        group.timer.cancel()
+        _spawn(self._run_group(key, group))
+
+    async def _run_group(self, key, group):
+        name, tenant, names, slo, _ = key
+        members = group.members
+        feeds = members[0][0] if len(members) == 1 else {
+            k: numpy_concatenate([m[0][k] for m in members]) for k in members[0][0]}
+        try:
+            values, queued, seconds, info = await self._call(
+                name, tenant, feeds, list(names), group.images, slo,
+                min(m[2] for m in members))
+        except Exception as exc:  # the refusal (or failure) is every member's
+            for *_, future in members:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        if len(members) > 1 and any(v.ndim == 0 or v.shape[0] != group.images
+                                    for v in values):
+            error = self.refused_type(500, f"model {name!r}: max_batch > 1 needs every "
+                                           f"output to lead with the batch dimension; got "
+                                           f"shapes {[list(v.shape) for v in values]} for "
+                                           f"{group.images} images", None)
+            for *_, future in members:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        start = 0
+        for _, images, _, future in members:
+            if not future.done():
+                future.set_result(([v[start:start + images] for v in values], queued,
+                                   seconds, info))
+            start += images
+
+    async def _call(self, name, tenant, feeds, names, images, slo, received):
+        self.calls += 1
         ident = next(self.ids)
         future = asyncio.get_running_loop().create_future()
         self.pending[ident] = future
@@ -344,16 +438,27 @@ def _lane_main(config, channel, link, nice, log_requests):
     import uvicorn
 
     from .app import create_app
-    from .server import SWITCH_INTERVAL, DrainingServer, log_requests_to_stderr, protocol_factory
+    from .server import (
+        SWITCH_INTERVAL,
+        DrainingServer,
+        freeze_startup_objects,
+        log_requests_to_stderr,
+        protocol_factory,
+    )
 
     if nice:
         os.nice(nice)
     if log_requests:
         log_requests_to_stderr()
     sys.setswitchinterval(SWITCH_INTERVAL)
-    upstream = Upstream(link, None)
+    upstream = Upstream(link, None,
+                        sum(d.max_queue + d.workers for d in config.devices.values()),
+                        {name: m.max_batch for name, m in config.models.items()
+                         if m.parallelism == "data"},
+                        config.lane_batch_ms / 1e3)
     app = create_app(config, upstream=upstream)
     upstream.refused_type = app.state.refused_type
+    freeze_startup_objects()
 
     class LaneServer(DrainingServer):
         async def startup(self, sockets=None):

@@ -1,5 +1,6 @@
 """Run the application with uvicorn on the configured loopback address."""
 
+import gc
 import hmac
 import logging
 import socket
@@ -104,6 +105,15 @@ class LanedServer(DrainingServer):
         await super().shutdown(sockets)
 
 
+def freeze_startup_objects():
+    """Move everything built so far (sessions, graphs, the app) out of the collector's
+    reach: a full collection then scans only what requests allocate. Measured under a 2x
+    flood on digits: the one full collection of an 8 s phase paused the event loop 81 ms
+    before, 3.4 ms after (docs/serving.md)."""
+    gc.collect()
+    gc.freeze()
+
+
 def log_requests_to_stderr():
     """One JSON line per inference request on stderr (the side lane's too)."""
     handler = logging.StreamHandler(sys.stderr)
@@ -140,6 +150,7 @@ def run(config, *, port=None, log_level="info", log_requests=True):
     # model with the machine loaded by other jobs, B's throughput rose again 1.5-2x and
     # tenant A's server-side SLO attainment from 43-65 % to 77-81 % (docs/serving.md).
     sys.setswitchinterval(SWITCH_INTERVAL)
+    freeze_startup_objects()
     try:
         with threadpool_limits(limits=1, user_api="blas"):
             server.run()

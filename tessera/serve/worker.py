@@ -24,6 +24,7 @@ terminates those at exit), and :meth:`DeviceWorker.close` stops it at shutdown.
 No web framework here: this module is imported in the worker, which loads only the runtime.
 """
 
+import gc
 import multiprocessing
 import os
 import signal
@@ -106,6 +107,8 @@ def _serve(conn, specs):
         except Exception as exc:  # reported, so the server's startup names the model
             conn.send(("failed", _describe(exc)))
             return
+        gc.collect()  # the sessions out of the collector's reach (server.py says why)
+        gc.freeze()
         conn.send(("ready", os.getpid()))
         while True:
             try:
