@@ -87,9 +87,10 @@ PROCESS = os.environ.get("BENCH_SERVE_PROCESS", "worker")
 #: ``[server] priority_lanes`` in the two-tenant phases: "1" (tenant B's HTTP in the side
 #: lane's process) or "0" (one front end for both).
 LANES = os.environ.get("BENCH_SERVE_LANES", "1")
-#: ``nice`` increment of tenant B's load generator in the two-tenant phases: it floods at
-#: 1.8x capacity on the server's own two cores; at 10 it stands for clients on other
-#: machines (interleaved on digits: A's attainment 0.35 -> 0.50; docs/serving.md).
+#: ``nice`` increment of tenant B's load generator (its own process) wherever B sends:
+#: capacity, two tenants, B alone. It floods on the server's own two cores; at 10 it
+#: stands for clients on other machines (interleaved on digits: A's attainment 0.35 ->
+#: 0.50; docs/serving.md). Tenant A's client always runs at the server's priority.
 B_NICE = int(os.environ.get("BENCH_SERVE_B_NICE", "10"))
 
 
@@ -191,8 +192,9 @@ def two_tenants(folder, model_path, inputs, expected, capacity, tag):
                                            "attainment": within / max(1, len(a.records))}
     with serve(folder, config_text(model_path, 16, lanes=lanes), f"{tag}_b_alone") as url:
         warm(url, inputs, expected)
-        b = tenant("b", inputs, expected, rate=2 * capacity)
-        seconds = run_load(url, [b], duration=SECONDS, seed=SEED, connections=128)
+        b = tenant("b", inputs, expected, rate=2 * capacity, nice=B_NICE)
+        seconds = run_load(url, [b], duration=SECONDS, seed=SEED, connections=128,
+                           processes=True)
         phases["b_alone"] = check(summarize(b, seconds))
     return phases, slo_ms
 
@@ -301,8 +303,8 @@ def main():
         for max_batch in (1, 16):
             with serve(folder, config_text(DIGITS, max_batch), f"capacity{max_batch}") as url:
                 warm(url, inputs, expected)
-                load = tenant("b", inputs, expected, concurrency=32)
-                seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
+                load = tenant("b", inputs, expected, concurrency=32, nice=B_NICE)
+                seconds = run_load(url, [load], duration=SECONDS, seed=SEED, processes=True)
                 phases[f"capacity_max_batch_{max_batch}"] = summary = check(
                     summarize(load, seconds))
                 capacity[max_batch] = summary["throughput"]
@@ -322,8 +324,8 @@ def main():
         inputs, expected = reference(resnet, (1, 3, 32, 32), rng)
         with serve(folder, config_text(resnet, 16), "resnet8_capacity") as url:
             warm(url, inputs, expected)
-            load = tenant("b", inputs, expected, concurrency=32)
-            seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
+            load = tenant("b", inputs, expected, concurrency=32, nice=B_NICE)
+            seconds = run_load(url, [load], duration=SECONDS, seed=SEED, processes=True)
             phases = {"capacity_max_batch_16": check(summarize(load, seconds))}
         full = phases["capacity_max_batch_16"]["throughput"]
         metrics.append(metric("resnet8: requests/s, max_batch 16, 32 clients", round(full, 1),
@@ -381,9 +383,9 @@ def compare(kind, rounds, model_name):
         settings.pop("b_nice")
         with serve(folder, config_text(model, 16, **settings), "capacity") as url:
             warm(url, inputs, expected)
-            load = tenant("b", inputs, expected, concurrency=32)
+            load = tenant("b", inputs, expected, concurrency=32, nice=base["b_nice"])
             capacity = check(summarize(load, run_load(url, [load], duration=SECONDS,
-                                                      seed=SEED)))["throughput"]
+                                                      seed=SEED, processes=True)))["throughput"]
         with serve(folder, config_text(model, 1, **settings), "unloaded") as url:
             warm(url, inputs, expected)
             load = tenant("a", inputs, expected, concurrency=1)
@@ -409,9 +411,9 @@ def compare(kind, rounds, model_name):
                 with serve(folder, config_text(model, 16, **settings),
                            f"{tag}_b_alone") as url:
                     warm(url, inputs, expected)
-                    alone = tenant("b", inputs, expected, rate=2 * capacity)
+                    alone = tenant("b", inputs, expected, rate=2 * capacity, nice=b_nice)
                     seconds = run_load(url, [alone], duration=SECONDS, seed=SEED,
-                                       connections=128)
+                                       connections=128, processes=True)
                     alone = check(summarize(alone, seconds))
                 workers = stats["balancing"]["devices"]["cpu"].get("workers") or [{}]
                 row = {"round": index, "setting": name,

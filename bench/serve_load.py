@@ -265,14 +265,15 @@ def run_load(url, tenants, *, duration, max_requests=100_000, drain_timeout=30.0
     With ``processes``, each tenant's traffic comes from its own process, started together
     (:func:`_tenant_process`): in one event loop, a flood from one tenant delayed the
     sending and timing of another's requests, and that lag counted as the server's
-    latency (tenant A's p50 of 62 ms at 2x load against a server-side 2 ms run).
+    latency (tenant A's p50 of 62 ms at 2x load against a server-side 2 ms run). A lone
+    tenant gets its own process only when it asks for a lower priority (``nice``).
 
     Each tenant's ``records`` then hold one entry per request sent, in completion order.
     """
     if duration <= 0 or max_requests < 1:
         raise ValueError(f"a load needs duration > 0 and max_requests >= 1, not "
                          f"{duration!r} and {max_requests!r}")
-    if processes and len(tenants) > 1:
+    if processes and (len(tenants) > 1 or any(t.nice for t in tenants)):
         return _run_processes(url, tenants, duration, max_requests, drain_timeout, seed,
                               connections)
     return asyncio.run(_run(url, tenants, duration, max_requests, drain_timeout, seed,
