@@ -5,8 +5,10 @@ import json
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +139,35 @@ def stop_server(process, timeout):
     except subprocess.TimeoutExpired:
         process.kill()
         raise
+
+
+@contextlib.contextmanager
+def serve_cli(config_path):
+    """``tessera serve`` on a free loopback port: yields ``(port, result)``; after the
+    block it is stopped (SIGTERM) and ``result["output"]`` holds what it printed."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "tessera.cli", "serve", "--config", str(config_path),
+               "--port", str(port)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    result = {}
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert process.poll() is None, process.stdout.read().decode()
+            assert time.monotonic() < deadline, "tessera serve did not become ready"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready",
+                                            timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                time.sleep(0.1)
+        yield port, result
+    finally:
+        result["output"] = stop_server(process, TIMEOUT)
+        result["returncode"] = process.returncode
 
 
 def ask_digits(client, rng, reference, caplog, headers):

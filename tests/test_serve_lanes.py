@@ -2,15 +2,11 @@
 are handed to a second process that parses their HTTP and sends the tensors to the main
 process's scheduler. Live server on 127.0.0.1 only; every wait bounded."""
 
-import contextlib
 import http.client
 import json
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +26,7 @@ from tests.serve_helpers import (
     digits_input,
     json_request,
     output_array,
-    stop_server,
+    serve_cli,
     write_config,
 )
 
@@ -78,35 +74,6 @@ def post(port, model, body, headers):
         connection.close()
 
 
-@contextlib.contextmanager
-def serving(config_path):
-    """``tessera serve`` on a free loopback port: yields ``(port, result)``; after the
-    block it is stopped (SIGTERM) and ``result["output"]`` holds what it printed."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "tessera.cli", "serve", "--config", str(config_path),
-               "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    result = {}
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stdout.read().decode()
-            assert time.monotonic() < deadline, "tessera serve did not become ready"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready",
-                                            timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
-        yield port, result
-    finally:
-        result["output"] = stop_server(process, TIMEOUT)
-        result["returncode"] = process.returncode
-
-
 def request_lines(output):
     return [json.loads(line) for line in output.splitlines() if line.startswith("{\"")]
 
@@ -117,7 +84,7 @@ def test_side_lane_serves_the_low_priority_tenant_bit_exact(tmp_path, rng):
     reference = InferenceSession(str(DIGITS))
     jobs = [("digits", AUTH_A, digits_input(rng, 1 + i % 3)) for i in range(12)]
     jobs += [("digits_b", AUTH_B, digits_input(rng, 1 + i % 2)) for i in range(12)]
-    with serving(lanes_config(tmp_path)) as (port, result):
+    with serve_cli(lanes_config(tmp_path)) as (port, result):
         with ThreadPoolExecutor(6) as pool:
             answers = list(pool.map(lambda job: post(port, job[0], json_request(job[2]),
                                                      job[1]), jobs))
@@ -157,7 +124,7 @@ def test_side_lane_groups_requests_and_splits_their_answers(tmp_path, rng):
         '[models.digits_b]\npath', '[models.digits_b]\nmax_batch = 8\npath')
     reference = InferenceSession(str(DIGITS))
     inputs = [digits_input(rng, 1 + i % 2) for i in range(8)]
-    with serving(write_config(tmp_path, text=text)) as (port, result):
+    with serve_cli(write_config(tmp_path, text=text)) as (port, result):
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda x: post(port, "digits_b", json_request(x),
                                                    AUTH_B), inputs))

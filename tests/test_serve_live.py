@@ -3,10 +3,6 @@ load, and the CLI started and stopped. Every wait is bounded; nothing leaves loo
 
 import json
 import signal
-import socket
-import subprocess
-import sys
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -26,7 +22,7 @@ from tests.serve_helpers import (
     json_request,
     output_array,
     running,
-    stop_server,
+    serve_cli,
     write_config,
 )
 
@@ -86,31 +82,14 @@ def test_two_tenant_load_is_correct_and_rate_limited(tmp_path, reference, rng):
 
 
 def test_cli_serve_starts_answers_and_stops(tmp_path, reference, rng):
-    with socket.socket() as probe:  # a free port for the subprocess (closed before it binds)
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = [sys.executable, "-m", "tessera.cli", "serve", "--config",
-               str(write_config(tmp_path)), "--port", str(port)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, process.stdout.read().decode()
-            assert time.monotonic() < deadline, "tessera serve did not become ready"
-            try:
-                with urllib.request.urlopen(f"{url}/v2/health/ready", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                time.sleep(0.1)
+    with serve_cli(write_config(tmp_path)) as (port, result):
         x = digits_input(rng, 2)
-        status, got, _ = post(f"{url}/v2/models/digits/infer", json_request(x), AUTH_A)
+        status, got, _ = post(f"http://127.0.0.1:{port}/v2/models/digits/infer",
+                              json_request(x), AUTH_A)
         assert status == 200
         np.testing.assert_array_equal(output_array(got), reference.run(None, {"input": x})[0])
-    finally:
-        output = stop_server(process, TIMEOUT)
+    output = result["output"]
     # uvicorn shuts down gracefully, then re-raises SIGTERM so the parent sees how it ended.
-    assert process.returncode in (0, -signal.SIGTERM), output
+    assert result["returncode"] in (0, -signal.SIGTERM), output
     assert "Application shutdown complete" in output
     assert f"on http://127.0.0.1:{port}/v2" in output
