@@ -32,7 +32,9 @@ import sys
 
 from numpy import concatenate as numpy_concatenate
 
-__all__ = ["Acceptor", "LaneLink", "SideLane", "side_tenants"]
+from sw_driver.errors import TesseraError
+
+__all__ = ["Acceptor", "LaneError", "LaneLink", "SideLane", "side_tenants"]
 
 #: Bytes of a connection's first request the acceptor looks at for its token.
 PEEK_BYTES = 8192
@@ -45,8 +47,15 @@ PEEK_RETRY = 0.002
 METRICS_FLUSH = 0.1
 #: Seconds the main process waits for the side lane to drain and exit at shutdown.
 LANE_EXIT_TIMEOUT = 30.0
+#: Seconds the side lane may take to start (spawn, imports, the models' metadata sessions).
+LANE_START_TIMEOUT = 120.0
 
 _LENGTH = struct.Struct("!I")
+
+
+class LaneError(TesseraError, ValueError):
+    """The side lane could not start (the CLI prints it as one line)."""
+
 #: Tasks started here and awaited by nobody: the event loop holds only weak references.
 _TASKS = set()
 
@@ -175,9 +184,25 @@ class LaneLink:
         self.sock, self.run_request, self.metrics = sock, run_request, metrics
         self.refused_type = refused_type
         self.task = None
+        self.ready = asyncio.Event()  # the lane has started and takes connections
+        self.ended = asyncio.Event()  # the link closed: the lane is gone
 
     def start(self):
         self.task = _spawn(self._serve())
+
+    async def wait_ready(self, timeout=LANE_START_TIMEOUT):
+        """Return once the lane is up, so the server says ready only then; raises
+        :class:`LaneError` if the lane exits or takes longer than ``timeout`` seconds."""
+        ready = asyncio.ensure_future(self.ready.wait())
+        ended = asyncio.ensure_future(self.ended.wait())
+        done, pending = await asyncio.wait({ready, ended}, timeout=timeout,
+                                           return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if ready not in done:
+            raise LaneError("the side lane (priority_lanes) did not start: "
+                               + ("its process exited" if ended in done else
+                                  f"no answer within {timeout:g} s") + "; its output is above")
 
     async def _serve(self):
         reader, writer = await asyncio.open_unix_connection(sock=self.sock)
@@ -185,8 +210,11 @@ class LaneLink:
         while (message := await _receive(reader)) is not None:
             if message[0] == "metrics":
                 apply_counts(self.metrics, message[1])
-                continue
-            _spawn(self._call(writer, lock, message))
+            elif message[0] == "ready":
+                self.ready.set()
+            else:
+                _spawn(self._call(writer, lock, message))
+        self.ended.set()
         writer.close()
 
     async def _call(self, writer, lock, message):
@@ -302,6 +330,10 @@ class Upstream:
         while True:
             await asyncio.sleep(METRICS_FLUSH)
             await self.flush()
+
+    async def say_ready(self):
+        async with self.lock:
+            await _send(self.writer, ("ready",))
 
     async def flush(self):
         records = self.metrics.take()
@@ -479,6 +511,7 @@ def _lane_main(config, channel, link, nice, log_requests):
                     _spawn(loop.connect_accepted_socket(factory, conn))
 
             loop.add_reader(channel.fileno(), adopt)
+            await upstream.say_ready()
 
         async def shutdown(self, sockets=None):
             asyncio.get_running_loop().remove_reader(channel.fileno())

@@ -82,6 +82,7 @@ class LanedServer(DrainingServer):
         self.link = LaneLink(self.lane.link, state.run_request, state.metrics,
                              state.refused_type)
         self.link.start()
+        await self.link.wait_ready()
         await super().startup(sockets=[])  # no listener of uvicorn's: the acceptor's
         self.acceptor = Acceptor(listener, protocol_factory(self),
                                  _goes_to_side(self.serve_config), self.lane.channel)
