@@ -155,3 +155,26 @@ def test_only_the_side_tenants_inference_requests_change_lanes(tmp_path):
     assert not decide(infer, b"not-a-token")
     assert not decide(b"GET /v2/models/digits_b HTTP/1.1\r\nHost: x", TOKEN_B.encode())
     assert not decide(b"GET /metrics HTTP/1.1", TOKEN_B.encode())
+
+
+@pytest.mark.parametrize(("close_lane_end", "expected"),
+                         [(True, "its process exited"), (False, "no answer within 0.2 s")])
+def test_a_lane_that_does_not_start_is_a_clear_error(close_lane_end, expected):
+    import asyncio
+    import socket
+
+    from tessera.serve.lanes import LaneError, LaneLink
+
+    async def start():
+        main_end, lane_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        link = LaneLink(main_end, None, None, Exception)
+        link.start()
+        if close_lane_end:
+            lane_end.close()
+        try:
+            with pytest.raises(LaneError, match=expected):
+                await link.wait_ready(timeout=0.2)
+        finally:
+            lane_end.close()
+
+    asyncio.run(start())
