@@ -139,7 +139,11 @@ class CommandSequencer(wiring.Component):
         def set_left(value):
             return load(left, last_word, value)
 
-        m.d.comb += [self.busy.eq(self.phase != Phase.IDLE), self.load_last.eq(last_word),
+        # `busy` is a flip-flop of its own, set at a start and cleared where the FSM returns
+        # to IDLE, so the loader's clear, the pool and the counters far from here read a
+        # register rather than a decode of this FSM's state (issue 12).
+        busy = Signal()
+        m.d.comb += [self.busy.eq(busy), self.load_last.eq(last_word),
                      self.last_frame.eq(last_frame), self.set_done.eq(self.finished)]
         m.d.sync += self.engine_start.eq(0)  # a one-cycle pulse (set in FIRST_WEIGHTS)
 
@@ -157,6 +161,10 @@ class CommandSequencer(wiring.Component):
         bad_stream = (cmd.stream_beats == 0) | (is_pool & bad_pool)
         start_conv = starting & is_conv & ~bad_conv
         start_stream = starting & is_stream & ~bad_stream
+        with m.If(self.finished | self.abort | self.force_error):
+            m.d.sync += busy.eq(0)
+        with m.Elif(start_conv | start_stream):
+            m.d.sync += busy.eq(1)
         with m.If(self.abort):
             pass
         with m.Elif(self.force_error):

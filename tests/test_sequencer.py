@@ -16,15 +16,28 @@ GOOD_CONV = dict(opcode=OPCODES["CONV"], load_params=2, load_weights=5, load_act
 
 
 def run(bench):
+    """Run ``bench`` on a sequencer; in every test, at every clock edge, ``busy`` (a
+    flip-flop of its own) must equal "the phase is not IDLE" (the FSM's state)."""
     dut = CommandSequencer()
     sim = Simulator(dut)
     sim.add_clock(1e-8)
+    mismatches = []
 
     async def testbench(ctx):
         await bench(ctx, dut)
 
+    async def watch_busy(ctx):
+        cycle = 0
+        async for _, _, busy, state in ctx.tick().sample(dut.busy, dut.phase):
+            if busy != (Phase(state) != Phase.IDLE):
+                mismatches.append((cycle, busy, Phase(state)))
+            cycle += 1
+
     sim.add_testbench(testbench)
+    sim.add_process(watch_busy)
     sim.run()
+    assert not mismatches, f"busy disagrees with the phase at (cycle, busy, phase): " \
+                           f"{mismatches[:5]}"
 
 
 async def command(ctx, dut, **fields):
