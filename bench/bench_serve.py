@@ -87,10 +87,12 @@ PROCESS = os.environ.get("BENCH_SERVE_PROCESS", "worker")
 #: ``[server] priority_lanes`` in the two-tenant phases: "1" (tenant B's HTTP in the side
 #: lane's process) or "0" (one front end for both).
 LANES = os.environ.get("BENCH_SERVE_LANES", "1")
-#: ``nice`` increment of tenant B's load generator (its own process) wherever B sends:
-#: capacity, two tenants, B alone. It floods on the server's own two cores; at 10 it
-#: stands for clients on other machines (interleaved on digits: A's attainment 0.35 ->
-#: 0.50; docs/serving.md). Tenant A's client always runs at the server's priority.
+#: ``nice`` increment of tenant B's open-loop load generator (its own process) where it
+#: floods: two tenants and B alone. On the server's own two cores, at 10 it stands for
+#: clients on other machines (interleaved on digits: A's attainment 0.35 -> 0.50;
+#: docs/serving.md). Tenant A's client runs at the server's priority, and so do the
+#: closed-loop capacity clients: a niced one was the bottleneck there (1,224 against
+#: 1,890 requests/s on digits at max_batch 16).
 B_NICE = int(os.environ.get("BENCH_SERVE_B_NICE", "10"))
 
 
@@ -303,8 +305,8 @@ def main():
         for max_batch in (1, 16):
             with serve(folder, config_text(DIGITS, max_batch), f"capacity{max_batch}") as url:
                 warm(url, inputs, expected)
-                load = tenant("b", inputs, expected, concurrency=32, nice=B_NICE)
-                seconds = run_load(url, [load], duration=SECONDS, seed=SEED, processes=True)
+                load = tenant("b", inputs, expected, concurrency=32)
+                seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
                 phases[f"capacity_max_batch_{max_batch}"] = summary = check(
                     summarize(load, seconds))
                 capacity[max_batch] = summary["throughput"]
@@ -324,8 +326,8 @@ def main():
         inputs, expected = reference(resnet, (1, 3, 32, 32), rng)
         with serve(folder, config_text(resnet, 16), "resnet8_capacity") as url:
             warm(url, inputs, expected)
-            load = tenant("b", inputs, expected, concurrency=32, nice=B_NICE)
-            seconds = run_load(url, [load], duration=SECONDS, seed=SEED, processes=True)
+            load = tenant("b", inputs, expected, concurrency=32)
+            seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
             phases = {"capacity_max_batch_16": check(summarize(load, seconds))}
         full = phases["capacity_max_batch_16"]["throughput"]
         metrics.append(metric("resnet8: requests/s, max_batch 16, 32 clients", round(full, 1),
@@ -383,9 +385,9 @@ def compare(kind, rounds, model_name):
         settings.pop("b_nice")
         with serve(folder, config_text(model, 16, **settings), "capacity") as url:
             warm(url, inputs, expected)
-            load = tenant("b", inputs, expected, concurrency=32, nice=base["b_nice"])
+            load = tenant("b", inputs, expected, concurrency=32)
             capacity = check(summarize(load, run_load(url, [load], duration=SECONDS,
-                                                      seed=SEED, processes=True)))["throughput"]
+                                                      seed=SEED)))["throughput"]
         with serve(folder, config_text(model, 1, **settings), "unloaded") as url:
             warm(url, inputs, expected)
             load = tenant("a", inputs, expected, concurrency=1)
