@@ -104,8 +104,9 @@ async def _receive(reader):
 
 class Acceptor:
     """The main process's listener: accepts each connection, peeks at its first request and
-    gives it to the side lane (``route(token) -> True``) or to the main process's own HTTP
-    protocol (``protocol_factory``). A connection the lane cannot take stays in main."""
+    gives it to the side lane (when ``to_side(header block, bearer token)`` is true) or to
+    the main process's own HTTP protocol (``protocol_factory``). A connection the lane
+    cannot take stays in main."""
 
     def __init__(self, listener, protocol_factory, to_side, channel):
         self.listener, self.protocol_factory = listener, protocol_factory
