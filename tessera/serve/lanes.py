@@ -471,7 +471,7 @@ def _lane_main(config, channel, link, nice, log_requests):
     import uvicorn
 
     from .app import create_app
-    from .server import (
+    from .http_server import (
         SWITCH_INTERVAL,
         DrainingServer,
         freeze_startup_objects,

@@ -1,6 +1,5 @@
 """Run the application with uvicorn on the configured loopback address."""
 
-import gc
 import hmac
 import logging
 import socket
@@ -10,35 +9,15 @@ import uvicorn
 from threadpoolctl import threadpool_limits
 
 from .app import REQUEST_LOG, create_app
+from .http_server import (
+    SWITCH_INTERVAL,
+    DrainingServer,
+    freeze_startup_objects,
+    log_requests_to_stderr,
+    protocol_factory,
+)
 
 __all__ = ["SWITCH_INTERVAL", "DrainingServer", "LanedServer", "protocol_factory", "run"]
-
-#: Seconds a thread may hold the GIL while another waits for it (see :func:`run`).
-SWITCH_INTERVAL = 0.0001
-
-
-class DrainingServer(uvicorn.Server):
-    """uvicorn's server, marking the app as draining when asked to exit (SIGTERM, Ctrl-C):
-    ``/v2/health/ready`` then answers 503 so a balancer stops sending, new inference
-    requests on open connections get 503, and uvicorn's graceful shutdown waits for the
-    admitted ones (queued or running) to be answered before the process exits."""
-
-    def __init__(self, config, app):
-        super().__init__(config)
-        self.tessera_app = app
-
-    def handle_exit(self, sig, frame):
-        self.tessera_app.state.draining = True
-        super().handle_exit(sig, frame)
-
-
-def protocol_factory(server):
-    """A callable making uvicorn's HTTP protocol for one connection of ``server`` (what its
-    own listener does), for connections accepted by :mod:`tessera.serve.lanes` instead."""
-    config = server.config
-    return lambda: config.http_protocol_class(config=config,
-                                              server_state=server.server_state,
-                                              app_state=server.lifespan.state)
 
 
 def _goes_to_side(config):
@@ -104,24 +83,6 @@ class LanedServer(DrainingServer):
             self.lane.stop()
             await self.lane.wait_exit()
         await super().shutdown(sockets)
-
-
-def freeze_startup_objects():
-    """Move everything built so far (sessions, graphs, the app) out of the collector's
-    reach: a full collection then scans only what requests allocate. Measured under a 2x
-    flood on digits: the one full collection of an 8 s phase paused the event loop 81 ms
-    before, 3.4 ms after (docs/serving.md)."""
-    gc.collect()
-    gc.freeze()
-
-
-def log_requests_to_stderr():
-    """One JSON line per inference request on stderr (the side lane's too)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    REQUEST_LOG.addHandler(handler)
-    REQUEST_LOG.setLevel(logging.INFO)
-    REQUEST_LOG.propagate = False
 
 
 def run(config, *, port=None, log_level="info", log_requests=True):

@@ -107,7 +107,7 @@ def _serve(conn, specs):
         except Exception as exc:  # reported, so the server's startup names the model
             conn.send(("failed", _describe(exc)))
             return
-        gc.collect()  # the sessions out of the collector's reach (server.py says why)
+        gc.collect()  # the sessions out of the collector's reach (http_server.py: why)
         gc.freeze()
         conn.send(("ready", os.getpid()))
         while True:
