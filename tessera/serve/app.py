@@ -29,7 +29,7 @@ from .health import FALLBACK, DeviceHealth
 from .limits import TokenBucket, retry_after
 from .metrics import CONTENT_TYPE_LATEST, Metrics
 from .protocol import HEADER_LENGTH, ProtocolError, decode_infer, encode_infer, tensor_metadata
-from .queueing import Shed
+from .queueing import Shed, batch_key
 from .worker import DeviceWorker, SessionSpec, make_session
 
 __all__ = ["REQUEST_LOG", "create_app"]
@@ -183,11 +183,22 @@ def _start_workers(config, models):
     return pools, started
 
 
-def _batch_key(name, names, feeds):
-    """Requests with equal keys can be concatenated along the batch: same model, outputs,
-    and per-input shape beyond the batch and dtype."""
-    return (name, tuple(names),
-            tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(feeds.items())))
+def find_tenant(tenants, token):
+    """The tenant (of the ``tenants`` mapping) whose token ``token`` is, or None. Every
+    token is compared, in constant time: how long it takes says nothing of which matched."""
+    found = None
+    for tenant in tenants.values():
+        if hmac.compare_digest(tenant.token.encode(), token.strip().encode()):
+            found = tenant
+    return found
+
+
+def inference_model(method, path):
+    """The model an inference request (``POST /v2/models/NAME/infer``) names, or None for
+    any other request."""
+    if method != "POST" or not path.startswith("/v2/models/") or not path.endswith("/infer"):
+        return None
+    return path[len("/v2/models/"):-len("/infer")]
 
 
 def create_app(config, *, clock=time.monotonic, upstream=None):
@@ -240,20 +251,13 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
         return JSONResponse({"error": message.get(exc.status_code, str(exc.detail))},
                             status_code=exc.status_code)
 
-    def find_tenant(token):
-        found = None
-        for tenant in config.tenants.values():
-            if hmac.compare_digest(tenant.token.encode(), token.strip().encode()):
-                found = tenant
-        return found
-
     def tenant_of(request):
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise _Refused(401, "missing bearer token: send 'Authorization: Bearer <token>'",
                            {"WWW-Authenticate": "Bearer"})
-        found = find_tenant(token)
+        found = find_tenant(config.tenants, token)
         if found is None:
             raise _Refused(401, "invalid bearer token", {"WWW-Authenticate": "Bearer"})
         return found
@@ -271,14 +275,13 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
         device's queue full for the tenant's priority), or None: the full path decides.
         Under overload most requests end here, before the body is read and before the
         web framework's routing, so refusing costs the server less than serving."""
-        path = scope["path"]
-        if scope["method"] != "POST" or not path.startswith("/v2/models/") \
-                or not path.endswith("/infer") or app.state.draining:
+        name = inference_model(scope["method"], scope["path"])
+        if name is None or app.state.draining:
             return None
-        name = path[len("/v2/models/"):-len("/infer")]
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
-        tenant = find_tenant(token) if scheme.lower() == "bearer" and token else None
+        tenant = (find_tenant(config.tenants, token) if scheme.lower() == "bearer" and token
+                  else None)
         if tenant is None or name not in models or name not in tenant.models:
             return None
         labels = {"tenant": tenant.name, "model": name}
@@ -550,7 +553,7 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
         stage; ``name`` is what the client asked for): ``(values, seconds queued, seconds
         run, run info)``, or :class:`_Refused`."""
         own = model.config.name
-        key = None if model.config.max_batch == 1 else _batch_key(own, names, feeds)
+        key = None if model.config.max_batch == 1 else batch_key(own, names, feeds)
         unhealthy = [d for d in model.config.devices if not device_health[d].healthy]
         ticket, refusal = admission.admit(own, None, images, slo, tenant.priority,
                                           key=key, payload=(feeds, model, names),

@@ -34,6 +34,8 @@ from numpy import concatenate as numpy_concatenate
 
 from sw_driver.errors import TesseraError
 
+from .queueing import batch_key
+
 __all__ = ["Acceptor", "LaneError", "LaneLink", "SideLane", "side_tenants"]
 
 #: Bytes of a connection's first request the acceptor looks at for its token.
@@ -112,7 +114,6 @@ class Acceptor:
         self.listener, self.protocol_factory = listener, protocol_factory
         self.to_side, self.channel = to_side, channel
         self.loop = None
-        self.handed = self.kept = 0
 
     def start(self):
         self.loop = asyncio.get_running_loop()
@@ -168,11 +169,9 @@ class Acceptor:
         except OSError:  # the lane is gone or its queue is full: main serves it
             return False
         conn.close()  # the lane holds its own copy now
-        self.handed += 1
         return True
 
     def _keep(self, conn):
-        self.kept += 1
         _spawn(self.loop.connect_accepted_socket(self.protocol_factory, conn))
 
 
@@ -184,12 +183,11 @@ class LaneLink:
     def __init__(self, sock, run_request, metrics, refused_type):
         self.sock, self.run_request, self.metrics = sock, run_request, metrics
         self.refused_type = refused_type
-        self.task = None
         self.ready = asyncio.Event()  # the lane has started and takes connections
         self.ended = asyncio.Event()  # the link closed: the lane is gone
 
     def start(self):
-        self.task = _spawn(self._serve())
+        _spawn(self._serve())
 
     async def wait_ready(self, timeout=LANE_START_TIMEOUT):
         """Return once the lane is up, so the server says ready only then; raises
@@ -307,7 +305,6 @@ class Upstream:
         self.pending, self.ids = {}, itertools.count()
         self.groups = {}
         self.out = 0  # requests between call() and their answer
-        self.calls = self.grouped = 0  # messages sent, requests that went in them
         self.writer = None
         self.lock = None
 
@@ -358,8 +355,7 @@ class Upstream:
             self.out -= 1
 
     async def _join(self, name, tenant, feeds, names, images, slo, received, max_batch):
-        key = (name, tenant, tuple(names), slo,
-               tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(feeds.items())))
+        key = (tenant, slo, batch_key(name, names, feeds))
         group = self.groups.get(key)
         if group is not None and group.images + images > max_batch:
             self._send_group(key)
@@ -383,7 +379,7 @@ class Upstream:
         _spawn(self._run_group(key, group))
 
     async def _run_group(self, key, group):
-        name, tenant, names, slo, _ = key
+        tenant, slo, (name, names, _) = key
         members = group.members
         feeds = members[0][0] if len(members) == 1 else {
             k: numpy_concatenate([m[0][k] for m in members]) for k in members[0][0]}
@@ -414,7 +410,6 @@ class Upstream:
             start += images
 
     async def _call(self, name, tenant, feeds, names, images, slo, received):
-        self.calls += 1
         ident = next(self.ids)
         future = asyncio.get_running_loop().create_future()
         self.pending[ident] = future

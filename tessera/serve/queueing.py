@@ -23,13 +23,20 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
-__all__ = ["QUOTA_WINDOW", "DeviceQueue", "QueueFull", "Shed", "Ticket"]
+__all__ = ["QUOTA_WINDOW", "DeviceQueue", "QueueFull", "Shed", "Ticket", "batch_key"]
 
 #: Seconds over which a tenant's share of a device's time is measured.
 QUOTA_WINDOW = 1.0
 #: A tenant's standing against its quota: within it, over a soft one (may borrow), over a
 #: hard one (waits).
 _WITHIN, _BORROWING, _BLOCKED = 0, 1, None
+
+
+def batch_key(model, names, feeds):
+    """Requests with equal keys can be concatenated along the batch: same model, outputs,
+    and per-input shape beyond the batch and dtype."""
+    return (model, tuple(names),
+            tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(feeds.items())))
 
 
 class QueueFull(Exception):

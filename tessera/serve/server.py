@@ -1,6 +1,5 @@
 """Run the application with uvicorn on the configured loopback address."""
 
-import hmac
 import logging
 import socket
 import sys
@@ -8,7 +7,7 @@ import sys
 import uvicorn
 from threadpoolctl import threadpool_limits
 
-from .app import REQUEST_LOG, create_app
+from .app import REQUEST_LOG, create_app, find_tenant, inference_model
 from .http_server import (
     SWITCH_INTERVAL,
     DrainingServer,
@@ -25,17 +24,14 @@ def _goes_to_side(config):
     with a side tenant's token goes to the side lane."""
     from .lanes import side_tenants
 
-    tokens = [config.tenants[name].token.encode() for name in side_tenants(config)]
+    side = side_tenants(config)
 
     def decide(head, token):
-        line = head.split(b"\r\n", 1)[0].split(b" ")
-        if len(line) < 2 or line[0] != b"POST" or not line[1].startswith(b"/v2/models/") \
-                or not line[1].endswith(b"/infer"):
+        method, _, rest = head.split(b"\r\n", 1)[0].decode("latin-1").partition(" ")
+        if inference_model(method, rest.partition(" ")[0]) is None:
             return False
-        found = False
-        for known in tokens:  # every one compared: the time says nothing of which matched
-            found |= hmac.compare_digest(known, token)
-        return found
+        tenant = find_tenant(config.tenants, token.decode("latin-1"))
+        return tenant is not None and tenant.name in side
 
     return decide
 
@@ -70,11 +66,6 @@ class LanedServer(DrainingServer):
         print(f"tessera serve: listening on http://{host}:{port} (priority lanes: side "
               f"lane pid {self.lane.process.pid}, nice +{self.serve_config.lane_nice})",
               file=sys.stderr, flush=True)
-
-    def handle_exit(self, sig, frame):
-        super().handle_exit(sig, frame)
-        if self.lane is not None:
-            self.lane.stop()
 
     async def shutdown(self, sockets=None):
         if self.acceptor is not None:
