@@ -173,32 +173,40 @@ def two_tenants(folder, model_path, inputs, expected, capacity, tag):
         phases["unloaded_sparse"] = check(summarize(load, seconds))
     slo_ms = 3 * phases["unloaded_batch1"]["latency_p50_ms"]
     sparse_slo_ms = 3 * phases["unloaded_sparse"]["latency_p50_ms"]
-    rate_a, rate_b = 0.2 * capacity, 1.8 * capacity
-    lanes = LANES == "1"
-    with serve(folder, config_text(model_path, 16, slo_ms, rate_b=1.5 * capacity,
-                                   lanes=lanes), f"{tag}_mixed") as url:
+    a, phases["mixed_a"], phases["mixed_b"], stats, server, phases["b_alone"] = flood(
+        folder, model_path, inputs, expected, capacity, slo_ms, tag, lanes=LANES == "1")
+    phases["predictor"] = stats["predictor"]
+    phases["workers"] = stats["balancing"]["devices"]["cpu"].get("workers")
+    phases["mixed_a"]["server_side"] = server
+    within = sum(1 for r in a.records if r.status == 200 and r.latency * 1e3 <= sparse_slo_ms)
+    phases["mixed_a"]["sparse_slo"] = {"slo_ms": sparse_slo_ms,
+                                       "attainment": within / max(1, len(a.records))}
+    return phases, slo_ms
+
+
+def flood(folder, model_path, inputs, expected, capacity, slo_ms, tag, *, b_nice=B_NICE,
+          **settings):
+    """Phases 3 and 4 on fresh servers configured with ``settings`` (:func:`config_text`'s):
+    A at 20 % of ``capacity`` with ``slo_ms`` and B at 1.8x, then B alone at 2x, B's client
+    at ``b_nice``. Returns ``(A's load, A's summary, B's summary, the model's /stats, A's
+    server-side counts, B alone's summary)``."""
+    with serve(folder, config_text(model_path, 16, slo_ms, rate_b=1.5 * capacity, **settings),
+               f"{tag}_mixed") as url:
         warm(url, inputs, expected)
-        a = tenant("a", inputs, expected, rate=rate_a, slo_ms=slo_ms)
-        b = tenant("b", inputs, expected, rate=rate_b, nice=B_NICE)
+        a = tenant("a", inputs, expected, rate=0.2 * capacity, slo_ms=slo_ms)
+        b = tenant("b", inputs, expected, rate=1.8 * capacity, nice=b_nice)
         seconds = run_load(url, [a, b], duration=SECONDS, seed=SEED, connections=128,
                            processes=True)
-        phases["mixed_a"], phases["mixed_b"] = (check(summarize(a, seconds)),
-                                                check(summarize(b, seconds)))
+        mixed_a, mixed_b = check(summarize(a, seconds)), check(summarize(b, seconds))
         stats = get_json(url, "/v2/models/m/stats", TOKEN_A)
-        phases["predictor"] = stats["predictor"]
-        phases["workers"] = stats["balancing"]["devices"]["cpu"].get("workers")
-        phases["mixed_a"]["server_side"] = server_counts(url, "a")
-        within = sum(1 for r in a.records if r.status == 200
-                     and r.latency * 1e3 <= sparse_slo_ms)
-        phases["mixed_a"]["sparse_slo"] = {"slo_ms": sparse_slo_ms,
-                                           "attainment": within / max(1, len(a.records))}
-    with serve(folder, config_text(model_path, 16, lanes=lanes), f"{tag}_b_alone") as url:
+        server = server_counts(url, "a")
+    with serve(folder, config_text(model_path, 16, **settings), f"{tag}_b_alone") as url:
         warm(url, inputs, expected)
-        b = tenant("b", inputs, expected, rate=2 * capacity, nice=B_NICE)
-        seconds = run_load(url, [b], duration=SECONDS, seed=SEED, connections=128,
+        alone = tenant("b", inputs, expected, rate=2 * capacity, nice=b_nice)
+        seconds = run_load(url, [alone], duration=SECONDS, seed=SEED, connections=128,
                            processes=True)
-        phases["b_alone"] = check(summarize(b, seconds))
-    return phases, slo_ms
+        alone = check(summarize(alone, seconds))
+    return a, mixed_a, mixed_b, stats, server, alone
 
 
 def tenant_metrics(label, phases, slo_ms, capacity):
@@ -353,11 +361,11 @@ def main():
 COMPARISONS = {
     "processes": {"thread": {"process": "thread"}, "worker": {"process": "worker"}},
     "lanes": {"one front end": {"lanes": False}, "priority lanes": {"lanes": True}},
-    # B's load generator shares the server's two cores at 2x capacity; at nice 10 it
-    # stands for clients on other machines (what it offers is still counted as sent).
     "lane_batching": {"lane_batch_ms 0": {"lane_batch_ms": 0},
                       "lane_batch_ms 2": {"lane_batch_ms": 2}},
     "workers": {"1 worker": {"workers": 1}, "2 workers": {"workers": 2}},
+    # B's load generator shares the server's two cores at 2x capacity; at nice 10 it
+    # stands for clients on other machines (what it offers is still counted as sent).
     "client_nice": {"B's client at nice 0": {"b_nice": 0},
                     "B's client at nice 10": {"b_nice": 10}},
 }
@@ -397,26 +405,10 @@ def compare(kind, rounds, model_name):
         for index in range(rounds):
             order = list(COMPARISONS[kind].items())
             for name, changed in (order if index % 2 == 0 else order[::-1]):
-                settings = {**base, **changed}
-                b_nice = settings.pop("b_nice")
                 tag = f"r{index}_{name.replace(' ', '_').replace(chr(39), '')}"
-                text = config_text(model, 16, slo_ms, rate_b=1.5 * capacity, **settings)
-                with serve(folder, text, f"{tag}_mixed") as url:
-                    warm(url, inputs, expected)
-                    a = tenant("a", inputs, expected, rate=0.2 * capacity, slo_ms=slo_ms)
-                    b = tenant("b", inputs, expected, rate=1.8 * capacity, nice=b_nice)
-                    seconds = run_load(url, [a, b], duration=SECONDS, seed=SEED,
-                                       connections=128, processes=True)
-                    ma, mb = check(summarize(a, seconds)), check(summarize(b, seconds))
-                    stats = get_json(url, "/v2/models/m/stats", TOKEN_A)
-                    server = server_counts(url, "a")
-                with serve(folder, config_text(model, 16, **settings),
-                           f"{tag}_b_alone") as url:
-                    warm(url, inputs, expected)
-                    alone = tenant("b", inputs, expected, rate=2 * capacity, nice=b_nice)
-                    seconds = run_load(url, [alone], duration=SECONDS, seed=SEED,
-                                       connections=128, processes=True)
-                    alone = check(summarize(alone, seconds))
+                _, ma, mb, stats, server, alone = flood(
+                    folder, model, inputs, expected, capacity, slo_ms, tag,
+                    **{**base, **changed})
                 workers = stats["balancing"]["devices"]["cpu"].get("workers") or [{}]
                 row = {"round": index, "setting": name,
                        "a_slo_attainment_sent": ma["slo_attainment"],
