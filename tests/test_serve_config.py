@@ -60,6 +60,17 @@ def _base():
      r"'workers'\]"),
     (lambda c: c["models"]["m"].update(max_batch=0),
      r"\[models.m\] max_batch must be a positive integer, not 0"),
+    (lambda c: c["models"]["m"].update(max_batch=8, max_queue_delay_ms=-1),
+     r"\[models.m\] max_queue_delay_ms must be a number of milliseconds from 0 to 1000, "
+     r"not -1"),
+    (lambda c: c["models"]["m"].update(max_batch=8, preferred_batch_sizes=[4, 16]),
+     r"\[models.m\] preferred_batch_sizes must be increasing integers from 1 to max_batch "
+     r"\(8\), not \[4, 16\]"),
+    (lambda c: c["models"]["m"].update(max_batch=8, preferred_batch_sizes=[4, 2]),
+     r"preferred_batch_sizes must be increasing"),
+    (lambda c: c["models"]["m"].update(max_queue_delay_ms=5),
+     r"\[models.m\] max_queue_delay_ms and preferred_batch_sizes shape dynamic batches, "
+     r"which need max_batch > 1 \(it is 1\)"),
     (lambda c: c.update(tenants={}), r"no tenants"),
     (lambda c: c.update(models={}), r"no models"),
 ])
@@ -68,6 +79,14 @@ def test_config_errors_name_the_key(change, message):
     change(data)
     with pytest.raises(ServeConfigError, match=message):
         parse_config(data, source="serve.toml")
+
+
+def test_batch_shaping_loads():
+    data = _base()
+    data["models"]["m"].update(max_batch=8, max_queue_delay_ms=2.5, preferred_batch_sizes=[4, 8])
+    model = parse_config(data, source="serve.toml").models["m"]
+    assert (model.max_queue_delay_ms, model.preferred_batch_sizes) == (2.5, (4, 8))
+    assert parse_config(_base(), source="serve.toml").models["m"].max_queue_delay_ms == 0.0
 
 
 def test_token_from_environment():

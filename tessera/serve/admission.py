@@ -22,6 +22,10 @@ there is bounded (:meth:`Admission.batch_limit`): a request of that tenant may w
 one whole batch and then run in one of its own, so each batch's *tail* time (the median
 prediction times the ``TAIL_QUANTILE`` of recent measured/predicted ratios, the online
 calibration) is kept within half the SLO less ``SLO_MARGIN``.
+
+A model's ``max_queue_delay`` lets a new request wait for a fuller batch (see
+``queueing``'s "batch shaping"), but a tenant with an SLO only as long as its SLO, less
+``SLO_MARGIN``, its predicted wait and its own run, allow (:meth:`Admission._hold`).
 """
 
 import statistics
@@ -159,15 +163,20 @@ class Admission:
                        for name, d in devices.items()}
         self._predictors = {}  # (model, device) -> _Predictor
         self._max_batch = {}
+        self._shaping = {}  # model -> (max queue delay in seconds, preferred batch sizes)
         self._devices = {}
 
-    def add_model(self, name, seconds_per_image, max_batch=1, devices=("cpu",)):
-        """``seconds_per_image``: a number, or ``{device: number}`` (one per device)."""
+    def add_model(self, name, seconds_per_image, max_batch=1, devices=("cpu",), *,
+                  max_queue_delay=0.0, preferred=()):
+        """``seconds_per_image``: a number, or ``{device: number}`` (one per device);
+        ``max_queue_delay`` (seconds) and ``preferred`` (batch sizes) shape its batches
+        (see :meth:`admit`)."""
         for device in devices:
             planner = seconds_per_image[device] if isinstance(seconds_per_image, dict) \
                 else seconds_per_image
             self._predictors[name, device] = _Predictor(planner)
         self._max_batch[name] = max_batch
+        self._shaping[name] = (float(max_queue_delay), tuple(preferred))
         self._devices[name] = tuple(devices)
 
     def predict(self, model, images, device=None):
@@ -255,12 +264,30 @@ class Admission:
             return None, Refusal(why, max(wait + own - slo_seconds, 0.0))
         deadline = float("inf") if slo_seconds is None or now is None else \
             now + slo_seconds - own
+        hold, fill, preferred = self._hold(model, device, images, key, slo_seconds, wait,
+                                           own)
         try:
             return queue.enqueue(PRIORITIES.index(priority), share, images=images, key=key,
                                  payload=payload, deadline=deadline, tenant=tenant,
-                                 device=device), None
+                                 device=device, hold=hold, fill=fill,
+                                 preferred=preferred), None
         except QueueFull as exc:
             return None, Refusal(f"device {device!r} is full: {exc}", wait + own)
+
+    def _hold(self, model, device, images, key, slo_seconds, wait, own):
+        """``(hold seconds, fill images, preferred sizes)`` of a new request (see
+        ``queueing``'s "batch shaping"): it may wait up to the model's max queue delay for
+        the smallest preferred size (else ``max_batch``, either within
+        :meth:`batch_limit`) to be reached, but never past what its SLO leaves after the
+        predicted wait and run, less ``SLO_MARGIN``."""
+        delay, preferred = self._shaping[model]
+        if key is None or delay <= 0:
+            return 0.0, 1, preferred
+        fill = min(min(preferred, default=self._max_batch[model]),
+                   self.batch_limit(model, device, self._max_batch[model], images))
+        if slo_seconds is not None:
+            delay = min(delay, slo_seconds * (1 - SLO_MARGIN) - wait - own)
+        return max(0.0, delay), fill, preferred
 
     def done(self, model, device, ticket, seconds, images=None, predicted=None):
         """Leave the device's queue and calibrate the model's predictor with the measured

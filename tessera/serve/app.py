@@ -111,12 +111,19 @@ def _load_models(config, admission):
                                   dict.fromkeys(model.devices, 0), plan, stages)
             if stages:
                 continue  # requests go through the stages; the whole model is metadata
-        admission.add_model(name, planned, model.max_batch, model.devices)
+        admission.add_model(name, planned, model.max_batch, model.devices,
+                            **_shaping(model))
         models.setdefault(name, _Model(model, sessions, InferenceSession(str(model.path),
                                                                          providers=["cpu"]),
                                        dict.fromkeys(model.devices, 0)))
         models[name].specs = specs
     return models
+
+
+def _shaping(model):
+    """The admission's batch-shaping arguments of a ``ModelConfig``."""
+    return {"max_queue_delay": model.max_queue_delay_ms / 1e3,
+            "preferred": model.preferred_batch_sizes}
 
 
 def _pipeline(config, model, sessions, planners, admission):
@@ -146,7 +153,7 @@ def _pipeline(config, model, sessions, planners, admission):
         session = make_session(spec, planner)
         admission.add_model(stage.name, {device: planner_seconds_per_image(session.graph,
                                                                            planner)},
-                            model.max_batch, (device,))
+                            model.max_batch, (device,), **_shaping(model))
         stages.append(_Model(stage, {device: session},
                              InferenceSession(data, providers=["cpu"]), {device: 0},
                              specs={device: spec}))
@@ -367,6 +374,8 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
         first = runs[model.config.device][2]
         return {"name": name, "device": model.config.device,
                 "max_batch": model.config.max_batch,
+                "max_queue_delay_ms": model.config.max_queue_delay_ms,
+                "preferred_batch_sizes": list(model.config.preferred_batch_sizes),
                 "providers": model.session.get_providers(), "fallback": ["cpu"],
                 "health": device_health[model.config.device].as_dict(),
                 "predictor": admission.stats(first, model.config.device),
@@ -439,6 +448,8 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
 
     @app.get("/metrics")
     async def prometheus():
+        if upstream is None:  # the main process holds the queues
+            metrics.show_queues(admission.queues)
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     executor = concurrent.futures.ThreadPoolExecutor(

@@ -42,7 +42,10 @@ DEFAULT_TIMEOUT_S = 60.0
 INSTANCE_PROVIDERS = ("sim", "cpu")
 #: Requests that may wait per device when the file does not say.
 DEFAULT_MAX_QUEUE = 256
-_MODEL_KEYS = {"path", "providers", "device", "devices", "max_batch", "parallelism"}
+_MODEL_KEYS = {"path", "providers", "device", "devices", "max_batch", "parallelism",
+               "max_queue_delay_ms", "preferred_batch_sizes"}
+#: The longest a request may be held back for a fuller batch (``max_queue_delay_ms``).
+MAX_QUEUE_DELAY_MS = 1000
 #: How a model uses several devices: whole requests on each (data), its layers split in two
 #: stages over two devices (pipeline), or whichever the planner predicts faster (auto).
 PARALLELISMS = ("data", "pipeline", "auto")
@@ -84,7 +87,8 @@ class ModelConfig:
     """A served model: its ONNX file, the session's providers, the device it queues on, and
     the most images one run may merge from waiting requests (1: no batching). With several
     ``devices`` (``device`` is the first), each request goes to the one predicted to finish
-    it first."""
+    it first. ``max_queue_delay_ms`` and ``preferred_batch_sizes`` shape the batches as
+    Triton's dynamic batcher does (docs/serving.md, "Dynamic batching")."""
 
     name: str
     path: Path
@@ -93,6 +97,8 @@ class ModelConfig:
     max_batch: int = 1
     devices: tuple = ()
     parallelism: str = "data"
+    max_queue_delay_ms: float = 0.0
+    preferred_batch_sizes: tuple = ()
 
     def __post_init__(self):
         if not self.devices:
@@ -368,9 +374,33 @@ def _models(source, data, base, devices):
             raise ServeConfigError(f"{source}: {where} parallelism = {parallelism!r} needs "
                                    f"devices = [first stage, second stage], two devices "
                                    f"without instances; got {list(names)}")
+        delay, preferred = _batching(source, where, table, max_batch)
         models[name] = ModelConfig(name, path, providers, names[0], max_batch, tuple(names),
-                                   parallelism)
+                                   parallelism, delay, preferred)
     return models
+
+
+def _batching(source, where, table, max_batch):
+    """``max_queue_delay_ms`` (0 to ``MAX_QUEUE_DELAY_MS``) and ``preferred_batch_sizes``
+    (increasing sizes from 1 to ``max_batch``) of a ``[models.NAME]`` table."""
+    delay = table.get("max_queue_delay_ms", 0)
+    if not (isinstance(delay, (int, float)) and not isinstance(delay, bool)
+            and math.isfinite(delay) and 0 <= delay <= MAX_QUEUE_DELAY_MS):
+        raise ServeConfigError(f"{source}: {where} max_queue_delay_ms must be a number of "
+                               f"milliseconds from 0 to {MAX_QUEUE_DELAY_MS}, not {delay!r}")
+    preferred = table.get("preferred_batch_sizes", [])
+    if not (isinstance(preferred, list) and all(
+            isinstance(n, int) and not isinstance(n, bool) for n in preferred)
+            and all(1 <= n <= max_batch for n in preferred)
+            and preferred == sorted(set(preferred))):
+        raise ServeConfigError(f"{source}: {where} preferred_batch_sizes must be increasing "
+                               f"integers from 1 to max_batch ({max_batch}), not "
+                               f"{preferred!r}")
+    if (delay or preferred) and max_batch == 1:
+        raise ServeConfigError(f"{source}: {where} max_queue_delay_ms and "
+                               f"preferred_batch_sizes shape dynamic batches, which need "
+                               f"max_batch > 1 (it is 1)")
+    return float(delay), tuple(preferred)
 
 
 def _token(source, where, table, environ):

@@ -1,7 +1,15 @@
 """Prometheus metrics of the server (``GET /metrics``), in a registry of its own per app."""
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+)
 from prometheus_client.exposition import generate_latest
+
+from .config import PRIORITIES
 
 __all__ = ["CONTENT_TYPE_LATEST", "Metrics"]
 
@@ -45,6 +53,20 @@ class Metrics:
                                           "Measured / predicted run time", ("device",),
                                           buckets=(0.5, 0.8, 0.9, 0.95, 1.05, 1.1, 1.25, 1.5,
                                                    2.0, 4.0), registry=r)
+
+        self.queue_waiting = Gauge("tessera_queue_waiting", "Requests waiting for a run "
+                                   "slot, by priority class", ("device", "priority"),
+                                   registry=r)
+        self.queue_running = Gauge("tessera_queue_running", "Runs in progress (a batch is "
+                                   "one)", ("device",), registry=r)
+
+    def show_queues(self, queues):
+        """Set the queue gauges from ``{device: DeviceQueue}`` (read when scraped)."""
+        for device, queue in queues.items():
+            for rank, priority in enumerate(PRIORITIES):
+                self.queue_waiting.labels(device=device, priority=priority).set(
+                    queue.waiting_by_rank[rank])
+            self.queue_running.labels(device=device).set(queue.running)
 
     def render(self):
         """The text exposition format."""

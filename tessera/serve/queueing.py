@@ -14,6 +14,13 @@ even on an idle device; one over a *soft* share may borrow: its requests start o
 no request of a tenant within its share (or without a quota) is waiting, whatever their
 priorities, so the capacity it borrowed comes back at the next run that starts (runs are
 not preempted).
+
+Batch shaping (a model's ``max_queue_delay_ms`` and ``preferred_batch_sizes``, as Triton's
+dynamic batcher): a ticket may carry ``hold_until`` (this queue's clock) and ``fill``. When
+it is first in line for a free slot and fewer than ``fill`` images of its key wait, it is
+held, and the device with it, until more arrive or ``hold_until`` passes; then it starts
+with what has come. :meth:`DeviceQueue.gather` cuts a batch at the largest preferred size
+its requests add up to, else takes all that fit.
 """
 
 import asyncio
@@ -67,6 +74,9 @@ class Ticket:
     finished: bool = False
     shed: bool = False
     rider: bool = False  # runs inside another ticket's batch, on that ticket's slot
+    hold_until: float = 0.0  # may wait for a fuller batch until then (the queue's clock)
+    fill: int = 1  # images of its key waiting that end the hold at once
+    preferred: tuple = ()  # batch sizes gather() cuts at (the model's preferred sizes)
     payload: object = field(default=None, repr=False)  # the caller's (the request's feeds)
     future: asyncio.Future | None = field(default=None, repr=False)
     outcome: asyncio.Future | None = field(default=None, repr=False)  # a rider's result
@@ -97,7 +107,7 @@ class DeviceQueue:
         self.quotas, self._clock, self.window = dict(quotas or {}), clock, window
         self._charges = collections.deque()  # (time, tenant, seconds) of started runs
         self._used = collections.defaultdict(float)  # tenant -> seconds in the window
-        self._wakeup = None
+        self._wakeup, self._wakeup_at = None, 0.0
         #: Called with each ticket given a slot (not the riders), in the event loop: the
         #: server starts its run there (None: the ticket's owner does, after acquire).
         self.launch = None
@@ -138,8 +148,11 @@ class DeviceQueue:
         return self.waiting >= self.max_queue and not any(self.waiting_by_rank[rank + 1:])
 
     def enqueue(self, rank, work, *, images=1, key=None, payload=None,
-                deadline=float("inf"), tenant=None, device=None):
-        """Queue a request; it starts at once when a slot is free and nobody is ahead.
+                deadline=float("inf"), tenant=None, device=None, hold=0.0, fill=1,
+                preferred=()):
+        """Queue a request; it starts at once when a slot is free and nobody is ahead
+        (``hold`` seconds later at most when it waits for ``fill`` images of its key: see
+        the module's "batch shaping"; ``preferred`` sizes go to :meth:`gather`).
 
         Raises
         ------
@@ -158,7 +171,9 @@ class DeviceQueue:
                 victim.future.set_exception(Shed("a higher-priority request took its place "
                                                  "in the device's queue"))
         ticket = Ticket(rank, next(self._seq), work, images, deadline, tenant, key, device,
-                        payload=payload)
+                        payload=payload, fill=fill, preferred=tuple(preferred),
+                        hold_until=self._clock() + hold if hold > 0 and key is not None
+                        else 0.0)
         try:  # every ticket's result, whichever run carries it
             ticket.outcome = asyncio.get_running_loop().create_future()
         except RuntimeError:
@@ -216,29 +231,42 @@ class DeviceQueue:
         if ticket.future is not None and not ticket.future.done():
             ticket.future.set_result(None)
 
+    def _batchable(self, leader):
+        """Waiting tickets that may ride in ``leader``'s batch, in queue order."""
+        if leader.key is None:
+            return []
+        return [ticket for *_, ticket in sorted(self._heap, key=lambda entry: entry[:3])
+                if ticket is not leader and not (ticket.finished or ticket.started)
+                and ticket.key == leader.key
+                and not (self.quotas and self._standing(ticket) is _BLOCKED)]
+
     def gather(self, leader, max_images, batch_work=None):
         """Waiting requests with ``leader``'s key to run in its batch, in queue order, while
-        the batch stays within ``max_images``: they start now, on the leader's slot, and
-        each gets an ``outcome`` future for the leader to resolve.
+        the batch stays within ``max_images``, cut at the largest of ``leader.preferred``
+        that a prefix of them adds up to (all that fit when none does): they start now, on
+        the leader's slot, and each gets an ``outcome`` future for the leader to resolve.
 
         ``batch_work(images)``, when given, is the predicted seconds of the whole run: the
         leader's work becomes that and the riders' zero, so the running work counts the
         batch once (not each request's time alone, which overstates a batch N-fold)."""
-        riders, images = [], leader.images
-        for *_, ticket in (sorted(self._heap, key=lambda entry: entry[:3])
-                           if leader.key is not None else ()):
-            if ticket.finished or ticket.started or ticket.key != leader.key:
-                continue
-            if self.quotas and self._standing(ticket) is _BLOCKED:
-                continue
+        chosen, images = [], leader.images
+        for ticket in self._batchable(leader):
             if images + ticket.images > max_images:
                 break
             images += ticket.images
+            chosen.append(ticket)
+        if leader.preferred:
+            totals = list(itertools.accumulate((t.images for t in chosen),
+                                               initial=leader.images))
+            cuts = [i for i, total in enumerate(totals) if total in leader.preferred]
+            if cuts:
+                chosen, images = chosen[:cuts[-1]], totals[cuts[-1]]
+        riders = chosen
+        for ticket in riders:
             ticket.rider = True
             if ticket.outcome is None:
                 ticket.outcome = asyncio.get_running_loop().create_future()
             self._start(ticket)
-            riders.append(ticket)
         if batch_work is not None:
             self.running_work -= leader.work + sum(t.work for t in riders)
             leader.work = batch_work(images)
@@ -254,9 +282,14 @@ class DeviceQueue:
                 if ticket is None:
                     return
             else:
-                *_, ticket = heapq.heappop(self._heap)
+                ticket = self._heap[0][-1]
                 if ticket.finished or ticket.started:
-                    continue  # left the queue while waiting, or rode in a batch
+                    heapq.heappop(self._heap)  # left the queue while waiting, or rode
+                    continue
+            if self._held(ticket):
+                return
+            if not self.quotas:
+                heapq.heappop(self._heap)
             self.running += 1
             self._start(ticket)
             if self.launch is not None:
@@ -279,16 +312,35 @@ class DeviceQueue:
             self._wake_later()
         return None if best is None else best[1]
 
+    def _held(self, ticket):
+        """True while ``ticket``, first in line for a free slot, waits for a fuller batch
+        (fewer than ``fill`` images of its key wait, ``hold_until`` not passed); a
+        wake-up is set for its end."""
+        if ticket.hold_until <= 0.0 or ticket.hold_until <= self._clock():
+            return False
+        images = ticket.images + sum(t.images for t in self._batchable(ticket))
+        if images >= ticket.fill:
+            return False
+        self._wake_at(ticket.hold_until)
+        return True
+
     def _wake_later(self):
         """Dispatch again when the oldest charge leaves the window (in the event loop)."""
+        self._wake_at(self._charges[0][0] + self.window + 1e-3)
+
+    def _wake_at(self, when):
+        """Dispatch again at ``when`` (this queue's clock), in the event loop; an earlier
+        wake-up already set stays (it sets the next one itself)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return  # no loop (a synchronous test): it calls poke() itself
         if self._wakeup is not None and not self._wakeup.cancelled():
+            if self._wakeup_at <= when:
+                return
             self._wakeup.cancel()
-        delay = max(0.0, self._charges[0][0] + self.window - self._clock()) + 1e-3
-        self._wakeup = loop.call_later(delay, self.poke)
+        self._wakeup_at = when
+        self._wakeup = loop.call_later(max(0.0, when - self._clock()), self.poke)
 
     def poke(self):
         """Start what may start now (after time passed: quotas decay)."""
