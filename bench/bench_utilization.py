@@ -10,7 +10,11 @@ the measured cycles of every layer that ran on the twin (residual adds and the d
 included, so time spent outside the array counts against it).
 
 Beside each layer: the driver's cycle estimate (``sw_driver.planner.device_work``, which
-the planner uses), and ``cycle_model_error``, the largest |estimate - twin| / twin.
+the planner uses), and ``cycle_model_error``, the largest |estimate - twin| / twin; and
+its ``host_link_bound``, the most any array could reach on it when its input crosses the
+host link: ideal / max(ideal, input words), one 32-bit word a cycle
+(``contract.streams``). A depthwise 3x3 layer has 9 MACs per input byte (2.25 at stride
+2) against the array's R x C a cycle, so its bound is low whatever the array does.
 """
 
 import os
@@ -19,6 +23,7 @@ import time
 import numpy as np
 
 from bench.common import metric, require_counters, write_results
+from contract.streams import ACTIVATIONS_PER_WORD
 from sw_driver import InferenceSession
 from sw_driver import graph as g
 from sw_driver.planner import device_work, infer_shapes, macs
@@ -43,6 +48,21 @@ def _kind(layer):
     if isinstance(layer, g.Dense):
         return "dense"
     return layer.op
+
+
+def host_link_bound(layer, shape, ideal):
+    """Upper bound of a convolution's whole-layer utilization set by the host link alone:
+    ``ideal`` over the cycles its input activations take at a word a cycle (a strided 1x1
+    without padding sends only the pixels it reads; see
+    ``sw_driver.accelerator.skip_strided_1x1``). Weights and the output (which a fused
+    pool shrinks) are left out, so it is an upper bound. None for other layers."""
+    if not isinstance(layer, g.Conv):
+        return None
+    _, c, h, w = shape
+    (sh, sw), kh, kw = layer.stride, *layer.weight.shape[2:]
+    if (kh, kw) == (1, 1) and sh == sw > 1 and not any(layer.padding):
+        h, w = -(-h // sh), -(-w // sw)
+    return round(ideal / max(ideal, c * h * w / ACTIVATIONS_PER_WORD), 4)
 
 
 def measure(name, provider, config, select=None):
@@ -74,9 +94,14 @@ def measure(name, provider, config, select=None):
             "model": name, "layer": layer.name, "kind": _kind(layer),
             "in_shape": list(shape), "channels": int(shape[1]), "cycles": int(cycles),
             "ideal_cycles": round(ideal, 1), "utilization": round(ideal / cycles, 4),
+            "host_link_bound": host_link_bound(layer, shape, ideal),
             "estimate_cycles": int(estimate),
             "estimate_error": round(abs(estimate - cycles) / cycles, 4)})
     return records, wall
+
+
+def _bound_text(bound):
+    return "  -  " if bound is None else f"{bound:.3f}"
 
 
 def _utilization(records):
@@ -96,7 +121,8 @@ def main():
         provider.close()
     for r in resnet + depthwise:
         print(f"  {r['model']:8} {r['layer']:12} {r['kind']:9} {str(r['in_shape']):18} "
-              f"{r['cycles']:>8} cycles  util {r['utilization']:.3f}  "
+              f"{r['cycles']:>8} cycles  util {r['utilization']:.3f} "
+              f"(link bound {_bound_text(r['host_link_bound'])})  "
               f"model {r['estimate_cycles']:>8} ({r['estimate_error']:.1%})")
     conv3 = [r for r in resnet if r["kind"] == "3x3" and r["channels"] >= 16]
     conv1 = [r for r in resnet if r["kind"] == "1x1"]
@@ -114,6 +140,10 @@ def main():
         metric("whole_layer_utilization_depthwise", min(r["utilization"] for r in depthwise),
                "fraction", target=TARGETS["whole_layer_utilization_depthwise"],
                note=f"lowest of {len(depthwise)} depthwise 3x3 layers of the zoo's dwsep"),
+        metric("depthwise_host_link_bound", min(r["host_link_bound"] for r in depthwise),
+               "fraction", note="the most any array could reach on the lowest depthwise "
+                                "layer with its input crossing the 32-bit host link "
+                                "(ideal / max(ideal, input words))"),
         metric("whole_model_utilization", _utilization(resnet), "fraction",
                target=TARGETS["whole_model_utilization"],
                note="ResNet-8 at batch 1: ideal MAC cycles / twin cycles over every layer "
