@@ -70,6 +70,7 @@ from bench.serve_load import (
     server_counts,
     summarize,
 )
+from bench.serve_plot import plot_tenants
 from models.zoo import random_models
 from sw_driver import InferenceSession
 
@@ -350,11 +351,29 @@ def main():
                           sum(p["lost"] + p["wrong"] for r in results.values()
                               for k, p in r.items() if k not in ("predictor", "workers")),
                           "requests", target="0"))
-    write_results("serve", metrics, seed=SEED, seconds_per_phase=SECONDS, provider="cpu",
-                  process=PROCESS, priority_lanes=LANES == "1", b_client_nice=B_NICE,
-                  load_average_1min_at_start=load_before,
-                  models=["digits_qdq.onnx", "random_models resnet8"], phases=results,
-                  scheduler_simulation=simulated)
+    path = write_results("serve", metrics, seed=SEED, seconds_per_phase=SECONDS,
+                         provider="cpu", process=PROCESS, priority_lanes=LANES == "1",
+                         b_client_nice=B_NICE, load_average_1min_at_start=load_before,
+                         models=["digits_qdq.onnx", "random_models resnet8"],
+                         phases=results, scheduler_simulation=simulated)
+    plot_tenants(phase_groups(results), path.with_suffix(".png"),
+                 f"bench_serve: tenants A (SLO) and B (best effort), {SECONDS:g} s phases")
+    print(f"plot: {path.with_suffix('.png')}")
+
+
+def phase_groups(results):
+    """``[(label, [tenant summary])]`` of every load phase of every model, for the plot
+    (the mixed phase's two tenants side by side)."""
+    groups = []
+    for model, phases in results.items():
+        for name, phase in phases.items():
+            if isinstance(phase, dict) and "tenant" in phase:
+                label = f"{model} {name.removesuffix('_a').removesuffix('_b')}"
+                if groups and groups[-1][0] == label:
+                    groups[-1][1].append(phase)
+                else:
+                    groups.append((label, [phase]))
+    return groups
 
 
 #: What ``--compare`` sets against what: the peer first, then the variant measured.

@@ -834,6 +834,12 @@ def cmd_loadtest(args):
         with open(args.out, "w") as sink:
             json.dump(result, sink, indent=2)
         console.print(f"wrote {args.out}")
+    if args.plot:
+        from bench.serve_plot import plot_tenants
+
+        plot_tenants([("load test", result["tenants"])], args.plot,
+                     f"tessera loadtest of {result['url']} ({result['seconds']:.1f} s)")
+        console.print(f"wrote {args.plot}")
     return 1 if any(t["lost"] or t["wrong"] for t in result["tenants"]) else 0
 
 
@@ -930,6 +936,8 @@ def _add_runtime_commands(sub):
     p.add_argument("--json", action="store_true", help="JSON tensors instead of binary")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument("--plot", help="draw latency p50/p99/p99.9 against the SLO, throughput "
+                                  "and goodput per tenant into this PNG")
     p.set_defaults(func=cmd_loadtest)
 
 

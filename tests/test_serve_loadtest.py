@@ -66,10 +66,11 @@ def test_loadtest_against_a_live_server(tmp_path):
         out = tmp_path / "load.json"
         code = main(["loadtest", "--config", str(tmp_path / "serve.toml"), "--url", url,
                      "--tenant", "a=c2", "--duration", "1", "--max-requests", "8",
-                     "--out", str(out)])
+                     "--out", str(out), "--plot", str(tmp_path / "load.png")])
         assert code == 0
         (only,) = json.loads(out.read_text())["tenants"]
         assert only["tenant"] == "a" and only["by_status"] == {"200": 8}
+        assert (tmp_path / "load.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_loadtest_refuses_unknown_tenant_and_remote_url(tmp_path, capsys):
