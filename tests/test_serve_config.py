@@ -56,8 +56,8 @@ def _base():
      r"\[devices.cpu\] max_queue must be a positive integer, not 0"),
     (lambda c: c.update(devices={"cpu": {"workers": 1, "queue": 3}}),
      r"unknown key\(s\) \['queue'\] in \[devices.cpu\]; allowed: "
-     r"\['config', 'instances', 'max_queue', 'process', 'providers', 'timeout_s', "
-     r"'workers'\]"),
+     r"\['config', 'instances', 'max_queue', 'probe_s', 'process', 'providers', "
+     r"'timeout_s', 'workers'\]"),
     (lambda c: c["models"]["m"].update(max_batch=0),
      r"\[models.m\] max_batch must be a positive integer, not 0"),
     (lambda c: c["models"]["m"].update(max_batch=8, max_queue_delay_ms=-1),
@@ -71,6 +71,10 @@ def _base():
     (lambda c: c["models"]["m"].update(max_queue_delay_ms=5),
      r"\[models.m\] max_queue_delay_ms and preferred_batch_sizes shape dynamic batches, "
      r"which need max_batch > 1 \(it is 1\)"),
+    (lambda c: c.update(devices={"cpu": {"probe_s": 0}}),
+     r"\[devices.cpu\] probe_s must be a positive number, not 0"),
+    (lambda c: c.update(devices={"cpu": {"probe_s": 7200}}),
+     r"\[devices.cpu\] probe_s must be at most 3600 seconds"),
     (lambda c: c.update(tenants={}), r"no tenants"),
     (lambda c: c.update(models={}), r"no models"),
 ])

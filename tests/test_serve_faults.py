@@ -94,6 +94,35 @@ def test_failed_batch_is_retried_on_the_cpu_and_the_device_probed(tmp_path, refe
     assert device.calls == 4 and log["device"] == "cpu"
 
 
+def test_probe_interval_is_configured_and_ready_reports_device_health(tmp_path, reference,
+                                                                     rng, caplog):
+    caplog.set_level(logging.INFO, logger="tessera.serve.requests")
+    clock = FakeClock()
+    text = write_config(tmp_path).read_text().replace("workers = 2",
+                                                      "workers = 2\nprobe_s = 30")
+    app = create_app(load_config(write_config(tmp_path, text=text)), clock=clock)
+    device = Flaky(app.state.models["digits"].session)
+    app.state.models["digits"].session = device
+    client = TestClient(app)
+
+    def ask():
+        return ask_digits(client, rng, reference, caplog, AUTH_A)
+
+    ready = client.get("/v2/health/ready")
+    assert ready.status_code == 200 and ready.json()["devices"]["cpu"]["healthy"] is True
+    assert ask()["retried"] is True and device.calls == 1
+    ready = client.get("/v2/health/ready")  # still ready: the fallback serves the model
+    assert ready.status_code == 200
+    cpu = ready.json()["devices"]["cpu"]
+    assert cpu["healthy"] is False and "(injected)" in cpu["last_error"]
+    clock.now += 29.0  # the default 5 s would have probed by now; 30 s has not passed
+    assert ask()["device"] == "cpu-fallback" and device.calls == 1
+    clock.now += 1.0
+    device.broken = False
+    assert ask()["device"] == "cpu" and device.calls == 2
+    assert client.get("/v2/health/ready").json()["devices"]["cpu"]["healthy"] is True
+
+
 def test_request_log_is_one_json_object_per_request(tmp_path, rng, caplog):
     caplog.set_level(logging.INFO, logger="tessera.serve.requests")
     client = TestClient(create_app(load_config(write_config(tmp_path))))

@@ -222,7 +222,8 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
     """
     admission = Admission(config.devices, config.tenants, clock=clock)
     models = _load_models(config, admission)
-    device_health = {name: DeviceHealth(name, clock=clock) for name in config.devices}
+    device_health = {name: DeviceHealth(name, d.probe_s, clock=clock)
+                     for name, d in config.devices.items()}
     buckets = {name: TokenBucket(t.rate, t.burst, clock) for name, t in config.tenants.items()}
     worker_pools, workers = ({}, []) if upstream is not None else _start_workers(config,
                                                                                  models)
@@ -338,11 +339,13 @@ def create_app(config, *, clock=time.monotonic, upstream=None):
     @app.get("/v2/health/ready")
     async def ready():
         # Every session was created at startup (a failed one stopped the server), and every
-        # model has a CPU fallback, so only draining makes the server unready.
+        # model has a CPU fallback, so only draining makes the server unready; a failed
+        # device is reported in the body (its models run on the fallback meanwhile).
         if app.state.draining:
             return JSONResponse({"error": "the server is draining (shutting down)"},
                                 status_code=503)
-        return Response(status_code=200)
+        return JSONResponse({"ready": True, "devices": {
+            name: health.as_dict() for name, health in device_health.items()}})
 
     @app.get("/v2/models/{name}")
     async def model_metadata(name: str, request: Request):

@@ -31,7 +31,10 @@ DEFAULT_LANE_NICE = 10
 #: the main process as one message (0: each alone).
 DEFAULT_LANE_BATCH_MS = 2.0
 _DEVICE_KEYS = {"workers", "max_queue", "providers", "instances", "config", "process",
-                "timeout_s"}
+                "timeout_s", "probe_s"}
+#: Seconds between probe runs of a device that failed (tessera/serve/health.py).
+DEFAULT_PROBE_S = 5.0
+MAX_PROBE_S = 3600.0
 #: Where a device's runs execute: in the server's own threads, or in worker processes of
 #: their own (``tessera/serve/worker.py``; docs/serving.md compares the two).
 PROCESSES = ("thread", "worker")
@@ -80,6 +83,7 @@ class DeviceConfig:
     #: of their own, each run bounded by ``timeout_s`` seconds (tessera/serve/worker.py).
     process: str = DEFAULT_PROCESS
     timeout_s: float = DEFAULT_TIMEOUT_S
+    probe_s: float = DEFAULT_PROBE_S
 
 
 @dataclass(frozen=True)
@@ -280,18 +284,22 @@ def _devices(source, data):
                                    f"{list(PROCESSES)}, not {process!r}")
         timeout = _number(source, f"{where} timeout_s",
                           table.get("timeout_s", DEFAULT_TIMEOUT_S))
+        probe = _number(source, f"{where} probe_s", table.get("probe_s", DEFAULT_PROBE_S))
+        if probe > MAX_PROBE_S:
+            raise ServeConfigError(f"{source}: {where} probe_s must be at most {MAX_PROBE_S:g} "
+                                   f"seconds (between probes of a failed device), not {probe!r}")
         if "instances" in table or "config" in table:
             devices.update(_instances(source, where, name, table, max_queue, providers,
-                                      process, timeout))
+                                      process, timeout, float(probe)))
             continue
         devices[name] = DeviceConfig(name, workers, max_queue, providers, process=process,
-                                     timeout_s=timeout)
+                                     timeout_s=timeout, probe_s=float(probe))
     # Without a [devices] table the CPU is the one device, one run per core.
     devices.setdefault("cpu", DeviceConfig("cpu", os.cpu_count() or 1))
     return devices
 
 
-def _instances(source, where, name, table, max_queue, providers, process, timeout):
+def _instances(source, where, name, table, max_queue, providers, process, timeout, probe):
     """``[devices.X] instances = N, config = "preset"``: N accelerator instances of one
     small configuration on one FPGA (``hw/multi_top.py``), each its own device ``X/i`` with
     one worker (an engine runs one pass at a time)."""
@@ -319,7 +327,8 @@ def _instances(source, where, name, table, max_queue, providers, process, timeou
         raise ServeConfigError(f"{source}: {where} config: {exc}") from None
     providers = providers or INSTANCE_PROVIDERS
     return {f"{name}/{i}": DeviceConfig(f"{name}/{i}", 1, max_queue, providers, name, i,
-                                        engine, process, timeout) for i in range(count)}
+                                        engine, process, timeout, probe)
+            for i in range(count)}
 
 
 def _expand(devices, names):
