@@ -15,7 +15,7 @@ from tessera.serve.admission import Admission
 from tessera.serve.app import create_app
 from tessera.serve.config import DeviceConfig
 from tessera.serve.protocol import HEADER_LENGTH
-from tessera.serve.queueing import DeviceQueue, QueueFull, Shed
+from tessera.serve.queueing import OVERDUE_LEFT, DeviceQueue, QueueFull, Shed
 from tests.serve_helpers import (
     AUTH_A,
     AUTH_B,
@@ -208,7 +208,7 @@ def test_slo_admission_refuses_what_cannot_meet_its_slo(tmp_path, rng):
 
 
 def test_admission_counts_the_queue_ahead():
-    admission = Admission({"cpu": DeviceConfig("cpu", 2)})
+    admission = Admission({"cpu": DeviceConfig("cpu", 2)}, clock=FakeClock())
     admission.add_model("m", 0.010)  # 10 ms per image
     grants = [admission.admit("m", "cpu", 1, 0.030) for _ in range(5)]
     # Predicted latency = work ahead / 2 workers + 10 ms: 10, 15, 20, 25, 30 ms: all <= 30.
@@ -231,6 +231,25 @@ def test_admission_counts_the_queue_ahead():
     assert stats["runs_measured"] == 5
     assert stats["prediction_error_p50"] == pytest.approx(0.5)
     assert stats["measured_seconds_by_images"] == {"1": pytest.approx(0.020)}
+
+
+def test_predicted_wait_counts_what_is_left_of_the_running_work():
+    clock = FakeClock()
+    queue = DeviceQueue(workers=2, ranks=3, max_queue=10, clock=clock)
+    first, second = queue.enqueue(1, 2.0), queue.enqueue(1, 0.5)  # both start
+    waiting = queue.enqueue(0, 0.4)
+    assert queue.predicted_wait(0) == pytest.approx((2.0 + 0.5 + 0.4) / 2)
+    clock.now += 0.3  # 1.7 and 0.2 left; the waiting request counts whole
+    assert queue.predicted_wait(0) == pytest.approx((1.7 + 0.2 + 0.4) / 2)
+    assert queue.predicted_wait(2) == queue.predicted_wait(0)  # nothing waits below
+    clock.now += 0.5  # the second overran its prediction: it still counts a quarter of it
+    assert queue.predicted_wait(1) == pytest.approx((1.2 + 0.5 * OVERDUE_LEFT + 0.4) / 2)
+    queue.finish(first)  # the waiting one starts now, with all its 0.4 s ahead
+    assert waiting.started
+    assert queue.predicted_wait(0) == pytest.approx((0.5 * OVERDUE_LEFT + 0.4) / 2)
+    for ticket in (second, waiting):
+        queue.finish(ticket)
+    assert queue.predicted_wait(0) == 0.0
 
 
 def test_predictor_interpolates_between_measured_sizes():
@@ -260,7 +279,7 @@ def test_predictor_interpolates_between_measured_sizes():
 
 def test_device_queue_starts_higher_priority_first():
     async def scenario():
-        queue = DeviceQueue(workers=1, ranks=3, max_queue=10)
+        queue = DeviceQueue(workers=1, ranks=3, max_queue=10, clock=FakeClock())
         first = queue.enqueue(2, 1.0)  # starts at once: the slot is free
         assert first.started and queue.predicted_wait(0) == 1.0
         waiting = {name: queue.enqueue(rank, 1.0) for name, rank in

@@ -216,7 +216,7 @@ def test_queue_orders_by_deadline_within_a_class():
 
 def test_a_batch_counts_once_at_its_predicted_time():
     async def scenario():
-        queue = DeviceQueue(workers=1, ranks=3, max_queue=10)
+        queue = DeviceQueue(workers=1, ranks=3, max_queue=10, clock=FakeClock())
         leader = queue.enqueue(1, 0.5, images=2, key="k")
         riders = [queue.enqueue(1, 0.5, images=3, key="k") for _ in range(2)]
         assert queue.waiting_work[1] == pytest.approx(1.0)
