@@ -98,27 +98,30 @@ B_NICE = int(os.environ.get("BENCH_SERVE_B_NICE", "10"))
 
 
 def config_text(model_path, max_batch, slo_ms=None, rate_b=100_000.0, process=None,
-                lanes=False, workers=1, lane_batch_ms=2.0):
+                lanes=False, workers=1, lane_batch_ms=2.0, device="cpu", providers=("cpu",)):
+    """The server's TOML: model ``m`` on ``device`` (its session's ``providers``), tenants
+    A (high, ``slo_ms``) and B (low, best effort, ``rate_b`` requests/s), soft halves."""
     slo = "" if slo_ms is None else f"slo_ms = {slo_ms:.3f}"
     return f"""
 [server]
 host = "127.0.0.1"
 priority_lanes = {"true" if lanes else "false"}
 lane_batch_ms = {lane_batch_ms}
-[devices.cpu]
+[devices.{device}]
 workers = {workers}
 max_queue = 32
 process = "{process or PROCESS}"
 [models.m]
 path = "{Path(model_path).as_posix()}"
-providers = ["cpu"]
+providers = {json.dumps(list(providers))}
+device = "{device}"
 max_batch = {max_batch}
 [tenants.a]
 token = "{TOKEN_A}"
 models = ["m"]
 priority = "high"
 {slo}
-quota = {{ cpu = 0.5 }}
+quota = {{ {device} = 0.5 }}
 isolation = "soft"
 rate = 100000
 burst = 100000
@@ -126,7 +129,7 @@ burst = 100000
 token = "{TOKEN_B}"
 models = ["m"]
 priority = "low"
-quota = {{ cpu = 0.5 }}
+quota = {{ {device} = 0.5 }}
 isolation = "soft"
 rate = {rate_b}
 burst = {max(1, int(rate_b / 10))}
