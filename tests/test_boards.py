@@ -139,10 +139,10 @@ def test_unreachable_clock_is_refused_by_the_board_top():
 
 def test_ulx3s_85f_top_elaborates_with_pll_uart_and_clock():
     platform, top, plan = bitstream.prepare_build("ulx3s-85f")
-    assert top.config == ConvEngineConfig() and top.clock_mhz == 125.0 and top.divisor == 42
+    assert top.config == ConvEngineConfig() and top.clock_mhz == 62.5 and top.divisor == 21
     rtlil = _text(plan, "il")
     assert rtlil.count("cell \\EHXPLLL ") == 1
-    for name, value in (("CLKI_DIV", 1), ("CLKFB_DIV", 5), ("CLKOP_DIV", 6)):
+    for name, value in (("CLKI_DIV", 2), ("CLKFB_DIV", 5), ("CLKOP_DIV", 12)):
         assert f"parameter \\{name} {value}\n" in rtlil
     assert 'parameter \\FEEDBK_PATH "CLKOP"' in rtlil
     lpf = _text(plan, "lpf")
@@ -315,7 +315,7 @@ def test_design_clock_precedence():
     import dataclasses
 
     config = bitstream.default_config("ulx3s-85f")
-    assert bitstream.design_clock_mhz("ulx3s-85f", config) == 125.0
+    assert bitstream.design_clock_mhz("ulx3s-85f", config) == 62.5
     clocked = dataclasses.replace(config, clock_mhz=100.0)
     assert bitstream.design_clock_mhz("ulx3s-85f", clocked) == 100.0
     assert bitstream.design_clock_mhz("ulx3s-85f", clocked, 75.0) == 75.0
