@@ -155,11 +155,11 @@ serve: setup
 	  $(if $(RAY),--ray $(filter-out 1,$(RAY))) $(if $(REPLICAS),--replicas $(REPLICAS))
 
 # Against a server already running with the same CONFIG: LOAD is NAME=RATE (Poisson req/s)
-# or NAME=cN (N closed-loop clients) per tenant; bounded to 10 s.
+# or NAME=cN (N closed-loop clients) per tenant; bounded to 10 s. PLOT=x.png draws it.
 .PHONY: loadtest
 loadtest: setup
 	$(TESSERA) loadtest --config $(or $(CONFIG),$(SERVE_EXAMPLE)) --duration 10 \
-		$(foreach t,$(or $(LOAD),alice=50 bob=10),--tenant $(t))
+		$(foreach t,$(or $(LOAD),alice=50 bob=10),--tenant $(t)) $(if $(PLOT),--plot $(PLOT))
 
 # -- design-space search and sweep (docs/build.md) -----------------------------------------
 # make build-model MODEL=x.onnx BOARD=ulx3s-85f [DRY=1]: search, then the bitstream.
