@@ -160,11 +160,22 @@ def reference(model_path, shape, rng, count=64):
     return inputs, [session.run(None, {"input": x})[0] for x in inputs]
 
 
-def two_tenants(folder, model_path, inputs, expected, capacity, tag):
-    """Phases 2-5 for one model: A's unloaded p50 and SLO, A + B at 2x ``capacity``, B
+def capacity_phase(folder, model_path, inputs, expected, max_batch, tag, **settings):
+    """Phase 1: 32 closed-loop clients on a fresh server configured with ``max_batch`` and
+    ``settings`` (:func:`config_text`'s); B's checked summary (its ``throughput`` is the
+    capacity)."""
+    with serve(folder, config_text(model_path, max_batch, **settings), tag) as url:
+        warm(url, inputs, expected)
+        load = tenant("b", inputs, expected, concurrency=32)
+        return check(summarize(load, run_load(url, [load], duration=SECONDS, seed=SEED)))
+
+
+def two_tenants(folder, model_path, inputs, expected, capacity, tag, **settings):
+    """Phases 2-5 for one model on servers configured with ``settings`` (:func:`config_text`'s;
+    its ``device``, default "cpu"): A's unloaded p50 and SLO, A + B at 2x ``capacity``, B
     alone at 2x, the predictor; returns ``(phases, slo_ms)``."""
     phases = {}
-    with serve(folder, config_text(model_path, 1), f"{tag}_unloaded") as url:
+    with serve(folder, config_text(model_path, 1, **settings), f"{tag}_unloaded") as url:
         warm(url, inputs, expected)
         load = tenant("a", inputs, expected, concurrency=1)
         seconds = run_load(url, [load], duration=min(SECONDS, 3.0), max_requests=500,
@@ -178,9 +189,11 @@ def two_tenants(folder, model_path, inputs, expected, capacity, tag):
     slo_ms = 3 * phases["unloaded_batch1"]["latency_p50_ms"]
     sparse_slo_ms = 3 * phases["unloaded_sparse"]["latency_p50_ms"]
     a, phases["mixed_a"], phases["mixed_b"], stats, server, phases["b_alone"] = flood(
-        folder, model_path, inputs, expected, capacity, slo_ms, tag, lanes=LANES == "1")
+        folder, model_path, inputs, expected, capacity, slo_ms, tag, lanes=LANES == "1",
+        **settings)
     phases["predictor"] = stats["predictor"]
-    phases["workers"] = stats["balancing"]["devices"]["cpu"].get("workers")
+    phases["workers"] = stats["balancing"]["devices"][settings.get("device", "cpu")].get(
+        "workers")
     phases["mixed_a"]["server_side"] = server
     within = sum(1 for r in a.records if r.status == 200 and r.latency * 1e3 <= sparse_slo_ms)
     phases["mixed_a"]["sparse_slo"] = {"slo_ms": sparse_slo_ms,
@@ -315,13 +328,9 @@ def main():
         inputs, expected = reference(DIGITS, (1, 1, 8, 8), rng)
         capacity, phases = {}, {}
         for max_batch in (1, 16):
-            with serve(folder, config_text(DIGITS, max_batch), f"capacity{max_batch}") as url:
-                warm(url, inputs, expected)
-                load = tenant("b", inputs, expected, concurrency=32)
-                seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
-                phases[f"capacity_max_batch_{max_batch}"] = summary = check(
-                    summarize(load, seconds))
-                capacity[max_batch] = summary["throughput"]
+            phases[f"capacity_max_batch_{max_batch}"] = summary = capacity_phase(
+                folder, DIGITS, inputs, expected, max_batch, f"capacity{max_batch}")
+            capacity[max_batch] = summary["throughput"]
         metrics.append(metric("digits: requests/s, max_batch 1, 32 clients",
                               round(capacity[1], 1), "req/s"))
         metrics.append(metric("digits: dynamic batching speedup (max_batch 16 vs 1)",
@@ -336,11 +345,8 @@ def main():
         # zoo model (about 5 ms a run of one 3x32x32 image on the CPU provider).
         _, resnet = random_models.build("resnet8", folder)
         inputs, expected = reference(resnet, (1, 3, 32, 32), rng)
-        with serve(folder, config_text(resnet, 16), "resnet8_capacity") as url:
-            warm(url, inputs, expected)
-            load = tenant("b", inputs, expected, concurrency=32)
-            seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
-            phases = {"capacity_max_batch_16": check(summarize(load, seconds))}
+        phases = {"capacity_max_batch_16": capacity_phase(folder, resnet, inputs, expected,
+                                                          16, "resnet8_capacity")}
         full = phases["capacity_max_batch_16"]["throughput"]
         metrics.append(metric("resnet8: requests/s, max_batch 16, 32 clients", round(full, 1),
                               "req/s"))
@@ -413,11 +419,8 @@ def compare(kind, rounds, model_name):
         inputs, expected = reference(model, shape, rng)
         settings = {**base, **peer_settings}
         settings.pop("b_nice")
-        with serve(folder, config_text(model, 16, **settings), "capacity") as url:
-            warm(url, inputs, expected)
-            load = tenant("b", inputs, expected, concurrency=32)
-            capacity = check(summarize(load, run_load(url, [load], duration=SECONDS,
-                                                      seed=SEED)))["throughput"]
+        capacity = capacity_phase(folder, model, inputs, expected, 16, "capacity",
+                                  **settings)["throughput"]
         with serve(folder, config_text(model, 1, **settings), "unloaded") as url:
             warm(url, inputs, expected)
             load = tenant("a", inputs, expected, concurrency=1)

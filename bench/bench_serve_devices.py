@@ -5,8 +5,9 @@ predictor's error on each (targets: p95 within 10 % on the twin, 25 % on OpenCL)
 
 Per device, phases each on a fresh server with the device's runs in a worker process:
 capacity (32 closed-loop clients, ``max_batch`` 16, as ``bench_serve``); tenant A alone
-(one client, batch 1), whose p50 sets A's SLO at 3x; A at 20 % of capacity with B at
-180 %, B alone at 200 % (:func:`bench.bench_serve.flood`). Every answer is checked bit
+(one client, batch 1), whose p50 sets A's SLO at 3x, then at sparse arrivals; A at 20 % of
+capacity with B at 180 %, B alone at 200 % (:func:`bench.bench_serve.capacity_phase` and
+:func:`bench.bench_serve.two_tenants`, as for the CPU). Every answer is checked bit
 for bit against the CPU session. The predictor's figures come from the flooded server's
 ``/stats``: its relative error p50 / p95 overall and per run size, beside each size's own
 jitter (how far the runs spread around their median). Writes
@@ -25,17 +26,12 @@ from bench.bench_serve import (
     LANES,
     SECONDS,
     SEED,
-    check,
-    config_text,
-    flood,
+    capacity_phase,
     phase_groups,
     reference,
-    serve,
-    tenant,
-    warm,
+    two_tenants,
 )
 from bench.common import metric, write_results
-from bench.serve_load import run_load, summarize
 from bench.serve_plot import plot_tenants
 
 #: The devices measured: each model session tries the device's provider, the CPU for the
@@ -47,30 +43,19 @@ PREDICTOR_TARGETS = {"twin": 0.10, "opencl": 0.25}
 
 
 def measure(name, folder, inputs, expected):
-    """One device's phases: ``(phases, the flooded server's predictor, A's SLO in ms)``."""
-    setting, phases = DEVICES[name], {}
-    with serve(folder, config_text(DIGITS, 16, **setting), f"{name}_capacity") as url:
-        warm(url, inputs, expected)
-        load = tenant("b", inputs, expected, concurrency=32)
-        seconds = run_load(url, [load], duration=SECONDS, seed=SEED)
-        phases["capacity_max_batch_16"] = check(summarize(load, seconds))
+    """One device's phases (:func:`bench.bench_serve.capacity_phase` and
+    :func:`bench.bench_serve.two_tenants` on it): ``(phases, A's SLO in ms)``."""
+    setting = DEVICES[name]
+    phases = {"capacity_max_batch_16": capacity_phase(folder, DIGITS, inputs, expected, 16,
+                                                      f"{name}_capacity", **setting)}
     capacity = phases["capacity_max_batch_16"]["throughput"]
-    with serve(folder, config_text(DIGITS, 1, **setting), f"{name}_unloaded") as url:
-        warm(url, inputs, expected)
-        load = tenant("a", inputs, expected, concurrency=1)
-        seconds = run_load(url, [load], duration=min(SECONDS, 3.0), max_requests=500,
-                           seed=SEED)
-        phases["unloaded_batch1"] = check(summarize(load, seconds))
-    slo_ms = 3 * phases["unloaded_batch1"]["latency_p50_ms"]
-    _, phases["mixed_a"], phases["mixed_b"], stats, server, phases["b_alone"] = flood(
-        folder, DIGITS, inputs, expected, capacity, slo_ms, name, lanes=LANES == "1",
-        **setting)
-    phases["mixed_a"]["server_side"] = server
-    return phases, stats["predictor"], slo_ms
+    more, slo_ms = two_tenants(folder, DIGITS, inputs, expected, capacity, name, **setting)
+    phases.update(more)
+    return phases, slo_ms
 
 
-def device_metrics(name, phases, predictor, slo_ms):
-    capacity = phases["capacity_max_batch_16"]["throughput"]
+def device_metrics(name, phases, slo_ms):
+    capacity, predictor = phases["capacity_max_batch_16"]["throughput"], phases["predictor"]
     a, alone = phases["mixed_a"], phases["b_alone"]
     for size, figures in predictor["prediction_error_by_images"].items():
         print(f"  {name} predictor, {size:>2} image(s): {figures['runs']:>5} runs, p50 "
@@ -104,12 +89,14 @@ def main(names=tuple(DEVICES)):
     with tempfile.TemporaryDirectory(prefix="bench_serve_devices_") as folder:
         inputs, expected = reference(DIGITS, (1, 1, 8, 8), rng)
         for name in names:
-            phases, predictor, slo_ms = measure(name, folder, inputs, expected)
-            results[name] = {"phases": phases, "predictor": predictor, "slo_ms": slo_ms}
-            metrics += device_metrics(name, phases, predictor, slo_ms)
+            phases, slo_ms = measure(name, folder, inputs, expected)
+            results[name] = {"phases": phases, "slo_ms": slo_ms}
+            metrics += device_metrics(name, phases, slo_ms)
     metrics.append(metric("lost or wrong answers (all phases, all devices)",
                           sum(p["lost"] + p["wrong"] for r in results.values()
-                              for p in r["phases"].values()), "requests", target="0"))
+                              for k, p in r["phases"].items()
+                              if k not in ("predictor", "workers")),
+                          "requests", target="0"))
     path = write_results("serve_devices", metrics, seed=SEED, seconds_per_phase=SECONDS,
                          devices={n: DEVICES[n] for n in names},
                          priority_lanes=LANES == "1", results=results)
