@@ -223,6 +223,12 @@ def _number(source, where, value, *, integer=False, positive=True):
     return value
 
 
+def _finite_in(value, low, high):
+    """True for a number (not a bool) from ``low`` to ``high``."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and low <= value <= high)
+
+
 def _string_list(source, where, value):
     if not (isinstance(value, list) and value and all(isinstance(v, str) for v in value)):
         raise ServeConfigError(f"{source}: {where} must be a non-empty list of strings, "
@@ -258,8 +264,7 @@ def _server(source, data):
                                f"(how much lower the side lane's CPU priority is), not "
                                f"{nice!r}")
     batch_ms = table.get("lane_batch_ms", DEFAULT_LANE_BATCH_MS)
-    if not (isinstance(batch_ms, (int, float)) and not isinstance(batch_ms, bool)
-            and math.isfinite(batch_ms) and 0 <= batch_ms <= 1000):
+    if not _finite_in(batch_ms, 0, 1000):
         raise ServeConfigError(f"{source}: [server] lane_batch_ms must be a number of "
                                f"milliseconds in 0..1000 (0: each request alone), not "
                                f"{batch_ms!r}")
@@ -393,8 +398,7 @@ def _batching(source, where, table, max_batch):
     """``max_queue_delay_ms`` (0 to ``MAX_QUEUE_DELAY_MS``) and ``preferred_batch_sizes``
     (increasing sizes from 1 to ``max_batch``) of a ``[models.NAME]`` table."""
     delay = table.get("max_queue_delay_ms", 0)
-    if not (isinstance(delay, (int, float)) and not isinstance(delay, bool)
-            and math.isfinite(delay) and 0 <= delay <= MAX_QUEUE_DELAY_MS):
+    if not _finite_in(delay, 0, MAX_QUEUE_DELAY_MS):
         raise ServeConfigError(f"{source}: {where} max_queue_delay_ms must be a number of "
                                f"milliseconds from 0 to {MAX_QUEUE_DELAY_MS}, not {delay!r}")
     preferred = table.get("preferred_batch_sizes", [])
