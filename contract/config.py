@@ -46,6 +46,8 @@ OPTIONAL_BLOCKS = {
     "residual_add": ("whether the engine has the residual add", "-noadd"),
     "perf_counters": ("whether the device has its performance counters", "-noperf"),
     "csr_readback": ("whether the RW registers read back", "-wo"),
+    "pipelined": ("whether the engine has the registers that only buy clock speed",
+                  "-lean"),
 }
 
 
@@ -133,6 +135,14 @@ class ConvEngineConfig:
         the driver never reads them back), which leaves their bits out of the CSR bank's
         read multiplexer, and the ``CONFIG`` register's ``no_readback`` bit is set. False
         only where logic cells are scarce (the iCEBreaker).
+    pipelined : bool
+        Whether the engine has the registers that only buy clock speed: the address
+        generator's derived registers and per-lane copies (``hw/addrgen.py``) and the skid
+        buffers between the blocks (``hw/pipeline.py``). Without them the address
+        generator is ``hw/addrgen_lean.py`` (the same beats, R idle cycles per pixel
+        group), the blocks hand over directly, and the ``CONFIG`` register's
+        ``no_pipeline`` bit is set: a layer then takes more cycles than the driver's
+        cycle model counts. False only for a slow clock on a small FPGA (the iCEBreaker).
     """
 
     array: ArrayConfig = field(default_factory=ArrayConfig)
@@ -144,6 +154,7 @@ class ConvEngineConfig:
     residual_add: bool = True
     perf_counters: bool = True
     csr_readback: bool = True
+    pipelined: bool = True
 
     def __post_init__(self):
         if not isinstance(self.array, ArrayConfig):

@@ -58,10 +58,12 @@ PRESETS = {
                                   weight_depth=1024, max_col_tiles=16),
     # No residual add: its datapath's 8 SB_MAC16 are what the UP5K (8 in all) lacks
     # beside the array's 4 and the requantizer's 4; no performance counters and no
-    # readback of the RW registers: logic cells are what the UP5K lacks (docs/boards.md).
+    # readback of the RW registers, no registers that only buy clock speed (it runs at
+    # 24 MHz): logic cells are what the UP5K lacks (docs/boards.md).
     "icebreaker": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=1024,
                                    weight_depth=1024, max_col_tiles=16, residual_add=False,
-                                   perf_counters=False, csr_readback=False),
+                                   perf_counters=False, csr_readback=False,
+                                   pipelined=False),
 }
 DEFAULT_PRESET = "default"
 
@@ -81,6 +83,7 @@ FIELDS = {
     "residual_add": ("bool", (True, False)),
     "perf_counters": ("bool", (True, False)),
     "csr_readback": ("bool", (True, False)),
+    "pipelined": ("bool", (True, False)),
 }
 _TABLES = {"array"}
 

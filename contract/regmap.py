@@ -15,8 +15,8 @@ from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
 # Minor 2: RW registers store only their fields' bits (the rest read 0). Minor 3:
-# CONFIG.no_perf. Minor 4: CONFIG.no_readback.
-MAP_VERSION = (0 << 16) | 4
+# CONFIG.no_perf. Minor 4: CONFIG.no_readback. Minor 5: CONFIG.no_pipeline.
+MAP_VERSION = (0 << 16) | 5
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
@@ -91,7 +91,10 @@ REGISTERS = (
         Field("no_perf", 25, 1, "1: built without the performance counters; the PERF_* "
               "registers read 0"),
         Field("no_readback", 26, 1, "1: the RW registers read 0 (written values still "
-              "hold and are used)"))),
+              "hold and are used)"),
+        Field("no_pipeline", 27, 1, "1: built for a slow clock without the registers that "
+              "only buy clock speed; a layer takes more cycles than the cycle model "
+              "counts"))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
              _whole("elements")),
     Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
@@ -208,18 +211,18 @@ def _fields(register_name):
 #: Each optional block (``contract.config.OPTIONAL_BLOCKS``) -> the CONFIG bit set when a
 #: build leaves it out.
 ABSENCE_BITS = {"residual_add": "no_add", "perf_counters": "no_perf",
-                "csr_readback": "no_readback"}
+                "csr_readback": "no_readback", "pipelined": "no_pipeline"}
 
 #: The CONFIG fields that describe the array (:class:`contract.config.ArrayConfig`'s).
 ARRAY_FIELDS = ("rows", "cols", "acc_width")
 
 
 def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True,
-                csr_readback=True):
+                csr_readback=True, pipelined=True):
     """The CONFIG register's word for an array of ``rows`` x ``cols`` with ``acc_width``-bit
     accumulators, the ``no_add`` bit unless ``residual_add``, the ``no_perf`` bit unless
-    ``perf_counters`` and the ``no_readback`` bit unless ``csr_readback``; each must fit
-    its field."""
+    ``perf_counters``, the ``no_readback`` bit unless ``csr_readback`` and the
+    ``no_pipeline`` bit unless ``pipelined``; each must fit its field."""
     word = 0
     for name, value in (("rows", rows), ("cols", cols), ("acc_width", acc_width)):
         f = _fields("CONFIG")[name]
@@ -228,7 +231,7 @@ def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True,
                              f"{(1 << f.width) - 1}, not {value!r}")
         word |= value << f.lsb
     present = {"residual_add": residual_add, "perf_counters": perf_counters,
-               "csr_readback": csr_readback}
+               "csr_readback": csr_readback, "pipelined": pipelined}
     for block, bit in ABSENCE_BITS.items():
         if not present[block]:
             word |= 1 << _fields("CONFIG")[bit].lsb
@@ -244,7 +247,7 @@ def unpack_config(word):
 def unpack_features(word):
     """The engine's optional features a CONFIG register word advertises, as
     :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool,
-    "perf_counters": bool, "csr_readback": bool}``."""
+    "perf_counters": bool, "csr_readback": bool, "pipelined": bool}``."""
     fields = _fields("CONFIG")
     return {block: not (word >> fields[bit].lsb) & 1 for block, bit in ABSENCE_BITS.items()}
 

@@ -45,7 +45,8 @@ from contract.config import ConvEngineConfig
 from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 
 from .addrgen import AddressGenerator, address_width, descriptor_layout
-from .pipeline import SkidBuffer, skid_between
+from .addrgen_lean import LeanAddressGenerator
+from .pipeline import skid_after, skid_between
 from .postprocess import PostProcessBank
 from .requant import output_layout
 from .residual_add import add_params_layout, operand_pair_layout, sum_layout
@@ -201,7 +202,9 @@ class ConvEngine(wiring.Component):
                 m.d.sync += act_complete.eq(1)
 
         # --- Address generator -> buffer reads -> array operands ------------------------
-        m.submodules.addrgen = addrgen = AddressGenerator(cfg)
+        # Without the timing registers, the generator that shares its logic over cycles.
+        generator = AddressGenerator if cfg.pipelined else LeanAddressGenerator
+        m.submodules.addrgen = addrgen = generator(cfg)
         m.submodules.array = array = SystolicArray(cfg.array)
         m.d.comb += [addrgen.descriptor.eq(desc), addrgen.start.eq(launch)]
 
@@ -226,9 +229,7 @@ class ConvEngine(wiring.Component):
         # (hundreds of flip-flops) move on its registered ready, not on the array's stall
         # handshake through the read stage (the 8x8 board build's critical path, issue 12).
         # It costs one cycle per pass (cycle_model.PASS_LATENCY_CYCLES).
-        m.submodules.beat_skid = beat_skid = SkidBuffer(addrgen.beats.payload.shape())
-        wiring.connect(m, addrgen.beats, beat_skid.sink)
-        beats = beat_skid.source
+        beats = skid_after(m, "beat_skid", addrgen.beats, registered=cfg.pipelined)
         beat = beats.payload
         m.d.comb += [addrgen.act_words_written.eq(act_ptr), addrgen.act_all.eq(act_complete),
                      addrgen.weight_rows_written.eq(weight_ptr),
@@ -278,7 +279,8 @@ class ConvEngine(wiring.Component):
         # choice (the 8x8 board build's critical path, issue 12). One cycle a pass.
         # (The output's is connected below, after the row filter.)
         if cfg.residual_add:
-            skid_between(m, "sum_skid", post.sums, wiring.flipped(self.add_results))
+            skid_between(m, "sum_skid", post.sums, wiring.flipped(self.add_results),
+                         registered=cfg.pipelined)
         else:
             wiring.connect(m, post.sums, wiring.flipped(self.add_results))
         row = Signal(range(rows))
@@ -340,7 +342,8 @@ class ConvEngine(wiring.Component):
                          last_tile.eq(d.col_tiles == 1), tiles_penultimate.eq(d.col_tiles - 2),
                          last_row.eq(d.last_rows - 1)]
 
-        skid_between(m, "output_skid", post.results, wiring.flipped(self.output))
+        skid_between(m, "output_skid", post.results, wiring.flipped(self.output),
+                     registered=cfg.pipelined)
         with m.If(self.output.valid & self.output.ready & self.output.payload.last):
             m.d.sync += [busy.eq(0), self.done.eq(1)]
         return m

@@ -35,12 +35,21 @@ class SkidBuffer(wiring.Component):
         return m
 
 
-def skid_between(m, name, producer, consumer):
+def skid_between(m, name, producer, consumer, *, registered=True):
     """Connect the stream ``producer`` to ``consumer`` through a :class:`SkidBuffer`,
-    added to ``m`` as submodule ``name``."""
+    added to ``m`` as submodule ``name``; directly when not ``registered`` (a build
+    without the registers that only buy clock speed, ``ConvEngineConfig.pipelined``)."""
+    wiring.connect(m, skid_after(m, name, producer, registered=registered), consumer)
+
+
+def skid_after(m, name, producer, *, registered=True):
+    """The stream ``producer`` after a :class:`SkidBuffer` added to ``m`` as submodule
+    ``name``, or ``producer`` itself when not ``registered``."""
+    if not registered:
+        return producer
     m.submodules[name] = skid = SkidBuffer(producer.payload.shape())
     wiring.connect(m, producer, skid.sink)
-    wiring.connect(m, skid.source, consumer)
+    return skid.source
 
 
 def lockstep_pipeline(m, sink, source, latency):

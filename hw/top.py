@@ -40,7 +40,7 @@ from .host_words import word_layout
 from .loader import HostLoader
 from .maxpool import MaxPool2x2
 from .perf_counters import PerfCounters
-from .pipeline import SkidBuffer, skid_between
+from .pipeline import skid_after, skid_between
 from .result_writer import ResultWriter
 from .sequencer import CommandSequencer, Phase
 
@@ -103,7 +103,8 @@ class AcceleratorTop(wiring.Component):
             csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width,
                                       residual_add=cfg.residual_add,
                                       perf_counters=cfg.perf_counters,
-                                      csr_readback=cfg.csr_readback)),
+                                      csr_readback=cfg.csr_readback,
+                                      pipelined=cfg.pipelined)),
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),
@@ -158,12 +159,11 @@ class AcceleratorTop(wiring.Component):
         # pool's ready follow the output writer and the host link, and the loader's
         # handshake, which the sequencer counts, must not wait on them (issue 12).
         if cfg.residual_add:
-            skid_between(m, "pair_skid", loader.pairs, engine.add_operands)
+            skid_between(m, "pair_skid", loader.pairs, engine.add_operands,
+                         registered=cfg.pipelined)
         else:
             wiring.connect(m, loader.pairs, engine.add_operands)
-        m.submodules.pixel_skid = pixel_skid = SkidBuffer(loader.pixels.payload.shape())
-        wiring.connect(m, loader.pixels, pixel_skid.sink)
-        host_pixels = pixel_skid.source
+        host_pixels = skid_after(m, "pixel_skid", loader.pixels, registered=cfg.pipelined)
 
         # --- the max pool takes the engine's output (CONV with pooling) or the host's
         # pixels (POOL) -------------------------------------------------------------------

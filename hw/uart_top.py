@@ -57,8 +57,9 @@ class UartTop(wiring.Component):
         # ready may wait on the other's (a board build's critical path ran from the core's
         # phase through the h2c ready into the bridge, issue 12). A word a cycle is far
         # above a serial link's rate, so the extra cycle costs nothing.
-        skid_between(m, "h2c_skid", bridge.h2c, core.h2c)
-        skid_between(m, "c2h_skid", core.c2h, bridge.c2h)
+        timed = self.config.pipelined
+        skid_between(m, "h2c_skid", bridge.h2c, core.h2c, registered=timed)
+        skid_between(m, "c2h_skid", core.c2h, bridge.c2h, registered=timed)
         m.d.comb += [core.dbg_force_error.eq(0), self.irq.eq(core.irq)]
         if self.byte_port:
             wiring.connect(m, wiring.flipped(self.rx), bridge.rx)

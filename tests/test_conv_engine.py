@@ -7,6 +7,7 @@ from amaranth.sim import Simulator
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.streams import ACTIVATIONS_PER_WORD
 from hw.addrgen import AddressGenerator, address_width
+from hw.addrgen_lean import LeanAddressGenerator
 from hw.conv_engine import ConvEngine
 from models.conv import conv2d, conv_output_size
 from models.requant import requantize
@@ -163,8 +164,8 @@ def expected_addresses(desc, config, out_size):
     return beats
 
 
-def run_address_generator(config, desc, count, rng):
-    dut = AddressGenerator(config)
+def run_address_generator(config, desc, count, rng, generator=AddressGenerator):
+    dut = generator(config)
     got = []
 
     async def bench(ctx):
@@ -205,7 +206,9 @@ def run_address_generator(config, desc, count, rng):
     # Several groups, one beat each, and a pixel step that wraps rows every other group.
     (1, 1, (0, 0, 0, 0), 1, (3, 6), 4),
 ])
-def test_address_generator_order(kernel, stride, pads, c_in, size, c_out, rng):
+@pytest.mark.parametrize("generator", [AddressGenerator, LeanAddressGenerator],
+                         ids=["pipelined", "lean"])
+def test_address_generator_order(kernel, stride, pads, c_in, size, c_out, generator, rng):
     top, left, bottom, right = pads
     oh = conv_output_size(size[0], kernel, stride, top, bottom)
     ow = conv_output_size(size[1], kernel, stride, left, right)
@@ -214,7 +217,7 @@ def test_address_generator_order(kernel, stride, pads, c_in, size, c_out, rng):
                            out_size=(oh, ow), col_tiles=-(-c_out // SMALL.cols),
                            x_zero_point=0, y_zero_point=0, lo=-128, hi=127)
     want = expected_addresses(desc, SMALL, (oh, ow))
-    got = run_address_generator(SMALL, desc, len(want), rng)
+    got = run_address_generator(SMALL, desc, len(want), rng, generator)
     for index, ((w_addrs, w_in, w_w, w_last), (g_addrs, g_in, g_w, g_last)) in \
             enumerate(zip(want, got, strict=True)):
         assert (w_in, w_w, w_last) == (g_in, g_w, g_last), \
@@ -230,6 +233,9 @@ RTL_CONFIGS = [
     # Non-square with an odd R: R % OW and R // OW take other values, rows != cols.
     ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=4096, weight_depth=1024,
                      max_col_tiles=8),
+    # The lean engine (the iCEBreaker's): its address generator and no skid buffers.
+    ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=4096, weight_depth=1024,
+                     max_col_tiles=8, pipelined=False),
 ]
 
 

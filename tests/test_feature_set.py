@@ -187,9 +187,9 @@ def test_the_top_without_the_add_says_so_and_refuses_an_add_start():
         "POOL": (regs.STATUS_BUSY_MASK, 0)}
     assert seen["CONFIG"] >> regs.CONFIG_NO_ADD_SHIFT & 1 == 1
     assert unpack_features(seen["CONFIG"]) == {"residual_add": False, "perf_counters": True,
-                                               "csr_readback": True}
+                                               "csr_readback": True, "pipelined": True}
     assert unpack_features(pack_config(rows=2, cols=2, acc_width=32)) == {
-        "residual_add": True, "perf_counters": True, "csr_readback": True}
+        "residual_add": True, "perf_counters": True, "csr_readback": True, "pipelined": True}
 
 
 def test_a_build_without_the_add_implements_every_register_but_the_adds():

@@ -20,10 +20,10 @@ SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight
                          max_col_tiles=2)
 #: field -> (netlist name suffix without it, CONFIG bit that says it is absent)
 BLOCKS = {"residual_add": ("-noadd", 24), "perf_counters": ("-noperf", 25),
-          "csr_readback": ("-wo", 26)}
+          "csr_readback": ("-wo", 26), "pipelined": ("-lean", 27)}
 #: Each block's bit constants as the driver's generated module spells them.
 DRIVER_BITS = {"residual_add": "NO_ADD", "perf_counters": "NO_PERF",
-               "csr_readback": "NO_READBACK"}
+               "csr_readback": "NO_READBACK", "pipelined": "NO_PIPELINE"}
 
 
 @pytest.mark.parametrize("field", BLOCKS)
@@ -60,7 +60,7 @@ def test_a_config_file_spells_it_as_a_toml_boolean(field):
         parse_config({field: 0}, "ice.toml")
 
 
-@pytest.mark.parametrize("present", list(itertools.product([True, False], repeat=3)))
+@pytest.mark.parametrize("present", list(itertools.product([True, False], repeat=len(BLOCKS))))
 def test_config_word_carries_each_absence_in_its_own_bit(present):
     flags = dict(zip(BLOCKS, present, strict=True))
     word = pack_config(rows=2, cols=3, acc_width=32, **flags)
