@@ -97,7 +97,8 @@ def features(config, family):
         "pes": float(r * c),
         "edge": float(r + c),
         "side": math.sqrt(r * c),
-        "post_mults": float(postprocess_multipliers(c, residual_add=config.residual_add)),
+        "post_mults": float(postprocess_multipliers(c, residual_add=config.residual_add,
+                                                       pipelined=config.pipelined)),
         "ram_blocks": float(r * ram_blocks(config.act_depth, 8, family)
                             + ram_blocks(config.weight_depth, 8 * c, family)),
     }

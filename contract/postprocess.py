@@ -14,7 +14,7 @@ from .config import check_bool
 __all__ = ["ADD_LANES_PER_UNIT", "ADD_LATENCY", "ADD_RESCALERS_PER_UNIT",
            "MULTIPLIERS_PER_RESCALER", "REQUANT_LANES_PER_UNIT", "REQUANT_LATENCY",
            "add_units", "bank_rescalers", "postprocess_multipliers", "requant_units",
-           "shared_units"]
+           "serial_requantizer", "shared_units"]
 
 #: Lanes one rescaler serves in requantization (CONV passes): 4 rescalers for 8 lanes, a
 #: beat every 2 cycles, as fast as a 1x1 layer with 16 input channels yields them.
@@ -65,7 +65,19 @@ def bank_rescalers(lanes, *, residual_add=True):
     return max(requant_units(lanes), ADD_RESCALERS_PER_UNIT * add_units(lanes))
 
 
-def postprocess_multipliers(lanes, *, residual_add=True):
+def serial_requantizer(*, residual_add=True, pipelined=True):
+    """Whether post-processing is the serial requantizer (``hw.postprocess_lean``: a lane
+    at a time, a shift-and-add multiply, no DSP block) rather than the bank: on a build
+    without the residual add and without the timing registers
+    (``ConvEngineConfig.pipelined``), the iCEBreaker's."""
+    check_bool("residual_add", residual_add)
+    check_bool("pipelined", pipelined)
+    return not residual_add and not pipelined
+
+
+def postprocess_multipliers(lanes, *, residual_add=True, pipelined=True):
     """MULT18X18D outside the array: the bank's rescalers (16 for the 8x8 array; 4 for a
-    2-lane bank without the residual add)."""
+    2-lane bank without the residual add; none for the serial requantizer)."""
+    if serial_requantizer(residual_add=residual_add, pipelined=pipelined):
+        return 0
     return MULTIPLIERS_PER_RESCALER * bank_rescalers(lanes, residual_add=residual_add)

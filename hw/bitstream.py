@@ -130,7 +130,7 @@ def multipliers_needed(config):
     PE and four per rescaler of the post-processing bank (``contract.postprocess``); what
     ``synth_ecp5`` produces for the default tops."""
     return config.rows * config.cols + postprocess_multipliers(
-        config.cols, residual_add=config.residual_add)
+        config.cols, residual_add=config.residual_add, pipelined=config.pipelined)
 
 
 def _check_fits(board, config):

@@ -42,12 +42,14 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
+from contract.postprocess import serial_requantizer
 from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 
 from .addrgen import AddressGenerator, address_width, descriptor_layout
 from .addrgen_lean import LeanAddressGenerator
 from .pipeline import skid_after, skid_between
 from .postprocess import PostProcessBank
+from .postprocess_lean import SerialRequantizer
 from .requant import output_layout
 from .residual_add import add_params_layout, operand_pair_layout, sum_layout
 from .systolic import SystolicArray
@@ -265,8 +267,11 @@ class ConvEngine(wiring.Component):
         ]
 
         # --- Array results -> requantizer -> output; the add's operands -> the same bank --
-        m.submodules.postprocess = post = PostProcessBank(
-            lanes=cols, residual_add=cfg.residual_add)
+        if serial_requantizer(residual_add=cfg.residual_add, pipelined=cfg.pipelined):
+            m.submodules.postprocess = post = SerialRequantizer(lanes=cols)
+        else:
+            m.submodules.postprocess = post = PostProcessBank(
+                lanes=cols, residual_add=cfg.residual_add)
         # The mode fans out to every multiplexer of the bank: it leaves a register (a pass's
         # first beat comes cycles after the opcode is latched, and the bank's streams stay
         # not ready until its mode matches).

@@ -233,9 +233,10 @@ RTL_CONFIGS = [
     # Non-square with an odd R: R % OW and R // OW take other values, rows != cols.
     ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=4096, weight_depth=1024,
                      max_col_tiles=8),
-    # The lean engine (the iCEBreaker's): its address generator and no skid buffers.
+    # The lean engine (the iCEBreaker's): its address generator, the serial requantizer
+    # and no skid buffers.
     ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=4096, weight_depth=1024,
-                     max_col_tiles=8, pipelined=False),
+                     max_col_tiles=8, pipelined=False, residual_add=False),
 ]
 
 

@@ -9,13 +9,25 @@ from amaranth.sim import Simulator
 
 from contract.postprocess import requant_units
 from hw.postprocess import PostProcessBank
+from hw.postprocess_lean import SerialRequantizer
 from models.requant import requantize
 from sim.streams import stream_get, stream_put
 
 
-def run_bank(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=None):
-    """Requantize the beats ``acc`` through a bank of ``lanes`` lanes; the results."""
-    dut = PostProcessBank(lanes=lanes)
+#: Each test runs on the pipelined bank and on the serial requantizer of a lean build.
+UNITS = {"bank": PostProcessBank, "serial": SerialRequantizer}
+
+
+@pytest.fixture(params=sorted(UNITS))
+def unit(request):
+    """The requantizer under test (each test that takes it runs on both)."""
+    return UNITS[request.param]
+
+
+def run_bank(unit, lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=None):
+    """Requantize the beats ``acc`` through ``unit`` of ``lanes`` lanes; the results."""
+    dut = unit(lanes=lanes)
+    per_lane = getattr(dut, "MAX_CYCLES_PER_LANE", 20)
     got, lasts = [], []
 
     async def setup_and_feed(ctx):
@@ -41,7 +53,7 @@ def run_bank(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=
     sim.add_testbench(setup_and_feed)
     sim.add_testbench(drain)
     # A lost beat would leave `drain` waiting: bounded, then counted below.
-    sim.run_until((200 + 20 * lanes * len(acc)) * 1e-8)
+    sim.run_until((200 + per_lane * lanes * len(acc)) * 1e-8)
     assert len(got) == len(acc), f"{len(got)} of {len(acc)} result beats came out"
     assert lasts == [False] * (len(acc) - 1) + [True]
     return np.array(got, dtype=np.int64)
@@ -61,19 +73,19 @@ def compare(got, want, seed, label):
 
 # One rescaler for all lanes (1, 3), two lanes a rescaler (6, 8: the 8x8 array's bank).
 @pytest.mark.parametrize("lanes", [1, 3, 6, 8])
-def test_random_requantization(lanes, rng, seed):
+def test_random_requantization(unit, lanes, rng, seed):
     beats = 40
     acc = rng.integers(-2**20, 2**20, (beats, lanes), dtype=np.int64)
     bias = rng.integers(-2**16, 2**16, lanes)
     multiplier = rng.integers(2**30, 2**31, lanes)
     shift = rng.integers(20, 40, lanes)
     zero_point, lo, hi = int(rng.integers(-128, 128)), -128, 127
-    got = run_bank(lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=rng)
+    got = run_bank(unit, lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stall_rng=rng)
     compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
             f"lanes={lanes} zero_point={zero_point}")
 
 
-def test_extremes(seed):
+def test_extremes(unit, seed):
     # acc at the int32 limits, M near 2^31, shifts 1 and 40+, zero points -128 and 127,
     # results that saturate, and a ReLU6-style clamp.
     acc = np.array([[2**31 - 1, -2**31, 0, 1], [-1, 12345, -12345, 2**30],
@@ -82,12 +94,12 @@ def test_extremes(seed):
     multiplier = np.array([2**31 - 1, 2**30, 2**31 - 1, 2**30 + 12345])
     shift = np.array([1, 62, 40, 45])
     for zero_point, lo, hi in ((-128, -128, 127), (127, -128, 127), (-128, -128, -32)):
-        got = run_bank(4, acc, bias, multiplier, shift, zero_point, lo, hi)
+        got = run_bank(unit, 4, acc, bias, multiplier, shift, zero_point, lo, hi)
         compare(got, expected(acc, bias, multiplier, shift, zero_point, lo, hi), seed,
                 f"extremes z={zero_point} lo={lo} hi={hi}")
 
 
-def test_ties_round_to_even(seed):
+def test_ties_round_to_even(unit, seed):
     # M / 2**n = 1/2, 1/4, 3/16 and 2**-32: small accumulators land exactly on ties, which
     # must go to the even neighbour like the golden model (and ONNX QuantizeLinear).
     acc = np.stack([np.arange(-20, 20)] * 3 + [np.full(40, -2**31)], axis=1)
@@ -98,11 +110,11 @@ def test_ties_round_to_even(seed):
     want = expected(acc, bias, multiplier, shift, 0, -128, 127)
     ties_up = np.floor((acc + bias) * (multiplier / 2.0**shift) + 0.5).astype(np.int64)
     assert (want != ties_up).any(), "the case must contain ties that ties-up rounds differently"
-    got = run_bank(4, acc, bias, multiplier, shift, 0, -128, 127)
+    got = run_bank(unit, 4, acc, bias, multiplier, shift, 0, -128, 127)
     compare(got, want, seed, "ties")
 
 
-def test_every_shift_through_both_steps_of_the_shifter(rng, seed):
+def test_every_shift_through_both_steps_of_the_shifter(unit, rng, seed):
     """Shifts 1..62 (every coarse step of 8 and every remainder), each on accumulators
     aimed at results around the int8 range (so rounding decides them) and on one of random
     magnitude."""
@@ -113,12 +125,12 @@ def test_every_shift_through_both_steps_of_the_shifter(rng, seed):
         aimed = np.floor(target * 2.0 ** shift / multiplier) + rng.integers(-2, 3, (4, 2))
         wild = rng.choice([-1, 1], (1, 2)) * rng.integers(0, 2**31, (1, 2))
         acc = np.clip(np.concatenate([aimed, wild]), -2**31, 2**31 - 1).astype(np.int64)
-        got = run_bank(2, acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127)
+        got = run_bank(unit, 2, acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127)
         want = expected(acc, np.zeros(2, np.int64), multiplier, shift, 0, -128, 127)
         compare(got, want, seed, f"shifts={shift.tolist()}")
 
 
-def test_narrowing_before_the_clamp_is_exact(seed):
+def test_narrowing_before_the_clamp_is_exact(unit, seed):
     """Rescaled values around the narrowing bound (+-2**9) and the int8 range, with the
     zero points and clamps that move the clamp's edge furthest: the saturated narrow value
     must land on the same bound as the wide one, and values inside it pass unchanged."""
@@ -130,7 +142,7 @@ def test_narrowing_before_the_clamp_is_exact(seed):
     multiplier = np.full(4, 2**30)
     shift = np.full(4, 31)
     for zero_point, lo, hi in ((-128, -128, 127), (127, -128, 127), (0, -5, 6), (127, 126, 127)):
-        got = run_bank(4, acc, bias, multiplier, shift, zero_point, lo, hi)
+        got = run_bank(unit, 4, acc, bias, multiplier, shift, zero_point, lo, hi)
         want = expected(acc, bias, multiplier, shift, zero_point, lo, hi)
         compare(got, want, seed, f"narrowing z={zero_point} lo={lo} hi={hi}")
 
