@@ -129,13 +129,20 @@ class ConvEngine(wiring.Component):
         cfg = self.config
         rows, cols = cfg.rows, cfg.cols
 
-        desc = Signal(descriptor_layout())
         busy = Signal()
         launch = Signal()  # one cycle after start: the latched descriptor is valid
         m.d.sync += launch.eq(0)
         with m.If(self.start & ~busy):
-            m.d.sync += [desc.eq(self.descriptor), busy.eq(1), self.done.eq(0),
-                         launch.eq(1)]
+            m.d.sync += [busy.eq(1), self.done.eq(0), launch.eq(1)]
+        if cfg.pipelined:
+            # A copy beside the engine's blocks, away from the CSR bank (fan-out).
+            desc = Signal(descriptor_layout())
+            with m.If(self.start & ~busy):
+                m.d.sync += desc.eq(self.descriptor)
+        else:
+            # The registers themselves: they hold still while a pass runs (the
+            # sequencer reads them throughout too, docs/register-map.md).
+            desc = self.descriptor
         m.d.comb += self.busy.eq(busy)
 
         # --- Buffers -----------------------------------------------------------------
@@ -207,7 +214,7 @@ class ConvEngine(wiring.Component):
         # Without the timing registers, the generator that shares its logic over cycles.
         generator = AddressGenerator if cfg.pipelined else LeanAddressGenerator
         m.submodules.addrgen = addrgen = generator(cfg)
-        m.submodules.array = array = SystolicArray(cfg.array)
+        m.submodules.array = array = SystolicArray(cfg.array, input_skid=cfg.pipelined)
         m.d.comb += [addrgen.descriptor.eq(desc), addrgen.start.eq(launch)]
 
         # Read stage: the memories' own output registers hold the beat while the array
@@ -305,15 +312,26 @@ class ConvEngine(wiring.Component):
         need_params = Signal()
         param_wait = Signal()  # the table read for `tile` is one cycle old only after this
         in_flight = Signal(range(PostProcessBank.REQUANT_LATENCY + 2))
-        params = Signal(param_word_layout(cols))
         param_rd = param_mem.read_port()
         m.d.comb += param_rd.addr.eq(tile)
         m.d.sync += param_wait.eq(0)
         entered = post.accumulators.valid & post.accumulators.ready
         left = post.results.valid & post.results.ready
         m.d.sync += in_flight.eq(in_flight + entered - left)
-        with m.If(need_params & ~param_wait & (in_flight == 0)):
-            m.d.sync += [params.eq(param_rd.data), need_params.eq(0)]
+        fetch = need_params & ~param_wait & (in_flight == 0)
+        if cfg.pipelined:
+            params = Signal(param_word_layout(cols))
+            with m.If(fetch):
+                m.d.sync += [params.eq(param_rd.data), need_params.eq(0)]
+        else:
+            # The table's read register holds the tile's entry (read enabled only here):
+            # no copy in flip-flops. The read lands a cycle after `fetch`.
+            params = param_rd.data
+            fetched = Signal()
+            m.d.comb += param_rd.en.eq(fetch & ~fetched)
+            m.d.sync += fetched.eq(fetch & ~fetched)
+            with m.If(fetched):
+                m.d.sync += need_params.eq(0)
 
         m.d.comb += [
             post.accumulators.payload.acc.eq(array.results.payload.c),

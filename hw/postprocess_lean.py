@@ -13,6 +13,9 @@ one small datapath that takes a lane at a time over many cycles instead of a pip
    quotient is the round bit, and ties go to even as in ``hw.fixedpoint``;
 3. saturation to ``NARROW_BITS``, the zero point and the clamp, into the output beat.
 
+The accumulator beat is read where it waits on ``accumulators`` (a stream's payload holds
+until taken) and taken after its last lane, so it is not copied.
+
 A lane takes about 33 + (n - 1) // 8 + (n - 1) % 8 cycles (about 45 at a typical n of
 38); where it is built (the iCEBreaker at 24 MHz) the UART link, not this, sets the pace.
 """
@@ -70,7 +73,10 @@ class SerialRequantizer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self.lanes
-        acc_beat = Signal.like(self.accumulators.payload, name="acc_beat")
+        # The beat is read where it waits: a stream's payload holds until it is taken,
+        # and it is taken once its last lane is done.
+        acc_beat = self.accumulators.payload
+        beat_last = Signal()
         lane = Signal(range(lanes))
         product = Signal(_PRODUCT)  # bit patterns; read as signed where it is a number
         left = Signal(range(max(MULTIPLIER_WIDTH, 64) + 1))  # multiply steps or shift bits
@@ -102,10 +108,9 @@ class SerialRequantizer(wiring.Component):
         m.d.comb += [self.operands.ready.eq(0), self.sums.valid.eq(0),
                      self.results.payload.y.eq(beat_y)]
         with m.FSM():
-            with m.State("TAKE"):
-                m.d.comb += self.accumulators.ready.eq(1)
+            with m.State("WAIT"):
                 with m.If(self.accumulators.valid):
-                    m.d.sync += [acc_beat.eq(self.accumulators.payload), lane.eq(0)]
+                    m.d.sync += lane.eq(0)
                     m.next = "LOAD"
             with m.State("LOAD"):
                 # The multiplier in the low bits, an empty partial sum above it.
@@ -128,13 +133,15 @@ class SerialRequantizer(wiring.Component):
                 with m.Else():
                     m.d.sync += beat_y[lane].eq(clamped[:8])
                     with m.If(lane == lanes - 1):
+                        m.d.comb += self.accumulators.ready.eq(1)
+                        m.d.sync += beat_last.eq(acc_beat.last)
                         m.next = "OFFER"
                     with m.Else():
                         m.d.sync += lane.eq(lane + 1)
                         m.next = "LOAD"
             with m.State("OFFER"):
                 m.d.comb += [self.results.valid.eq(1),
-                             self.results.payload.last.eq(acc_beat.last)]
+                             self.results.payload.last.eq(beat_last)]
                 with m.If(self.results.ready):
-                    m.next = "TAKE"
+                    m.next = "WAIT"
         return m

@@ -19,7 +19,7 @@ from amaranth.lib.wiring import In, Out
 from contract.config import ArrayConfig
 
 from .pe import ProcessingElement
-from .pipeline import SkidBuffer
+from .pipeline import skid_after
 
 
 def operand_layout(rows, cols):
@@ -66,7 +66,8 @@ class SystolicArray(wiring.Component):
         Rows, columns and accumulator width.
     """
 
-    def __init__(self, config=None, *, rows=None, cols=None, acc_width=None):
+    def __init__(self, config=None, *, rows=None, cols=None, acc_width=None,
+                 input_skid=True):
         if config is None:
             kwargs = {k: v for k, v in
                       (("rows", rows), ("cols", cols), ("acc_width", acc_width))
@@ -75,6 +76,7 @@ class SystolicArray(wiring.Component):
         elif not isinstance(config, ArrayConfig):
             raise TypeError(f"config must be an ArrayConfig, not {config!r}")
         self.config = config
+        self.input_skid = bool(input_skid)
         super().__init__({
             "operands": In(stream.Signature(operand_layout(config.rows, config.cols))),
             "results": Out(stream.Signature(result_layout(config.cols, config.acc_width))),
@@ -94,9 +96,10 @@ class SystolicArray(wiring.Component):
         # Input stage: a skid buffer, so ``operands.ready`` is a flip-flop and the feeder's
         # stall logic (the engine's read stage and address generator) does not wait on
         # this array's handshake (it did: the 8x8 board build's critical path, issue 12).
-        m.submodules.input = skid = SkidBuffer(self.operands.payload.shape())
-        wiring.connect(m, wiring.flipped(self.operands), skid.sink)
-        beat, beat_full = skid.source.payload, skid.source.valid
+        # (Left out, ``input_skid=False``, for a slow clock: ``ConvEngineConfig.pipelined``.)
+        source = skid_after(m, "input", wiring.flipped(self.operands),
+                            registered=self.input_skid)
+        beat, beat_full = source.payload, source.valid
         # Two tile ends enter at least `gap` ticks apart (short-K tiles get bubbles).
         # gap >= cols: row i is complete before its column 0 ends the next tile.
         # 2 * gap >= rows + cols - 1: a tile is complete before column 0 of row 0 ends
@@ -107,7 +110,7 @@ class SystolicArray(wiring.Component):
         may_enter = ~(beat.last & (since_last < gap))
         take = advance & may_enter
         entering = Signal()
-        m.d.comb += [entering.eq(beat_full & take), skid.source.ready.eq(take)]
+        m.d.comb += [entering.eq(beat_full & take), source.ready.eq(take)]
         with m.If(advance):
             with m.If(entering & beat.last):
                 m.d.sync += since_last.eq(1)
