@@ -60,7 +60,7 @@ PRESETS = {
     # beside the array's 4 and the requantizer's 4; no performance counters and no
     # readback of the RW registers, no registers that only buy clock speed (it runs at
     # 24 MHz): logic cells are what the UP5K lacks (docs/boards.md).
-    "icebreaker": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=1024,
+    "icebreaker": ConvEngineConfig(array=ArrayConfig(rows=1, cols=1), act_depth=1024,
                                    weight_depth=1024, max_col_tiles=16, residual_add=False,
                                    perf_counters=False, csr_readback=False,
                                    pipelined=False),

@@ -10,10 +10,12 @@ array's multipliers. Read by the RTL and by the driver's cycle model.
 """
 
 from .config import check_bool
+from .requant import MULTIPLIER_WIDTH, SHIFT_MAX, SHIFT_MIN
 
 __all__ = ["ADD_LANES_PER_UNIT", "ADD_LATENCY", "ADD_RESCALERS_PER_UNIT",
            "MULTIPLIERS_PER_RESCALER", "REQUANT_LANES_PER_UNIT", "REQUANT_LATENCY",
            "add_units", "bank_rescalers", "postprocess_multipliers", "requant_units",
+           "SERIAL_BEAT_CYCLES", "SERIAL_MAX_LANE_CYCLES", "serial_lane_cycles",
            "serial_requantizer", "shared_units"]
 
 #: Lanes one rescaler serves in requantization (CONV passes): 4 rescalers for 8 lanes, a
@@ -73,6 +75,23 @@ def serial_requantizer(*, residual_add=True, pipelined=True):
     check_bool("residual_add", residual_add)
     check_bool("pipelined", pipelined)
     return not residual_add and not pipelined
+
+
+def serial_lane_cycles(shift):
+    """Cycles the serial requantizer (``hw.postprocess_lean``) takes for one lane with
+    right shift ``shift``: the load, a multiply step per multiplier bit (31), the shift's
+    ``shift - 1`` bits eight at a time and then one at a time, the rounding and the write.
+    Each beat adds :data:`SERIAL_BEAT_CYCLES`. Read by the RTL's tests and the cycle
+    model."""
+    drop = max(shift, SHIFT_MIN) - 1
+    return 1 + MULTIPLIER_WIDTH + drop // 8 + drop % 8 + 1 + 1
+
+
+#: Cycles a beat of the serial requantizer adds to its lanes': the wait for the beat and
+#: the offer of its result.
+SERIAL_BEAT_CYCLES = 2
+#: The most cycles one lane takes (the largest shift's).
+SERIAL_MAX_LANE_CYCLES = max(serial_lane_cycles(n) for n in range(SHIFT_MIN, SHIFT_MAX + 1))
 
 
 def postprocess_multipliers(lanes, *, residual_add=True, pipelined=True):

@@ -11,13 +11,14 @@ one small datapath that takes a lane at a time over many cycles instead of a pip
 2. the rounding shift by ``n``: ``n - 1`` right shifts of the same register (8 bits a
    cycle, then 1), ORing what falls out into a sticky bit; the last bit left below the
    quotient is the round bit, and ties go to even as in ``hw.fixedpoint``;
-3. saturation to ``NARROW_BITS``, the zero point and the clamp, into the output beat.
+3. saturation to ``NARROW_BITS`` and the rounding increment, then (a cycle later) the
+   zero point and the clamp, into the output beat.
 
 The accumulator beat is read where it waits on ``accumulators`` (a stream's payload holds
 until taken) and taken after its last lane, so it is not copied.
 
-A lane takes about 33 + (n - 1) // 8 + (n - 1) % 8 cycles (about 45 at a typical n of
-38); where it is built (the iCEBreaker at 24 MHz) the UART link, not this, sets the pace.
+A lane takes ``contract.postprocess.serial_lane_cycles(n)``, 34 + (n - 1) // 8 +
+(n - 1) % 8 cycles (about 43 at a typical n of 38); where it is built (the iCEBreaker at 24 MHz) the UART link, not this, sets the pace.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
@@ -25,6 +26,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import check_positive_int
+from contract.postprocess import SERIAL_BEAT_CYCLES, SERIAL_MAX_LANE_CYCLES
 from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_MIN, SHIFT_WIDTH
 
 from .fixedpoint import saturate
@@ -37,9 +39,8 @@ __all__ = ["SerialRequantizer"]
 #: the multiplier's unused bits, which leave at the bottom as the product's bits come in.
 _HIGH = ACC_WIDTH + 1
 _PRODUCT = _HIGH + MULTIPLIER_WIDTH
-#: Cycles a lane takes at most: load, multiply, shift by up to 61 bits (7 coarse steps and
-#: 5 fine ones), round and write.
-MAX_CYCLES_PER_LANE = 1 + MULTIPLIER_WIDTH + 7 + 7 + 2
+#: Cycles a lane takes at most, with its share of the beat's (``contract.postprocess``).
+MAX_CYCLES_PER_LANE = SERIAL_MAX_LANE_CYCLES + SERIAL_BEAT_CYCLES
 
 
 class SerialRequantizer(wiring.Component):
@@ -98,10 +99,12 @@ class SerialRequantizer(wiring.Component):
         whole = product.as_signed()
         by_one, by_eight = whole >> 1, whole >> 8
 
+        # Saturated before the rounding increment (as ``hw.fixedpoint``'s ``narrow``):
+        # no 64-bit adder, and a value past the narrow range stays past the clamp.
         quotient = whole >> 1
-        rounded = quotient + (product[0] & (sticky | quotient[0]))
-        narrow = saturate(rounded, NARROW_BITS)
-        biased = narrow + self.params.zero_point
+        round_up = product[0] & (sticky | quotient[0])
+        narrowed = Signal(signed(NARROW_BITS + 1))
+        biased = narrowed + self.params.zero_point
         clamped = Mux(biased < self.params.lo, self.params.lo,
                       Mux(biased > self.params.hi, self.params.hi, biased))
 
@@ -131,14 +134,18 @@ class SerialRequantizer(wiring.Component):
                     m.d.sync += [product.eq(by_one), left.eq(left - 1),
                                  sticky.eq(sticky | product[0])]
                 with m.Else():
-                    m.d.sync += beat_y[lane].eq(clamped[:8])
-                    with m.If(lane == lanes - 1):
-                        m.d.comb += self.accumulators.ready.eq(1)
-                        m.d.sync += beat_last.eq(acc_beat.last)
-                        m.next = "OFFER"
-                    with m.Else():
-                        m.d.sync += lane.eq(lane + 1)
-                        m.next = "LOAD"
+                    m.d.sync += narrowed.eq(saturate(quotient, NARROW_BITS) + round_up)
+                    m.next = "WRITE"
+            with m.State("WRITE"):
+                # The zero point and the clamp, a cycle after the rounding.
+                m.d.sync += beat_y[lane].eq(clamped[:8])
+                with m.If(lane == lanes - 1):
+                    m.d.comb += self.accumulators.ready.eq(1)
+                    m.d.sync += beat_last.eq(acc_beat.last)
+                    m.next = "OFFER"
+                with m.Else():
+                    m.d.sync += lane.eq(lane + 1)
+                    m.next = "LOAD"
             with m.State("OFFER"):
                 m.d.comb += [self.results.valid.eq(1),
                              self.results.payload.last.eq(beat_last)]

@@ -5,7 +5,13 @@ pass). It counts the words the host link carries (``contract.streams``), so it f
 stream format without importing the hardware.
 """
 
-from contract.postprocess import REQUANT_LATENCY, requant_units
+from contract.postprocess import (
+    REQUANT_LATENCY,
+    SERIAL_BEAT_CYCLES,
+    requant_units,
+    serial_lane_cycles,
+    serial_requantizer,
+)
 from contract.streams import ACTIVATIONS_PER_WORD, output_words, param_words, weight_words
 
 __all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
@@ -60,6 +66,10 @@ def pass_cycles(engine_pass, config):
     post-processing bank and the output writer every ``max(output_words(C), C /
     requant_units(C))`` cycles); when that is the bottleneck, each column tile after the
     first also waits :data:`TILE_SWITCH_CYCLES`. Plus :data:`PASS_LATENCY_CYCLES`.
+
+    A lean engine (``config.pipelined`` false) adds R cycles a group (its address
+    generator's rotation) and, without the residual add, requantizes a lane at a time:
+    ``contract.postprocess.serial_lane_cycles`` of the pass's largest shift per lane.
     """
     rows, cols = config.rows, config.cols
     d = engine_pass.descriptor
@@ -69,6 +79,14 @@ def pass_cycles(engine_pass, config):
     load = per_row * tile_rows + (param_words(cols) + 1) * engine_pass.bias.shape[0]
     per_output = max(output_words(cols), cols // requant_units(cols))
     k = engine_pass.beats // (tiles * groups)
+    if not config.pipelined:
+        # The lean engine (``ConvEngineConfig.pipelined`` false): its address generator
+        # rotates its R lanes between groups, and without the add its requantizer is the
+        # serial one, a lane at a time (the pass's slowest shift, for a bound).
+        k += rows
+        if serial_requantizer(residual_add=config.residual_add, pipelined=False):
+            lane = serial_lane_cycles(int(engine_pass.shift.max()))
+            per_output = max(per_output, cols * lane + SERIAL_BEAT_CYCLES)
     costs = [max(k, rows * per_output)] * (groups - 1) + [max(k, d["last_rows"] * per_output)]
     end = 0
     for ready, cost in zip(_group_ready_words(engine_pass, rows), costs, strict=True):

@@ -110,7 +110,7 @@ def test_board_defaults_fit_their_devices():
               for board in bitstream.KNOWN_BOARDS if board.startswith("ulx3s")}
     assert counts == {"ulx3s-85f": 80, "ulx3s-45f": 64, "ulx3s-25f": 28}
     assert bitstream.default_config("ulx3s-85f") == ConvEngineConfig()
-    assert bitstream.default_config("icebreaker").array == ArrayConfig(rows=2, cols=2)
+    assert bitstream.default_config("icebreaker").array == ArrayConfig(rows=1, cols=1)
 
 
 def test_unknown_board_is_refused_with_the_list():
@@ -261,8 +261,8 @@ def test_cli_refuses_an_unreachable_clock_without_running_tools(capsys):
 
 @pytest.mark.slow
 def test_icebreaker_configuration_runs_digits_bit_exact_on_its_twin():
-    """The Verilator twin of exactly the configuration the iCEBreaker build uses (2x2 array,
-    1 KiB activation buffers) runs the digits CNN identically to the cpu provider; conv2's
+    """The Verilator twin of exactly the configuration the iCEBreaker build uses (1x1 lean
+    engine, 1 KiB activation buffer) runs the digits CNN identically to the cpu provider; conv2's
     weights exceed the small buffers and are split into several passes, and what the device
     does not run falls back to the cpu with the reason."""
     from models.zoo import DIGITS_QDQ, load_digits_split
@@ -287,8 +287,10 @@ def test_icebreaker_configuration_runs_digits_bit_exact_on_its_twin():
     assert on_device == {"conv1", "pool1", "conv2", "fc"}
     # Built without performance counters: no cycle count in the profile rather than a 0.
     assert not [name for name in on_device if "cycles" in profile[name]], profile
-    assert "2x2 engine" in profile["conv2"]["reason"]
-    assert "in 3 pass(es)" in profile["conv2"]["reason"]  # split to fit 1024 weight words
+    assert "1x1 engine" in profile["conv2"]["reason"]
+    # 32 column tiles of 16 * 3 * 3 = 144 weight words, seven a pass in the 1024-word
+    # buffer: 4 608 words in 5 passes.
+    assert "in 5 pass(es)" in profile["conv2"]["reason"]
     for name, entry in profile.items():
         if name not in on_device:
             assert entry["provider"] == "cpu"

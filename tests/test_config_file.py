@@ -46,7 +46,7 @@ def test_presets_and_the_one_default():
 
     assert PRESETS["default"] == DEFAULT_CONFIG
     assert PRESETS["tiny"] == TWO_BY_TWO
-    assert PRESETS["icebreaker"].array == ArrayConfig(rows=2, cols=2)
+    assert PRESETS["icebreaker"].array == ArrayConfig(rows=1, cols=1)
     assert PRESETS["ulx3s-85f"] == ConvEngineConfig()
     assert load_config("tiny") is PRESETS["tiny"]
 

@@ -37,6 +37,12 @@ LAYERS = [
 ]
 
 
+#: The lean engine of the same size (the iCEBreaker's kind: its address generator, the
+#: serial requantizer, no skid buffers), with performance counters to measure it.
+LEAN = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048, weight_depth=512,
+                        max_col_tiles=8, pipelined=False, residual_add=False)
+
+
 @pytest.fixture(scope="module")
 def accelerator():
     transport = SimTransport.open(CONFIG, cycle_budget=400_000)
@@ -49,6 +55,33 @@ def _layer(rng, c_in, c_out, size, kernel):
     w = rng.integers(-128, 128, (c_out, c_in, kernel, kernel), dtype=np.int8)
     bias = rng.integers(-2**14, 2**14, c_out).astype(np.int32)
     return x, w, bias, rng.integers(2**30, 2**31, c_out), rng.integers(12, 22, c_out)
+
+
+@pytest.fixture(scope="module")
+def lean_accelerator():
+    transport = SimTransport.open(LEAN, cycle_budget=4_000_000)
+    yield Accelerator(transport)
+    transport.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layer", LAYERS[2:], ids=lambda p: "-".join(map(str, p)))
+def test_lean_engine_is_bit_exact_and_modelled(lean_accelerator, layer, rng, seed):
+    """The lean engine's passes are slower by design (a lane of requantization takes some
+    40 cycles): the cycle model must still follow them, for the driver's deadlines."""
+    c_in, c_out, size, kernel, stride, padding = layer
+    x, w, bias, mult, shift = _layer(rng, c_in, c_out, size, kernel)
+    got = lean_accelerator.conv2d(x, w, bias, mult, shift, x_zero_point=3, y_zero_point=-2,
+                                  stride=stride, padding=padding, name="lean")
+    want = requantize(conv2d(x, w, bias, x_zero_point=3, stride=stride, padding=padding),
+                      mult, shift, -2)
+    assert_exact(got, want, f"seed={seed} layer={layer}", names=("lean twin", "golden"))
+    cycles = lean_accelerator.last_counters.cycles
+    passes = lower_conv2d(x, w, bias, mult, shift, x_zero_point=3, y_zero_point=-2,
+                          stride=stride, padding=padding, config=LEAN)
+    model = sum(pass_cycles(p, LEAN) for p in passes)
+    print(f"seed={seed} layer={layer}: lean twin {cycles} cycles, model {model}")
+    assert abs(model - cycles) <= 0.10 * cycles, (layer, model, cycles)
 
 
 @pytest.mark.slow

@@ -66,10 +66,11 @@ def test_the_icebreaker_build_asks_for_the_arrays_multipliers_only():
     from hw import bitstream
 
     config = bitstream.default_config("icebreaker")
-    # The array's 4; the serial requantizer of a lean build without the add has none.
-    assert bitstream.multipliers_needed(config) == 4
-    assert bitstream.multipliers_needed(replace(config, pipelined=True)) == 8
-    assert bitstream.multipliers_needed(replace(config, residual_add=True)) == 16
+    # The 1x1 array's one; the serial requantizer of a lean build without the add has
+    # none. The pipelined bank's rescaler would take four, the add's datapath twelve.
+    assert bitstream.multipliers_needed(config) == 1
+    assert bitstream.multipliers_needed(replace(config, pipelined=True)) == 5
+    assert bitstream.multipliers_needed(replace(config, residual_add=True)) == 13
 
 
 @pytest.mark.parametrize("lanes", [2, 3])
