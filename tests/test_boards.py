@@ -170,10 +170,10 @@ def test_smaller_ulx3s_tops_elaborate(board, device):
 
 def test_icebreaker_top_uses_the_pad_pll_and_the_ftdi_uart():
     platform, top, plan = bitstream.prepare_build("icebreaker")
-    assert top.clock_mhz == 24.0 and top.divisor == 8 and top.baud_error == 0.0
+    assert top.clock_mhz == 18.0 and top.divisor == 6 and top.baud_error == 0.0
     rtlil = _text(plan, "il")
     assert rtlil.count("cell \\SB_PLL40_PAD ") == 1
-    for name, value in (("DIVR", 0), ("DIVF", 63), ("DIVQ", 5), ("FILTER_RANGE", 1)):
+    for name, value in (("DIVR", 0), ("DIVF", 47), ("DIVQ", 5), ("FILTER_RANGE", 1)):
         assert f"parameter \\{name} {value}\n" in rtlil
     pcf = _text(plan, "pcf")
     for line in ("set_io clk12_0__io 35", "set_io uart_0__rx__io 6",
