@@ -324,6 +324,10 @@ def markdown():
              "A build with `CONFIG.no_readback` set reads 0 from every RW register (what",
              "was written still holds and is used). Unmapped words, and the registers a",
              "build leaves out, read 0.", "",
+             "Write the RW registers only while `STATUS.busy` is clear: the hardware reads",
+             "them throughout a pass (the sequencer its counts and kernel size; a build",
+             "with `CONFIG.no_pipeline` set also the descriptor, which the pipelined",
+             "engine copies at the start).", "",
              "| offset | name | access | bits | description |",
              "|---|---|---|---|---|"]
     for reg in REGISTERS:
