@@ -325,7 +325,9 @@ def parse_sizes(text):
 
 def default_jobs(sizes=DEFAULT_SIZES, boards=DEFAULT_BOARDS):
     """Jobs for ``sizes`` x ``boards``, leaving out sizes whose multipliers the board
-    lacks (the board's default configuration's buffers are kept)."""
+    lacks (the board's default configuration's buffers and optional blocks are kept: the
+    iCEBreaker's jobs are lean engines without the residual add, as its build is)."""
+    from contract.config import OPTIONAL_BLOCKS
     from hw.bitstream import default_config
 
     from .resource_model import board_limits, fits_structurally
@@ -337,7 +339,9 @@ def default_jobs(sizes=DEFAULT_SIZES, boards=DEFAULT_BOARDS):
             config = ConvEngineConfig(array=ArrayConfig(rows=rows, cols=cols),
                                       act_depth=base.act_depth,
                                       weight_depth=base.weight_depth,
-                                      max_col_tiles=base.max_col_tiles)
+                                      max_col_tiles=base.max_col_tiles,
+                                      **{block: getattr(base, block)
+                                         for block in OPTIONAL_BLOCKS})
             if fits_structurally(config, board_limits(board)):
                 jobs.append(SweepJob(board, config))
     return jobs

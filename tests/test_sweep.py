@@ -103,8 +103,10 @@ def test_default_jobs_leave_out_what_the_board_cannot_hold():
     jobs = sweep.default_jobs([(2, 2), (4, 4), (8, 8)], ["ulx3s-85f", "icebreaker"])
     assert [(j.board, j.config.rows) for j in jobs] == [
         ("ulx3s-85f", 2), ("ulx3s-85f", 4), ("ulx3s-85f", 8), ("icebreaker", 2)]
-    # Each board keeps its default configuration's buffers.
+    # Each board keeps its default configuration's buffers and optional blocks.
     assert jobs[-1].config.act_depth == 1024
+    assert not jobs[-1].config.pipelined and not jobs[-1].config.residual_add
+    assert jobs[0].config.pipelined and jobs[0].config.residual_add
 
 
 def test_parse_sizes():
