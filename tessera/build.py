@@ -10,7 +10,7 @@ The search (``docs/build.md``):
    for a model with no Add layer (:func:`features_for`).
 2. **Fit.** The resource model (``bench.resource_model``, fitted on real builds) predicts
    LUT/FF/DSP/EBR and fmax; a candidate fits when every prediction is within the board's
-   limits (logic below 85 %, see ``UTILIZATION_CAP``).
+   limits (logic below 85 %, 95 % of the iCE40's packed logic cells: ``FAMILY_CAPS``).
 3. **Clock.** The predicted fmax less :data:`CLOCK_MARGIN`, rounded down to a clock the
    board's PLL makes and the UART bridge divides into 3 Mbaud.
 4. **Score.** Predicted images/s of *this* model at batch 1: per layer, the driver's own
