@@ -30,6 +30,7 @@ import math
 from pathlib import Path
 
 from contract.postprocess import postprocess_multipliers
+from contract.requant import BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
 
 MODEL_PATH = Path(__file__).resolve().parent / "resource_model.json"
 #: Where the sweep's builds are and what each one's record is called (``bench.sweep``).
@@ -104,8 +105,22 @@ def features(config, family):
         "post_mults": float(postprocess_multipliers(c, residual_add=config.residual_add,
                                                        pipelined=config.pipelined)),
         "ram_blocks": float(r * ram_blocks(config.act_depth, 8, family)
-                            + ram_blocks(config.weight_depth, 8 * c, family)),
+                            + ram_blocks(config.weight_depth, 8 * c, family)
+                            + _param_table_blocks(config, family)),
     }
+
+
+#: Bits of one lane's entry in the engine's parameter table: bias, multiplier, shift.
+PARAM_LANE_BITS = BIAS_WIDTH + MULTIPLIER_WIDTH + SHIFT_WIDTH
+
+
+def _param_table_blocks(config, family):
+    """Block RAMs of the engine's parameter table (``max_col_tiles`` entries of
+    :data:`PARAM_LANE_BITS` per lane): on the iCE40, which has no distributed RAM, it takes
+    block RAM (5 SB_RAM40_4K for one lane, 9 for two); the ECP5 holds it in LUT RAM."""
+    if family != "iCE40":
+        return 0
+    return ram_blocks(config.max_col_tiles, PARAM_LANE_BITS * config.cols, family)
 
 
 def measured_figures(record):
