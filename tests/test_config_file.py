@@ -238,14 +238,15 @@ def test_bitstream_builds_the_configuration_instead_of_the_boards(tmp_path, monk
 
     monkeypatch.setattr(hw.bitstream, "build_bitstream", fake_build)
     path = tmp_path / "board.toml"
-    path.write_text('base = "icebreaker"\nclock_mhz = 24\n[array]\ncols = 1\n')
+    path.write_text('base = "icebreaker"\nclock_mhz = 24\n[array]\ncols = 2\n')
     assert main(["bitstream", "--board", "icebreaker", "--config", str(path)]) == 0
-    assert main(["bitstream", "--board", "icebreaker", "--config", str(path), "--rows", "1",
+    assert main(["bitstream", "--board", "icebreaker", "--config", str(path), "--rows", "2",
                  "--clock-mhz", "12"]) == 0
     assert main(["bitstream", "--board", "icebreaker"]) == 0
-    board = replace(PRESETS["icebreaker"], array=ArrayConfig(rows=2, cols=1), clock_mhz=24.0)
+    # The preset's 1x1 array with the file's two columns, then the command line's rows.
+    board = replace(PRESETS["icebreaker"], array=ArrayConfig(rows=1, cols=2), clock_mhz=24.0)
     assert calls == [("icebreaker", board, 24.0),
-                     ("icebreaker", replace(board, array=ArrayConfig(rows=1, cols=1)), 12.0),
+                     ("icebreaker", replace(board, array=ArrayConfig(rows=2, cols=2)), 12.0),
                      ("icebreaker", hw.bitstream.default_config("icebreaker"), None)]
 
 
