@@ -15,7 +15,7 @@ one adder deep at 125 MHz on ECP5 is computed here in the cycle it is used.
 - ``written`` is compared in the cycle the beat waits, not a cycle ahead.
 
 So a layer takes R cycles more per pixel group than with the pipelined generator; where
-this one is built (the iCEBreaker at 24 MHz, whose UART moves a byte in 133 cycles) the
+this one is built (the iCEBreaker at 18 MHz, whose UART moves a byte in 60 cycles) the
 host link, not the engine, sets the pace.
 """
 

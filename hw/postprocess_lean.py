@@ -18,7 +18,8 @@ The accumulator beat is read where it waits on ``accumulators`` (a stream's payl
 until taken) and taken after its last lane, so it is not copied.
 
 A lane takes ``contract.postprocess.serial_lane_cycles(n)``, 34 + (n - 1) // 8 +
-(n - 1) % 8 cycles (about 43 at a typical n of 38); where it is built (the iCEBreaker at 24 MHz) the UART link, not this, sets the pace.
+(n - 1) % 8 cycles (about 43 at a typical n of 38); where it is built (the iCEBreaker at
+18 MHz) the UART link, not this, sets the pace.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned

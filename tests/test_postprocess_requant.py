@@ -13,7 +13,6 @@ from hw.postprocess_lean import SerialRequantizer
 from models.requant import requantize
 from sim.streams import stream_get, stream_put
 
-
 #: Each test runs on the pipelined bank and on the serial requantizer of a lean build.
 UNITS = {"bank": PostProcessBank, "serial": SerialRequantizer}
 
