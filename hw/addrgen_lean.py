@@ -19,14 +19,11 @@ this one is built (the iCEBreaker at 18 MHz, whose UART moves a byte in 60 cycle
 host link, not the engine, sets the pace.
 """
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
-from amaranth.lib import stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth import Cat, Module, Mux, Signal
 
-from contract.config import ConvEngineConfig
 from contract.streams import ACTIVATIONS_PER_WORD
 
-from .addrgen import COORD, address_width, beat_layout, descriptor_layout
+from .addrgen import COORD, AddressGenerator
 
 
 def _is_last(value, limit):
@@ -34,31 +31,13 @@ def _is_last(value, limit):
     return value == (limit - 1)[:len(value)]
 
 
-class LeanAddressGenerator(wiring.Component):
-    """Address beats of one convolution layer (ports and beats of ``AddressGenerator``).
+class LeanAddressGenerator(AddressGenerator):
+    """Address beats of one convolution layer (the ports, checks and beats of
+    ``AddressGenerator``, whose constructor it shares; only the logic differs).
 
     ``start`` (one cycle, while not ``busy``) begins a layer described by ``descriptor``,
     which must stay stable until ``busy`` falls.
     """
-
-    def __init__(self, config):
-        if not isinstance(config, ConvEngineConfig):
-            raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
-        self.config = config
-        self.abits = address_width(config.act_depth)
-        self.wbits = address_width(config.weight_depth)
-        act_words = -(-config.act_depth // ACTIVATIONS_PER_WORD)
-        super().__init__({
-            "descriptor": In(descriptor_layout()),
-            "start": In(1),
-            "busy": Out(1),
-            "act_words_written": In(unsigned(act_words.bit_length())),
-            "act_all": In(1, init=1),
-            "weight_rows_written": In(self.wbits),
-            "weights_all": In(1, init=1),
-            "beats": Out(stream.Signature(
-                beat_layout(config.rows, config.act_depth, config.weight_depth))),
-        })
 
     def elaborate(self, platform):
         m = Module()

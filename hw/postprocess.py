@@ -68,6 +68,24 @@ if (_REQUANT_STAGES + 2, _ADD_STAGES + 2) != (REQUANT_LATENCY, ADD_LATENCY):
     raise AssertionError("contract.postprocess's latencies do not match the bank's stages")
 
 
+def bank_ports(lanes):
+    """The ports of a post-processing unit of ``lanes`` lanes (this bank's, and the serial
+    requantizer's of ``hw.postprocess_lean``): requantization in and out with its
+    constants, the add's operands, sums and constants, and the mode."""
+    return {
+        "adding": In(1),
+        "accumulators": In(stream.Signature(accumulator_layout(lanes))),
+        "results": Out(stream.Signature(output_layout(lanes))),
+        "bias": In(data.ArrayLayout(signed(BIAS_WIDTH), lanes)),
+        "multiplier": In(data.ArrayLayout(unsigned(MULTIPLIER_WIDTH), lanes)),
+        "shift": In(data.ArrayLayout(unsigned(SHIFT_WIDTH), lanes)),
+        "params": In(RequantParams),
+        "operands": In(stream.Signature(operand_pair_layout(lanes))),
+        "sums": Out(stream.Signature(sum_layout(lanes))),
+        "add_params": In(add_params_layout()),
+    }
+
+
 class PostProcessBank(wiring.Component):
     """Requantization (CONV passes) or residual add (ADD passes) through shared rescalers.
 
@@ -98,18 +116,7 @@ class PostProcessBank(wiring.Component):
         # Without the add, no datapath: the loops below see no unit in an add role.
         self.add_units = add_units(lanes) if residual_add else 0
         self.rescalers = bank_rescalers(lanes, residual_add=residual_add)
-        super().__init__({
-            "adding": In(1),
-            "accumulators": In(stream.Signature(accumulator_layout(lanes))),
-            "results": Out(stream.Signature(output_layout(lanes))),
-            "bias": In(data.ArrayLayout(signed(BIAS_WIDTH), lanes)),
-            "multiplier": In(data.ArrayLayout(unsigned(MULTIPLIER_WIDTH), lanes)),
-            "shift": In(data.ArrayLayout(unsigned(SHIFT_WIDTH), lanes)),
-            "params": In(RequantParams),
-            "operands": In(stream.Signature(operand_pair_layout(lanes))),
-            "sums": Out(stream.Signature(sum_layout(lanes))),
-            "add_params": In(add_params_layout()),
-        })
+        super().__init__(bank_ports(lanes))
 
     def cycles_per_beat(self, adding):
         """Cycles a beat takes in a mode (``adding`` false: requantization)."""

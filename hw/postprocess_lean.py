@@ -22,17 +22,16 @@ A lane takes ``contract.postprocess.serial_lane_cycles(n)``, 34 + (n - 1) // 8 +
 18 MHz) the UART link, not this, sets the pace.
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, wiring
 
 from contract.config import check_positive_int
 from contract.postprocess import SERIAL_BEAT_CYCLES, SERIAL_MAX_LANE_CYCLES
-from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_MIN, SHIFT_WIDTH
+from contract.requant import ACC_WIDTH, MULTIPLIER_WIDTH, SHIFT_MIN
 
 from .fixedpoint import saturate
-from .requant import NARROW_BITS, RequantParams, accumulator_layout, output_layout
-from .residual_add import add_params_layout, operand_pair_layout, sum_layout
+from .postprocess import bank_ports
+from .requant import NARROW_BITS
 
 __all__ = ["SerialRequantizer"]
 
@@ -59,18 +58,7 @@ class SerialRequantizer(wiring.Component):
     def __init__(self, *, lanes):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
         self.residual_add = False
-        super().__init__({
-            "adding": In(1),
-            "accumulators": In(stream.Signature(accumulator_layout(lanes))),
-            "results": Out(stream.Signature(output_layout(lanes))),
-            "bias": In(data.ArrayLayout(signed(BIAS_WIDTH), lanes)),
-            "multiplier": In(data.ArrayLayout(unsigned(MULTIPLIER_WIDTH), lanes)),
-            "shift": In(data.ArrayLayout(unsigned(SHIFT_WIDTH), lanes)),
-            "params": In(RequantParams),
-            "operands": In(stream.Signature(operand_pair_layout(lanes))),
-            "sums": Out(stream.Signature(sum_layout(lanes))),
-            "add_params": In(add_params_layout()),
-        })
+        super().__init__(bank_ports(lanes))
 
     def elaborate(self, platform):
         m = Module()
