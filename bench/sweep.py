@@ -234,16 +234,13 @@ def pack_only(job, folder, console):
         times[f"{step}_s"] = round(time.monotonic() - started, 1)
         # nextpnr-ice40 0.11 ends a pack-only run over the device's capacity with a trap
         # after its utilisation table: the counts, which are all this run is for, stand.
-        packed_anyway = step == "nextpnr" and _has_utilization(build_dir / f"{step}.log")
+        packed_anyway = step == "nextpnr" and _has_utilization(build_dir / f"{TOP_NAME}.tim")
         if done.returncode != 0 and not packed_anyway:
             raise BitstreamError(f"{step} failed (exit {done.returncode}); see "
                                  f"{build_dir / (step + '.log')}")
     report_path = build_dir / NEXTPNR_REPORT_NAME
-    log_path = build_dir / f"{TOP_NAME}.tim"
-    if not log_path.exists():
-        log_path = build_dir / "nextpnr.log"
     raw = json.loads(report_path.read_text()) if report_path.exists() else \
-        {"utilization": utilization_from_log(log_path), "fmax": {}}
+        {"utilization": utilization_from_log(build_dir / f"{TOP_NAME}.tim"), "fmax": {}}
     parsed = parse_nextpnr_report(raw, platform.family)
     return {"family": platform.family, "device": platform.device, "clock_mhz": None,
             "fmax_mhz": None, "timing_met": None, "resources": parsed["resources"],

@@ -84,13 +84,13 @@ class SerialRequantizer(wiring.Component):
         total = Signal(signed(_HIGH + 1))
         m.d.comb += total.eq(high + Mux(product[0], value, 0))
         multiplied = Cat(product[1:MULTIPLIER_WIDTH], total)
-        # The product as a number, and the register shifted right (arithmetically).
+        # The product as a number, and the register shifted right (arithmetically). Once
+        # n - 1 bits have left, the one-bit shift is the quotient and bit 0 the round bit.
         whole = product.as_signed()
-        by_one, by_eight = whole >> 1, whole >> 8
+        quotient, by_eight = whole >> 1, whole >> 8
 
         # Saturated before the rounding increment (as ``hw.fixedpoint``'s ``narrow``):
         # no 64-bit adder, and a value past the narrow range stays past the clamp.
-        quotient = whole >> 1
         round_up = product[0] & (sticky | quotient[0])
         narrowed = Signal(signed(NARROW_BITS + 1))
         biased = narrowed + self.params.zero_point
@@ -120,7 +120,7 @@ class SerialRequantizer(wiring.Component):
                     m.d.sync += [product.eq(by_eight), left.eq(left - 8),
                                  sticky.eq(sticky | product[:8].any())]
                 with m.Elif(left != 0):
-                    m.d.sync += [product.eq(by_one), left.eq(left - 1),
+                    m.d.sync += [product.eq(quotient), left.eq(left - 1),
                                  sticky.eq(sticky | product[0])]
                 with m.Else():
                     m.d.sync += narrowed.eq(saturate(quotient, NARROW_BITS) + round_up)
