@@ -1,7 +1,15 @@
-"""Shared fixtures: a session seed printed once, and seeded RNGs per test."""
+"""Shared fixtures: one session seed for the whole run, seeded RNGs per test, and the exact
+command that reproduces each failure.
+
+Under pytest-xdist every worker imports this file and would draw a seed of its own; the
+controller's seed travels to the workers in ``workerinput`` instead, so the seed the header
+prints is the one every test used.
+"""
 
 import os
 import random
+import shlex
+import sys
 
 import numpy as np
 import pytest
@@ -9,6 +17,8 @@ import pytest
 from hw.toolchain import apply_tool_env
 
 apply_tool_env()
+
+_WORKER_KEY = "tessera_seed"
 
 
 def _session_seed():
@@ -20,16 +30,83 @@ def _session_seed():
 SESSION_SEED = _session_seed()
 
 
+def pytest_configure(config):
+    # A worker takes the controller's seed; test modules import SESSION_SEED after this
+    # hook (collection comes later), so they see the same value.
+    global SESSION_SEED
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and _WORKER_KEY in workerinput:
+        SESSION_SEED = int(workerinput[_WORKER_KEY])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """pytest-xdist, on the controller: hand the session seed to each worker."""
+    node.workerinput[_WORKER_KEY] = SESSION_SEED
+
+
 def pytest_report_header(config):
     return f"tessera seed: {SESSION_SEED} (rerun with TESSERA_SEED={SESSION_SEED})"
+
+
+def reproduce_command(nodeid, session_seed=None):
+    """The shell command that reruns one test with this session's seeds."""
+    seed = SESSION_SEED if session_seed is None else session_seed
+    return (f"TESSERA_SEED={seed} {shlex.quote(_python())} -m pytest -p no:cacheprovider "
+            f"{shlex.quote(nodeid)}")
+
+
+def _python():
+    # The venv's interpreter as a user in the repository would type it.
+    try:
+        relative = os.path.relpath(sys.executable)
+    except ValueError:
+        return sys.executable
+    return sys.executable if relative.startswith("..") else relative
+
+
+def seed_for(nodeid, session_seed=None):
+    """The seed the ``seed`` fixture gives the test ``nodeid``."""
+    seed = SESSION_SEED if session_seed is None else session_seed
+    return (seed + sum(nodeid.encode())) % 2**31
 
 
 @pytest.fixture
 def seed(request):
     """Per-test seed derived from the session seed and the test's name."""
-    return (SESSION_SEED + sum(request.node.nodeid.encode())) % 2**31
+    return seed_for(request.node.nodeid)
 
 
 @pytest.fixture
 def rng(seed):
     return np.random.default_rng(seed)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    # Every failure names its seed and the exact command that reruns it, whether or not
+    # the test printed anything itself.
+    report = yield
+    if report.failed:
+        lines = [f"session seed {SESSION_SEED}"]
+        if "seed" in item.fixturenames:
+            lines.append(f"this test's seed {seed_for(item.nodeid)}")
+        lines.append(f"reproduce: {reproduce_command(item.nodeid)}")
+        report.sections.append(("tessera seed", "\n".join(lines)))
+    return report
+
+
+_failed = []
+
+
+def pytest_runtest_logreport(report):
+    # On the controller this sees the workers' reports too.
+    if report.failed and report.nodeid not in _failed:
+        _failed.append(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _failed:
+        terminalreporter.section("reproduce the failures")
+        for nodeid in _failed:
+            terminalreporter.write_line(reproduce_command(nodeid))
