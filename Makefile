@@ -33,6 +33,8 @@ help:
 	@echo "make bitstream BOARD=ulx3s-85f the whole accelerator for a board (ulx3s-25f/45f/85f,"
 	@echo "     [R=.. C=..] [CLOCK=MHz]   icebreaker): bitstream + build/<board>/report.json"
 	@echo "make bitstream-array BOARD=..  the bare systolic array under an on-chip pattern"
+	@echo "make flash BOARD=.. [FLASH=1]  load build/<board>'s bitstream into the FPGA (SRAM),"
+	@echo "                               FLASH=1: into its configuration flash (openFPGALoader)"
 	@echo "make bench                     benchmarks into bench/results/*.json"
 	@echo "make energy [MODEL=x.onnx] [BOARD=ulx3s-85f]  energy ESTIMATE per inference (docs/energy.md)"
 	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
@@ -81,6 +83,12 @@ bitstream: setup
 bitstream-array: setup
 	$(TESSERA) bitstream --array --board $(BOARD) $(if $(call GIVEN,R),--rows $(R)) \
 		$(if $(call GIVEN,C),--cols $(C)) $(HW_FILE)
+
+# The bitstream of `make bitstream BOARD=..` into the board's SRAM (lost at power-off), or
+# with FLASH=1 into its configuration flash; needs the board on USB (docs/boards.md).
+.PHONY: flash
+flash: setup
+	$(TESSERA) flash --board $(BOARD) $(if $(filter 1,$(FLASH)),--flash)
 
 bench: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES) $(HW_FILE)

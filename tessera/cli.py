@@ -1117,6 +1117,9 @@ def build_parser():
     from tessera.build import add_commands  # build, sweep (docs/build.md)
 
     add_commands(sub)
+    from tessera.flash import add_command as add_flash_command  # flash (docs/boards.md)
+
+    add_flash_command(sub)
     return parser
 
 
