@@ -50,6 +50,11 @@ help:
 	@echo "make serve [CONFIG=x.toml]     KServe v2 inference server on 127.0.0.1 (docs/serving.md)"
 	@echo "     [RAY=1|host:port] [REPLICAS=n]  ... as Ray Serve replicas (docs/scale-out.md)"
 	@echo "make loadtest [LOAD='a=50 b=c4'] traffic to a running make serve, answers checked"
+	@echo "make build-model [MODEL=x.onnx] [BOARD=ulx3s-85f] [DRY=1] [OUT=dir]"
+	@echo "                               searches a configuration for it, then builds it"
+	@echo "                               (docs/build.md); DRY=1: the search alone"
+	@echo "make sweep [SIZES=2x2,4x4]     array sizes x boards, cached (docs/build.md)"
+	@echo "     [BOARDS=..] [JOBS=2] [RAY=1|host:port]"
 
 setup: $(STAMP)
 
@@ -126,7 +131,9 @@ clean:
 DIGITS_QDQ := models/zoo/digits_qdq.onnx
 CALIB      ?= digits
 METHOD     ?= minmax
-OUT        ?= build/zoo/digits_tessera_qdq.onnx
+# quantize's default output file; OUT itself has no global default, because build-model
+# reads OUT as its output folder.
+QUANTIZED  := build/zoo/digits_tessera_qdq.onnx
 
 .PHONY: run quantize zoo zoo-digits zoo-vit zoo-rnn
 
@@ -139,7 +146,7 @@ run: setup
 
 quantize: setup
 	$(TESSERA) quantize $(or $(MODEL),models/zoo/digits_float.onnx) --calibration $(CALIB) \
-	  --method $(METHOD) -o $(OUT)
+	  --method $(METHOD) -o $(or $(OUT),$(QUANTIZED))
 
 zoo: setup
 	$(TESSERA) zoo

@@ -12,7 +12,8 @@ progress lines, into ``build/<board>/``. ``report.json`` there carries:
 - flat ``<resource>_used`` / ``<resource>_available`` entries (``MULT18X18D``, ``LUT4``,
   ``TRELLIS_FF``, ``DP16KD`` on ECP5; ``LC``, ``SB_MAC16``, ``EBR``, ``SPRAM`` on iCE40) and
   the same under ``resources``,
-- the configuration, the critical path, tool versions, wall times and the log paths.
+- the configuration (its ``clock_mhz`` the clock asked for, so it rebuilds the same
+  design), the critical path, tool versions, wall times and the log paths.
 
 The design clock comes out of a PLL; nextpnr derives its constraint from the oscillator
 pin's and the PLL dividers, so the timing it checks is at the frequency the build chose.
@@ -26,7 +27,8 @@ constrained to ``target_mhz``) into ``build/<board>-array/``; ``bench/bench_fmax
 
 Public functions the design-space search builds on (stable): :func:`build_bitstream`,
 :func:`default_config`, :func:`prepare_build`, :func:`board_top`, :func:`inputs_key`,
-:func:`load_report`, :func:`parse_nextpnr_report`, :func:`multipliers_needed`.
+:func:`load_report`, :func:`parse_nextpnr_report`, :func:`multipliers_needed`,
+:func:`accelerator_report`.
 """
 
 import hashlib
@@ -623,13 +625,37 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
         times, bitstream, raw, logs = _run_plan(platform, plan, build_dir, env, say)
     except BitstreamError as error:
         # A report saying what failed, so a sweep over many builds can show every reason.
-        failed = {"board": board, "kind": "accelerator", "config": config.as_dict(),
+        failed = {"board": board, "kind": "accelerator",
+                  "config": _config_with_clock(config, clock_mhz),
                   "config_name": config.name, "target_mhz": float(clock_mhz),
                   "error": str(error),
                   "logs": {step: str(build_dir / f"{step}.log") for step in _STEPS}}
         (build_dir / REPORT_NAME).write_text(json.dumps(failed, indent=2) + "\n")
         raise
 
+    report = accelerator_report(board, config, clock_mhz, platform=platform, top=top, raw=raw,
+                                times=times, bitstream=bitstream, logs=logs, baud=baud,
+                                seed=seed, tools=tool_versions(platform.family, env),
+                                source=source)
+    (build_dir / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
+    if summary:
+        print_summary(report, console=console)
+    return report
+
+
+def _config_with_clock(config, clock_mhz):
+    """``config`` as a dict with the clock the build asked for, so the report's
+    configuration rebuilds the same design (a configuration left at its board's default
+    clock has ``clock_mhz`` None)."""
+    return {**config.as_dict(), "clock_mhz": float(clock_mhz)}
+
+
+def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, bitstream,
+                       logs, baud, seed, tools, source):
+    """The ``report.json`` of a whole-accelerator build (see the module docstring) from what
+    the build made: ``raw`` is nextpnr's report (a dict), ``top`` the board top (its PLL
+    clock, settings and UART divisor), ``platform`` the Amaranth platform (device, package,
+    family); ``clock_mhz`` is the clock asked for."""
     parsed = parse_nextpnr_report(raw, platform.family)
     paths = critical_path(raw)
     clock, fmax_mhz, failure = timing_verdict(parsed, paths, top.clock_mhz, logs["nextpnr"])
@@ -639,7 +665,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
         "device": platform.device,
         "package": platform.package,
         "family": platform.family,
-        "config": config.as_dict(),
+        "config": _config_with_clock(config, clock_mhz),
         "config_name": config.name,
         "board_clock_mhz": _board_clock_mhz(board),
         "target_mhz": float(clock_mhz),
@@ -656,16 +682,13 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
         **parsed,
         "critical_path": paths,
         "wall_time_s": times,
-        "tools": tool_versions(platform.family, env),
+        "tools": tools,
         "source": source,
         "bitstream": str(bitstream),
         "logs": logs,
     }
     if failure is not None:
         report["timing_failure"] = failure
-    (build_dir / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
-    if summary:
-        print_summary(report, console=console)
     return report
 
 

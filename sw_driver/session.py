@@ -187,9 +187,11 @@ class InferenceSession:
             finite = np.isfinite(value)
             if not finite.all():
                 index = tuple(int(i) for i in np.argwhere(~finite)[0])
-                raise InputError(f"input {name!r} holds a non-finite value ({value[index]!r} "
-                                 f"at index {index}); Tessera quantizes inputs to int8, where "
-                                 f"NaN and Inf have no meaning")
+                # float(): "nan", not NumPy's repr "np.float32(nan)".
+                raise InputError(f"input {name!r} holds a non-finite value "
+                                 f"({float(value[index])} at index {index}); Tessera "
+                                 f"quantizes inputs to int8, where NaN and Inf have no "
+                                 f"meaning")
             checked[name] = value
         return checked
 

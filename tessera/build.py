@@ -433,11 +433,19 @@ def print_summary(document, paths, console):
         for entry in document["fallbacks"]:
             console.print(f"  {entry['layer']} ({entry['op']}): {entry['reason']}",
                           markup=False)
-    if document.get("dry_run"):
-        console.print("dry run: nothing built")
-    elif "timing_failure" in document:
+    if "timing_failure" in document:
         console.print(f"[red]timing missed[/]: {document['timing_failure']}")
-    console.print(f"wrote {paths[0]} and {paths[1]}")
+    if document.get("dry_run"):
+        console.print("dry run: nothing built (no Verilog, no bitstream); wrote only the plan:")
+        figures = "the prediction"
+    else:
+        console.print("wrote:")
+        figures = "predicted against achieved figures"
+    # soft_wrap: a long path stays whole on its line, for copying.
+    console.print(f"  {paths[0]}  {figures}, per-layer costs, CPU fallbacks", markup=False,
+                  soft_wrap=True)
+    console.print(f"  {paths[1]}  the chosen configuration (--config FILE)", markup=False,
+                  soft_wrap=True)
 
 
 def _shown(value):
@@ -477,6 +485,9 @@ def cmd_build(args):
     if not model.is_file():
         raise ValueError(f"{model}: no such model file (a quantized ONNX model; "
                          f"`tessera zoo` writes the zoo's)")
+    if args.out is not None and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out {args.out} is a file; --out names the folder that gets "
+                         f"report.json and run-config.json")
     try:
         document = build(model, args.board, args.out, dry_run=args.dry_run)
     except BitstreamError as error:

@@ -468,11 +468,22 @@ def _load_npy(path, what):
     import numpy as np
 
     try:
-        return np.load(path, allow_pickle=False)
+        with open(path, "rb") as file:
+            # Checked first: without it NumPy takes any other file for a pickle and answers
+            # with a hint about allow_pickle, which must stay off for untrusted files.
+            if file.read(6) != b"\x93NUMPY":
+                raise _UsageError(f"{what} {path!r} is not a .npy array file (no .npy "
+                                  f"header; numpy.save writes one)")
+            file.seek(0)
+            return np.load(file, allow_pickle=False)
     except OSError as exc:
         raise _UsageError(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
     except ValueError as exc:
-        raise _UsageError(f"{path!r} is not a .npy array file: {exc}") from exc
+        if "Object arrays" in str(exc):
+            raise _UsageError(f"{what} {path!r} holds Python objects (an object array), "
+                              f"not numbers") from exc
+        raise _UsageError(f"{what} {path!r} is not a readable .npy array file: "
+                          f"{_one_line(exc)}") from exc
 
 
 def _one_line(error):
@@ -502,21 +513,78 @@ def _run_inputs(args, session):
         _, _, x, y = load_digits_split()
         return x, y
     if args.input:
-        x = _load_npy(args.input, "input")
-        if x.dtype.kind not in "fiu":
-            raise _UsageError(f"{args.input!r} holds {x.dtype} values, not numbers")
+        x = _checked_input(_load_npy(args.input, "input"), args.input, inputs[0])
         if shape and x.ndim == len(shape) - 1:
             x = x[None]  # one sample without its batch axis
-        return x.astype(np.float32, copy=False), None
+        return x, None
     fixed = shape[1:]
     if not shape or not all(isinstance(d, int) and d > 0 for d in fixed):
         raise _UsageError(f"input {inputs[0].name!r} has shape {shape}; give --input FILE.npy")
     from models.zoo import random_models
 
+    console.print(f"no --input or --dataset: {args.samples} random samples (--seed "
+                  f"{args.seed}), so no accuracy; accuracy needs labelled data: --dataset "
+                  f"digits (make run DATASET=digits)", markup=False)
     rng = np.random.default_rng(args.seed)
     if fixed == list(random_models.INPUT_SHAPE):
         return random_models.random_inputs(rng, args.samples), None
     return rng.standard_normal((args.samples, *fixed)).astype(np.float32), None
+
+
+def _checked_input(x, path, info):
+    """The array of ``--input`` file ``path`` as the model's float32 input ``info``.
+
+    Float arrays of any width are read as float32 (the same real values). Integer arrays are
+    refused, as the API refuses them: int8 data may already be quantized, and read as real
+    values it would be quantized a second time. NaN and Inf are refused with their index in
+    the file, not in a batch."""
+    import numpy as np
+
+    if x.dtype.kind in "iu":
+        raise _UsageError(
+            f"{path!r} holds {x.dtype} values; input {info.name!r} takes real values as "
+            f"float32 ({info.type}), which Tessera quantizes itself. Save the real values as "
+            f"float (int8 data already quantized: (q - zero_point) * scale)")
+    if x.dtype.kind != "f":
+        raise _UsageError(f"{path!r} holds {x.dtype} values, not real numbers")
+    x = x.astype(np.float32, copy=False)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise _UsageError(f"{path!r} holds {int(bad.sum())} non-finite value(s), the first "
+                          f"{float(x[index])} at index {index}; Tessera quantizes inputs to "
+                          f"int8, where NaN and Inf have no meaning")
+    return x
+
+
+#: ``tessera run`` warns when more than this fraction of an input's values lie outside the
+#: range its input quantizer represents (docs/runtime.md): they are all clipped to its ends.
+SATURATION_WARN_FRACTION = 0.01
+
+
+def _saturation_warning(session, name, x, source):
+    """A warning line when more than :data:`SATURATION_WARN_FRACTION` of ``x`` saturates
+    the model's QuantizeLinear of input ``name``; None otherwise (or with no such layer)."""
+    import numpy as np
+
+    from sw_driver import graph as g
+
+    for layer in session.graph.layers:
+        if not (isinstance(layer, g.Quantize) and layer.inputs[:1] == (name,)):
+            continue
+        scale, zero = layer.scale, layer.zero_point
+        with np.errstate(over="ignore", invalid="ignore"):
+            q = np.rint(x / np.float32(scale))
+        clipped = int(np.count_nonzero((q < -128 - zero) | (q > 127 - zero)))
+        if clipped <= SATURATION_WARN_FRACTION * x.size:
+            continue
+        low, high = (-128 - zero) * scale, (127 - zero) * scale
+        return (f"warning: {clipped / x.size:.1%} of the values of {source} ({clipped:,} of "
+                f"{x.size:,}) lie outside [{low:.4g}, {high:.4g}], the range the model "
+                f"quantizes input {name!r} to (scale {scale:.4g}, zero point {zero}); they "
+                f"are clipped to its ends, so the outputs say little about them (the "
+                f"warning is for more than {SATURATION_WARN_FRACTION:.0%})")
+    return None
 
 
 def _configured_providers(names, spec):
@@ -581,6 +649,11 @@ def cmd_run(args):
         name = session.get_inputs()[0].name
         if len(x) == 0:
             raise _UsageError("the input holds no samples")
+        source = (f"--input {args.input}" if args.input else f"--dataset {args.dataset}"
+                  if args.dataset else "the random samples")
+        warning = _saturation_warning(session, name, x, source)
+        if warning is not None:
+            print(warning, file=sys.stderr)
         outputs, totals, batches = [], {}, 0
         started = time.perf_counter()
         with Progress("[progress.description]{task.description}", BarColumn(),
@@ -653,11 +726,7 @@ def cmd_run_dataset(args):
         if resources and args.ray is None:
             raise _UsageError("--ray-resources declares devices to a local Ray: add --ray")
         model = _read_file(args.model, "model")
-        try:
-            x = np.load(args.input, allow_pickle=False)
-        except (OSError, ValueError) as error:
-            raise _UsageError(f"--input {args.input}: not a readable .npy array "
-                              f"({error})") from None
+        x = _load_npy(args.input, "--input")
         started = time.perf_counter()
         if args.ray is None:
             with console.status(f"{len(x)} samples through {args.model} on "
