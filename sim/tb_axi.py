@@ -27,6 +27,7 @@ from cocotbext.axi import (
 from contract.config import ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
+from sim.budgets import pass_budget
 from sim.cocotb_util import first_difference, testbench_seed
 from sw_driver import regs
 from sw_driver.accelerator import pass_program
@@ -45,6 +46,7 @@ class AxiBench:
 
     def __init__(self, dut, rng, idle):
         self.dut = dut
+        self.idle = idle
         clk, rstn = dut.axi_aclk, dut.axi_aresetn
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil"), clk, rstn,
                                   reset_active_level=False)
@@ -99,8 +101,8 @@ async def run_layer(bench, config, x, w, bias, mult, shift, golden, label, **opt
         for offset, value in program.csr_writes:
             await bench.csr_write(offset, value)
         sender = cocotb.start_soon(bench.dma_write(program.h2c))
-        # Cycles: the work of the pass and a margin for the gaps on both streams.
-        budget = 40 * (p.beats + len(program.h2c) + p.output_beats * 4) + 4000
+        # The modelled cycles with a margin, stretched by the gaps on both streams.
+        budget = pass_budget(p, config, stall=bench.idle)
         raw = await with_timeout(bench.dma_read(program.c2h_bytes), budget * 10, "ns")
         await with_timeout(sender, 20000, "ns")
         status = await bench.csr_read(Reg.STATUS)

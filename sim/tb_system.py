@@ -14,6 +14,7 @@ from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 from contract.config import ConvEngineConfig
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.requant import requantize
+from sim.budgets import add_budget, pass_budget, pool_budget
 from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
 from sw_driver import regs
 from sw_driver.accelerator import pass_program
@@ -78,8 +79,7 @@ async def run_layer(dut, config, transport, x, w, bias, mult, shift, golden, lab
     beats = []
     for p in passes:
         program = pass_program(p, config)
-        budget = 20 * (p.beats + len(program.h2c) + p.output_beats * 4) + 2000
-        beats.append(await run_program(dut, transport, program, budget))
+        beats.append(await run_program(dut, transport, program, pass_budget(p, config)))
     got = assemble_output(passes, beats, w.shape[0])
     assert np.array_equal(got, golden), \
         f"seed={_seed()} config={config.name} {label}: {first_difference(got, golden)}"
@@ -157,7 +157,7 @@ async def test_pool_and_add_programs(dut):
     async def pool(x, label):
         n, c, h, w = x.shape
         program = pool_program(x, config, name=label)
-        beats = await run(program, 20 * len(program.h2c) + 2000)
+        beats = await run(program, pool_budget(x.shape, config))
         groups = -(-c // cols)
         got = beats.reshape(n, groups, h // 2, w // 2, cols).transpose(0, 1, 4, 2, 3)
         got = got.reshape(n, groups * cols, h // 2, w // 2)[:, :c]
@@ -173,7 +173,7 @@ async def test_pool_and_add_programs(dut):
               "hi": 127, "a_multiplier": ma, "a_shift": na, "b_multiplier": mb,
               "b_shift": nb, "y_multiplier": my, "y_shift": ny}
     program = add_program(a, b, params, config, name="add")
-    beats = await run(program, 20 * len(program.h2c) + 2000)
+    beats = await run(program, add_budget(a.size, config))
     got = beats.reshape(-1)[:a.size].reshape(a.shape)
     want = add(a, 0.05, 3, b, 0.02, -5, 0.07, 0)
     assert np.array_equal(got, want), f"seed={_seed()} add: {first_difference(got, want)}"

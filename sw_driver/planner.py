@@ -207,9 +207,9 @@ def device_work(layer, input_shape, config):
                 work = work + _passes_work(passes, config) * count
         return work
     if isinstance(layer, g.MaxPool):
-        return _pool_work(input_shape, config)
+        return pool_work(input_shape, config)
     if isinstance(layer, g.Add):
-        return _add_work(_add_size(layer, input_shape), config)
+        return add_work(_add_size(layer, input_shape), config)
     raise ValueError(f"layer {layer.name!r}: {layer.op} does not run on the accelerator")
 
 
@@ -226,7 +226,7 @@ POOL_FIXED_CYCLES, ADD_FIXED_CYCLES = 32, 75
 EXTRA_CYCLES_PER_BEAT = 1
 
 
-def _pool_work(shape, config):
+def pool_work(shape, config):
     """One POOL pass: every (image, group of C channels) is a frame of H x W input beats
     (an odd last row or column is sent too and dropped by the pool, ``hw/maxpool.py``);
     one output beat per 2x2 window."""
@@ -254,7 +254,7 @@ def add_cycles_per_beat(cols):
     return max(add_words(cols) + EXTRA_CYCLES_PER_BEAT, cols // add_units(cols))
 
 
-def _add_work(size, config):
+def add_work(size, config):
     """One ADD pass: C pairs per input beat, one output beat of C each."""
     beats = -(-size // config.cols)
     words = add_words(config.cols)
