@@ -19,12 +19,18 @@ configuration whose coefficients are fitted by least squares on the sweep's buil
 - ``fmax``: the clock *period* is ``a + b·sqrt(R·C)``: the longest routes grow with the
   array's side.
 
-Which runs fit and which are held out is recorded, with the held-out error, so the
-model's accuracy is a measured figure (``docs/build.md``).
+The runs are the sweep's builds and the board builds recorded in
+``bench/board_builds.json`` (``make bitstream`` builds, the latest per board and
+configuration: the one record of the default builds' fmax that the docs quote); a board
+build replaces any sweep build of the same board and configuration. Which runs fit and
+which are held out is recorded, with the held-out error, so the model's accuracy is a
+measured figure (``docs/build.md``).
 
-Usage: ``python -m bench.resource_model --fit`` refits from ``build/sweep`` results.
+Usage: ``python -m bench.resource_model --fit`` refits from ``build/sweep`` results and the
+board builds.
 """
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -33,6 +39,9 @@ from contract.postprocess import postprocess_multipliers
 from contract.requant import BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
 
 MODEL_PATH = Path(__file__).resolve().parent / "resource_model.json"
+#: Board builds measured outside the sweep, in the sweep's record format (see the module
+#: docstring).
+BOARD_BUILDS_PATH = Path(__file__).resolve().parent / "board_builds.json"
 #: Where the sweep's builds are and what each one's record is called (``bench.sweep``).
 SWEEP_BUILD = Path("build") / "sweep"
 RESULT_NAME = "result.json"
@@ -175,6 +184,44 @@ def _config_of(record):
     return ConvEngineConfig(array=ArrayConfig(**config.pop("array")), **config)
 
 
+def board_builds(path=BOARD_BUILDS_PATH):
+    """The recorded board builds (``bench/board_builds.json``), as sweep records."""
+    return json.loads(Path(path).read_text())["builds"]
+
+
+def measured_build(board, config=None, path=BOARD_BUILDS_PATH):
+    """The latest recorded build of ``config`` (default: the board's preset) on ``board``.
+
+    Raises
+    ------
+    ModelError
+        No build of that configuration on that board is recorded.
+    """
+    from hw.bitstream import default_config
+
+    config = default_config(board) if config is None else config
+    builds = [b for b in board_builds(path)
+              if _build_key(b) == (board, dataclasses.replace(config, clock_mhz=None))]
+    if not builds:
+        raise ModelError(f"{path} records no build of {config.name} on {board}; add one "
+                         f"from `make bitstream BOARD={board}`'s report.json")
+    return max(builds, key=lambda b: b["date"])
+
+
+def fit_records(sweep_records, builds=None):
+    """The records the model is fitted on: the board ``builds`` (default: the recorded
+    ones) and the sweep records of any other board and configuration."""
+    builds = board_builds() if builds is None else builds
+    recorded = {_build_key(b) for b in builds}
+    return [r for r in sweep_records if "error" in r or _build_key(r) not in recorded] \
+        + list(builds)
+
+
+def _build_key(record):
+    """What a build measured: the board and the configuration (whatever clock it asked)."""
+    return record["board"], dataclasses.replace(_config_of(record), clock_mhz=None)
+
+
 def predict_with(coefficients, config, family):
     """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` from ``coefficients``
     (``fmax_mhz`` None when the family has no fitted clock period)."""
@@ -315,6 +362,8 @@ def merge_families(old, new, families):
     merged["leave_one_out"] = (
         [e for e in old.get("leave_one_out", []) if label_family.get(e["label"]) not in families]
         + [e for e in new.get("leave_one_out", []) if label_family.get(e["label"]) in families])
+    if "held_out" in new:  # the refit's own, or the old one's stays
+        merged["held_out"] = new["held_out"]
     return merged
 
 
@@ -330,7 +379,8 @@ def main(argv=None):
                              "others keep their coefficients and runs from the model file")
     args = parser.parse_args(argv)
     if args.fit:
-        records = [json.loads(p.read_text()) for p in sorted(SWEEP_BUILD.glob(f"*/{RESULT_NAME}"))]
+        records = fit_records([json.loads(p.read_text())
+                               for p in sorted(SWEEP_BUILD.glob(f"*/{RESULT_NAME}"))])
         held = [s.strip() for s in args.hold_out.split(",") if s.strip()]
         families = {s.strip() for s in args.families.split(",") if s.strip()}
         if families:

@@ -92,7 +92,12 @@ def _device_refusal(layer, shape, config):
     from contract.streams import POOL_MAX_WIDTH
     from sw_driver import graph as g
     from sw_driver import planner
-    from sw_driver.providers.device import add_refusal, engine_refusal, pool_refusal
+    from sw_driver.providers.device import (
+        add_refusal,
+        engine_refusal,
+        kind_refusal,
+        pool_refusal,
+    )
 
     if isinstance(layer, g.MaxPool):
         problem = pool_refusal(layer, POOL_MAX_WIDTH, shape)
@@ -101,7 +106,7 @@ def _device_refusal(layer, shape, config):
     elif isinstance(layer, (g.Conv, g.Dense)):
         problem = engine_refusal(layer, config)
     else:
-        problem = f"the device runs Conv, Dense, 2x2 MaxPool and Add, not {layer.op}"
+        problem = kind_refusal(layer, runs="Conv, Dense, 2x2 MaxPool and Add")
     if problem is not None:
         return problem, None
     if shape is None:

@@ -190,7 +190,8 @@ def test_accelerators_refuse_sequence_layers_with_a_reason(tmp_path):
     # The device runs MatMul as Dense passes (sw_driver.matmul_lowering), not LayerNorm.
     assert engine_refusal(matmul, DEFAULT_CONFIG) is None
     assert engine_refusal(norm, DEFAULT_CONFIG) == (
-        "the device runs Conv, Dense, MatMul, 2x2 MaxPool and Add, not LayerNormalization")
+        "this LayerNormalization computes in float32: its operands are float, not int8; the "
+        "device runs int8 Conv, Dense, MatMul, 2x2 MaxPool and Add only")
 
 
 #: op -> (inputs, attributes, a fragment the message must hold)

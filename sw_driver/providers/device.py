@@ -34,7 +34,7 @@ from ..transport.base import Transport, TransportError
 from .base import Concurrency, Cost, Provider, Refusal
 from .fusion import POOL_WINDOW, PooledConvOutput, fusable_pairs
 
-__all__ = ["CountingTransport", "DeviceProvider", "engine_refusal"]
+__all__ = ["CountingTransport", "DeviceProvider", "engine_refusal", "kind_refusal"]
 
 
 class CountingTransport(Transport):
@@ -123,6 +123,30 @@ def add_refusal(layer, config=None):
     return None
 
 
+#: The layer kinds the device runs, in refusals.
+DEVICE_LAYERS = "Conv, Dense, MatMul, 2x2 MaxPool and Add"
+
+
+def kind_refusal(layer, runs=DEVICE_LAYERS):
+    """Why a device that runs the int8 layers ``runs`` cannot run ``layer``, a layer of
+    another kind.
+
+    A float layer shares its name with an int8 kind at times (the float32 Add of a residual
+    in an attention block, dequantized on both sides): "not Add" would contradict the list,
+    so such refusals say what is float."""
+    if isinstance(layer, g.FloatOp):
+        what = f"this {layer.op} computes in float32: its operands are float, not int8"
+    elif isinstance(layer, g.Softmax):
+        what = "Softmax computes in float32: its operand is float, not int8"
+    elif isinstance(layer, g.Quantize):
+        what = "Quantize reads a float operand, not int8"
+    elif isinstance(layer, g.Dequantize):
+        what = "Dequantize writes a float result, not int8"
+    else:
+        return f"the device runs {runs}, not {layer.op}"
+    return f"{what}; the device runs int8 {runs} only"
+
+
 def engine_refusal(layer, config):
     """Why the engine of ``config`` cannot run ``layer`` at any input size, or None
     (a MatMul: :func:`~sw_driver.matmul_lowering.matmul_refusal`).
@@ -136,8 +160,7 @@ def engine_refusal(layer, config):
     if isinstance(layer, g.MatMul):
         return matmul_refusal(layer, config)
     if not isinstance(layer, (g.Conv, g.Dense)):
-        return (f"the device runs Conv, Dense, MatMul, 2x2 MaxPool and Add, not "
-                f"{layer.op}")
+        return kind_refusal(layer)
     weight = layer.weight if isinstance(layer, g.Conv) \
         else layer.weight.reshape(*layer.weight.shape, 1, 1)
     options = {} if isinstance(layer, g.Dense) else {

@@ -5,12 +5,14 @@ activation x activation MatMul and, in ``sequence_mode="integer"``, IntSoftmax,
 IntLayerNorm and IntGelu) run on the device through :class:`sw_driver.opencl.OpenCLRuntime`
 and :mod:`sw_driver.opencl.sequence_kernels`, whose kernels are bit-exact with the golden
 models (``tests/test_opencl_kernels.py``, ``tests/test_opencl_sequence_kernels.py``).
-The float layers at a model's edges (Quantize, Dequantize, Softmax) run on the host with
-the CPU provider's own code, for two reasons: int8 crosses the bus instead of float32 (4x
-fewer bytes), and float division and ``exp`` in OpenCL C are not required to round as NumPy
-does, so a kernel could not promise identical outputs. The float32 operators of the
-ORT-compatible sequence mode that hang on ``exp``/``tanh``/``erf`` (:data:`FLOAT_MATH_OPS`)
-are refused for the same reason, with it, and run on the next provider.
+The float layers Quantize, Dequantize and Softmax (every Softmax the importer meets, at a
+CNN's output or inside an attention block) are accepted and run on the host with the CPU
+provider's own code, for two reasons: int8 crosses the bus instead of float32 (4x fewer
+bytes), and float division and ``exp`` in OpenCL C are not required to round as NumPy does,
+so a kernel could not promise identical outputs; the profile's reason says so. The float32
+operators of the ORT-compatible sequence mode that hang on ``exp``/``tanh``/``erf``
+(:data:`FLOAT_MATH_OPS`, ``FloatOp`` layers) are refused for the same reason, with it, and
+run on the next provider.
 
 What is kept between runs (per provider instance, so per session):
 
@@ -70,8 +72,8 @@ HOST_LAYERS = (g.Quantize, g.Dequantize, g.Softmax)
 #: ORT-compatible float operators whose results hang on transcendental functions or on
 #: NumPy's order of float32 sums (``docs/opencl.md``, "Sequence layers"): refused with
 #: that reason rather than the generic one.
-FLOAT_MATH_OPS = frozenset({"Softmax", "LayerNormalization", "Erf", "Gelu", "Tanh", "Sqrt",
-                            "Pow", "ReduceMean", "GRU", "LSTM"})
+FLOAT_MATH_OPS = frozenset({"LayerNormalization", "Erf", "Gelu", "Tanh", "Sqrt", "Pow",
+                            "ReduceMean", "GRU", "LSTM"})
 #: Layers that only change a tensor's shape: a view on the device, no launch.
 VIEW_LAYERS = (g.Flatten, g.Reshape)
 
@@ -168,6 +170,9 @@ class OpenCLProvider(Provider):
         return None if problem is None else Refusal(problem)
 
     def describe(self, layer):
+        if isinstance(layer, g.Softmax):
+            return ("Softmax is float: run on the host with the CPU provider's code, as "
+                    "OpenCL's exp does not round as NumPy's does")
         if isinstance(layer, HOST_LAYERS):
             return (f"{layer.op} is float: run on the host with the CPU provider's code, so "
                     f"int8 rather than float crosses the bus")
