@@ -2,11 +2,21 @@
 ``useful MACs / (R*C)``, for the layers of a ResNet-8-like network and a depthwise-separable
 network on an 8x8 array.
 
-Per layer: compute cycles (PERF_COMPUTE: from the end of loading to the last result word),
-loading cycles (the rest of PERF_BUSY: parameters, weights, activations over the 32-bit
-stream), utilization of the compute phase and of the whole layer. Every layer is checked
-bit-exact against the golden model on the way. Where the lost cycles go is written up in
-docs/performance.md.
+Per layer, from the device's counters summed over its passes (:func:`layer_metrics`):
+
+- pass cycles (PERF_BUSY: from each start to its last result word) and the utilization
+  ``ideal / pass cycles``, which cannot exceed 1: the array issues at most one step of
+  R*C MACs a cycle;
+- issue rate (PERF_MACS / (R*C) per pass cycle: how often the array advanced) and the
+  useful share of what it issued (``ideal / issued steps``: padding rows, lanes past the
+  last channel), whose product is the utilization;
+- input cycles (PERF_BUSY - PERF_COMPUTE: until the last input word is in) and drain
+  cycles (PERF_COMPUTE: the rest). The activations and the later column tiles' weights
+  stream in while the array computes, so the array works in both; neither is a "compute
+  phase" on its own.
+
+Every layer is checked bit-exact against the golden model on the way. Where the lost
+cycles go is written up in docs/performance.md.
 """
 
 import os
@@ -62,6 +72,71 @@ def run_layer(accelerator, rng, c_in, c_out, size, kernel, stride, depthwise):
     return macs, accelerator.last_counters
 
 
+def layer_figures(useful_macs, counters, peak):
+    """A layer's figures from its counters (:class:`sw_driver.accelerator.Counters`, summed
+    over its passes) and its ``useful_macs``, on an array of ``peak`` = R*C MACs a cycle.
+
+    Returns a dict: ``ideal`` (useful MACs / peak), ``pass_cycles`` (PERF_BUSY),
+    ``utilization`` (ideal / pass cycles), ``issue_rate`` (issued steps / pass cycles),
+    ``useful_share`` (ideal / issued steps), ``input_cycles`` (PERF_BUSY - PERF_COMPUTE)
+    and ``drain_cycles`` (PERF_COMPUTE). The three fractions lie in [0, 1].
+
+    Raises
+    ------
+    ValueError
+        Counters no array could produce (more MACs issued than R*C a busy cycle, fewer
+        issued than the layer needs, more drain cycles than busy ones): the figures would
+        be impossible, so none are given.
+    """
+    ideal, issued = useful_macs / peak, counters.macs / peak
+    problems = []
+    if counters.busy <= 0:
+        problems.append(f"PERF_BUSY {counters.busy}")
+    if issued > counters.busy:
+        problems.append(f"{counters.macs} MACs issued in {counters.busy} busy cycles, more "
+                        f"than {peak} a cycle")
+    if counters.macs < useful_macs:
+        problems.append(f"{counters.macs} MACs issued for a layer of {useful_macs}")
+    if not 0 <= counters.compute <= counters.busy:
+        problems.append(f"PERF_COMPUTE {counters.compute} outside 0..PERF_BUSY "
+                        f"{counters.busy}")
+    if problems:
+        raise ValueError(f"impossible counters for a layer of {useful_macs} MACs on "
+                         f"{peak} MACs a cycle ({counters}): {'; '.join(problems)}")
+    return {"ideal": ideal, "pass_cycles": counters.busy,
+            "utilization": ideal / counters.busy, "issue_rate": issued / counters.busy,
+            "useful_share": ideal / issued if issued else 0.0,
+            "input_cycles": counters.busy - counters.compute,
+            "drain_cycles": counters.compute}
+
+
+def utilization_target(c_in, c_out, size, kernel, stride, depthwise):
+    """The utilization a layer is held to (None: no target): 0.85 for 3x3 convolutions
+    with at least 16 channels each side and an output at least 16 wide."""
+    return 0.85 if (kernel == 3 and not depthwise and min(c_in, c_out) >= 16
+                    and size // stride >= 16) else None
+
+
+def layer_metrics(name, figures, target=None):
+    """The metrics of one layer's :func:`layer_figures`."""
+    return [
+        metric(f"{name} pass_cycles", figures["pass_cycles"], "cycles",
+               peer="ideal useful MACs/(R*C)", peer_value=round(figures["ideal"]),
+               note="PERF_BUSY over the layer's passes: each start to its last result word"),
+        metric(f"{name} utilization", round(figures["utilization"], 4), "fraction",
+               target=target, note="ideal / pass cycles"),
+        metric(f"{name} issue_rate", round(figures["issue_rate"], 4), "fraction",
+               note="pass cycles in which the array advanced (PERF_MACS / (R*C))"),
+        metric(f"{name} useful_share", round(figures["useful_share"], 4), "fraction",
+               note="useful MACs / MACs issued (padding rows, idle lanes)"),
+        metric(f"{name} input_cycles", figures["input_cycles"], "cycles",
+               note="until the last input word is in (PERF_BUSY - PERF_COMPUTE); the "
+                    "array computes meanwhile"),
+        metric(f"{name} drain_cycles", figures["drain_cycles"], "cycles",
+               note="after the last input word (PERF_COMPUTE)"),
+    ]
+
+
 def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     require_counters(CONFIG, "bench_conv")
@@ -73,26 +148,18 @@ def main():
     for name, c_in, c_out, size, kernel, stride, depthwise in RESNET8 + SEPARABLE:
         macs, counters = run_layer(accelerator, rng, c_in, c_out, size, kernel, stride,
                                    depthwise)
-        ideal = macs / peak
-        loading = counters.busy - counters.compute
-        compute_util = ideal / counters.compute
-        layer_util = ideal / counters.busy
-        metrics += [
-            metric(f"{name} compute_cycles", counters.compute, "cycles",
-                   peer="ideal useful MACs/(R*C)", peer_value=round(ideal)),
-            metric(f"{name} compute_utilization", round(compute_util, 4), "fraction",
-                   target=0.85 if (kernel == 3 and not depthwise and min(c_in, c_out) >= 16
-                                   and size // stride >= 16) else None),
-            metric(f"{name} loading_cycles", loading, "cycles"),
-            metric(f"{name} layer_utilization", round(layer_util, 4), "fraction",
-                   note="including loading, which does not overlap compute yet"),
-        ]
-        table.append((name, counters.compute, round(ideal), compute_util, loading, layer_util))
+        figures = layer_figures(macs, counters, peak)
+        target = utilization_target(c_in, c_out, size, kernel, stride, depthwise)
+        metrics += layer_metrics(name, figures, target)
+        table.append((name, figures))
     path = write_results("conv", metrics, config=CONFIG.as_dict(),
                          wall_seconds=round(time.perf_counter() - started, 1))
-    print(f"{'layer':38} {'compute':>8} {'ideal':>8} {'util':>6} {'loading':>8} {'w/ load':>7}")
-    for name, compute, ideal, util, loading, layer_util in table:
-        print(f"{name:38} {compute:8d} {ideal:8d} {util:6.1%} {loading:8d} {layer_util:7.1%}")
+    print(f"{'layer':34} {'cycles':>7} {'ideal':>7} {'util':>6} {'issue':>6} {'useful':>6} "
+          f"{'input':>6}")
+    for name, f in table:
+        print(f"{name[:34]:34} {f['pass_cycles']:7d} {round(f['ideal']):7d} "
+              f"{f['utilization']:6.1%} {f['issue_rate']:6.1%} {f['useful_share']:6.1%} "
+              f"{f['input_cycles']:6d}")
     return path
 
 

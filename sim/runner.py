@@ -9,7 +9,8 @@ a file lock so parallel pytest workers can share them.
 
 A failed build or run raises with the tool's or the testbench's own message (the first
 ``%Error`` lines, the failing test's exception), read from the logs and cocotb's results
-file, rather than the traceback of the launching code.
+file, rather than the traceback of the launching code. A run in which every cocotb test was
+skipped checked nothing, and fails too unless the caller allows it.
 """
 
 import fcntl
@@ -167,8 +168,27 @@ class TestbenchFailed(AssertionError):
         self.log = log
 
 
+def check_outcomes(outcomes, where, sim_log=None, *, allow_all_skipped=False):
+    """Raise :class:`TestbenchFailed` unless ``outcomes`` (:func:`sim.outcomes.read_outcomes`
+    of the run ``where`` names) show a pass: no test failed, some test ran and, unless
+    ``allow_all_skipped``, not every test was skipped (a run that checked nothing)."""
+    failures = failure_lines(outcomes)
+    log_line = f"\nlog: {sim_log}" if sim_log else ""
+    if failures or not outcomes:
+        listed = "".join(f"\n  {line}" for line in failures) or " (no test ran)"
+        raise TestbenchFailed(f"{len(failures)} of {len(outcomes)} cocotb tests failed in "
+                              f"{where}:{listed}{log_line}", failures, sim_log)
+    if not allow_all_skipped and all(o.result == "SKIP" for o in outcomes):
+        names = ", ".join(o.name for o in outcomes)
+        raise TestbenchFailed(f"all {len(outcomes)} cocotb tests were skipped in {where}, so "
+                              f"nothing was checked: {names} (run_testbench("
+                              f"allow_all_skipped=True) where that is expected){log_line}",
+                              [], sim_log)
+
+
 def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env=None,
-                  build_root=BUILD_ROOT, name=None, check=True, log=terminal_log):
+                  build_root=BUILD_ROOT, name=None, check=True, allow_all_skipped=False,
+                  log=terminal_log):
     """Run the cocotb test module ``module`` (e.g. ``"sim.tb_systolic"``) on ``config``.
 
     Returns ``(results_xml, waves_path or None)``. ``log`` gets the build's progress lines
@@ -180,7 +200,8 @@ def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env
         Verilator could not build the design.
     TestbenchFailed
         The simulation ended without a results file; or, with ``check``, a cocotb test
-        failed. The message quotes the testbench's own error.
+        failed, or every test was skipped and ``allow_all_skipped`` is false
+        (:func:`check_outcomes`). The message quotes the testbench's own error.
     """
     runner, build_dir = build_array(config, waves=waves, build_root=build_root, log=log)
     label = name or (testcase or "all")
@@ -213,10 +234,6 @@ def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env
                               f"the end of its log:\n{log_tail(sim_log)}\nlog: {sim_log}",
                               log=sim_log)
     if check:
-        outcomes = read_outcomes(results)
-        failures = failure_lines(outcomes)
-        if failures or not outcomes:
-            listed = "".join(f"\n  {line}" for line in failures) or " (no test ran)"
-            raise TestbenchFailed(f"{len(failures)} of {len(outcomes)} cocotb tests failed in "
-                                  f"{where}:{listed}\nlog: {sim_log}", failures, sim_log)
+        check_outcomes(read_outcomes(results), where, sim_log,
+                       allow_all_skipped=allow_all_skipped)
     return results, (test_dir / "dump.fst") if waves else None

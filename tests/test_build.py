@@ -111,13 +111,61 @@ def test_committed_model_reproduces_its_runs():
                 run["label"]
 
 
+#: The model's targets on a build it was not fitted on, as for the fitted runs above: DSP
+#: exact, LUT / FF / EBR within 10 %, the clock period within 15 %.
+HELD_OUT_BOUNDS = {"lut": 0.10, "ff": 0.10, "dsp": 0.0, "ebr": 0.10, "period_ns": 0.15}
+#: How docs/build.md names each figure in its "Held out" line.
+DOC_NAMES = {"LUT": "lut", "FF": "ff", "DSP": "dsp", "EBR": "ebr", "clock period": "period_ns"}
+
+
+def _quoted_held_out_errors():
+    """``{figure: fraction}`` from docs/build.md's "**Held out**" item."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "build.md").read_text()
+    item = re.search(r"^- \*\*Held out\*\*(.*?)(?=^- |^$)", text, re.M | re.S)
+    assert item, "docs/build.md has no '- **Held out**' item quoting the model's error"
+    quoted = re.findall(r"(LUT|FF|DSP|EBR|clock period) ([−+-]?\d+(?:\.\d+)?) %",
+                        item.group(1))
+    return {DOC_NAMES[name]: float(value.replace("−", "-")) / 100 for name, value in quoted}
+
+
+def _held_out_beyond_bounds(held):
+    """The held-out errors of a model document's ``held_out`` beyond HELD_OUT_BOUNDS."""
+    return [f"held-out {entry['label']}: {figure} error {entry[figure]:+.1%}, beyond the "
+            f"model's {bound:.0%}"
+            for entry in held["errors"] for figure, bound in HELD_OUT_BOUNDS.items()
+            if figure in entry and abs(entry[figure]) > bound]
+
+
 def test_committed_model_records_its_held_out_error():
     held = rm.ResourceModel().document["held_out"]
     assert held["errors"] and held["fitted_on"]
     for entry in held["errors"]:
         assert entry["label"] not in held["fitted_on"]
         assert set(entry) >= {"label", "lut", "dsp", "ebr"}
+    assert _held_out_beyond_bounds(held) == [], "bench/resource_model.json"
     assert {entry["label"] for entry in rm.ResourceModel().document["leave_one_out"]}
+
+
+def test_a_held_out_error_beyond_the_targets_is_caught():
+    held = {"errors": [{"label": "8x8", "lut": 0.3, "ff": -0.05, "dsp": 1 / 80, "ebr": 0.0,
+                        "period_ns": -0.16}]}
+    assert _held_out_beyond_bounds(held) == [
+        "held-out 8x8: lut error +30.0%, beyond the model's 10%",
+        "held-out 8x8: dsp error +1.2%, beyond the model's 0%",
+        "held-out 8x8: period_ns error -16.0%, beyond the model's 15%"]
+
+
+def test_docs_quote_the_held_out_error_that_is_recorded():
+    (entry,) = rm.ResourceModel().document["held_out"]["errors"]
+    quoted = _quoted_held_out_errors()
+    assert set(quoted) == {figure for figure in HELD_OUT_BOUNDS if figure in entry}, quoted
+    for figure, value in quoted.items():
+        assert value == pytest.approx(entry[figure], abs=0.0005 + 1e-9), (
+            f"docs/build.md quotes the held-out {figure} error as {value:+.1%}; "
+            f"bench/resource_model.json records {entry[figure]:+.2%}")
 
 
 def test_model_without_the_family_says_what_to_do():

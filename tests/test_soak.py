@@ -1,7 +1,8 @@
 """The soak's 200-configuration sample (``make soak`` runs 10**4), and the soak itself.
 
-Every backend must equal the golden models bit for bit (a refusal is allowed, and counted
-apart); the golden models must stay within 1 LSB of onnxruntime's unoptimized QDQ graph.
+Every backend must equal the golden models bit for bit, and may refuse a layer only where it
+is beyond the backend's limits (worked out here from the layer: the CPU provider refuses
+nothing); the golden models must stay within 1 LSB of onnxruntime's unoptimized QDQ graph.
 The sample's seed is the session seed (``TESSERA_SEED``); a failure names the seed, the
 configuration and the one-line command that reproduces it.
 """
@@ -19,7 +20,11 @@ from bench.soak.backends import BACKENDS
 from bench.soak.onnx_reference import check_model, qdq_model
 from bench.soak.tally import Tally
 from contract.config import ArrayConfig, ConvEngineConfig
+from models.conv import K_MAX_WRAP_FREE
+from models.pool import WINDOW_MAX
+from sw_driver import graph as g
 from sw_driver.importer import import_model
+from sw_driver.providers.device import DeviceProvider
 from tessera.cli import main
 
 SAMPLE = 200
@@ -45,25 +50,109 @@ def _failure(seed, result, what):
             f"pytest tests/test_soak.py -k test_sample -p no:cacheprovider")
 
 
+def _opencl_limit(case):
+    """What makes the OpenCL kernels refuse ``case``'s layer, or None: they run every int8
+    kind, up to the int32 sums' and the pool window's limits."""
+    layer = case.layer
+    if isinstance(layer, (g.Conv, g.Dense)):
+        k = int(np.prod(layer.weight.shape[1:]))
+        return f"{k} products per output" if k > K_MAX_WRAP_FREE else None
+    if isinstance(layer, (g.MaxPool, g.AveragePool)):
+        (kh, kw), (top, left, bottom, right) = layer.kernel, layer.padding
+        if kh * kw > WINDOW_MAX or max(top, bottom) >= kh or max(left, right) >= kw:
+            return f"window {layer.kernel}, padding {layer.padding}"
+    return None
+
+
+def _device_limit(case, provider):
+    """What makes the accelerator (``provider``: sim or pcie) refuse ``case``'s layer, or
+    None where it must run it: worked out from the layer, not by asking the provider."""
+    layer, config = case.layer, provider.config
+    x_shape = case.inputs[0].shape
+    if isinstance(layer, g.MaxPool):
+        window = (tuple(layer.kernel), tuple(layer.stride), tuple(layer.padding))
+        if window != ((2, 2), (2, 2), (0, 0, 0, 0)):
+            return f"max pool window {window}"
+        width = provider.accelerator.pool_max_width
+        return None if 2 <= x_shape[3] <= width and x_shape[2] >= 2 else f"input {x_shape}"
+    if isinstance(layer, (g.Add, g.Dense)):
+        return None
+    if not isinstance(layer, g.Conv):
+        return f"no {layer.op} on the device"
+    (kh, kw), (top, left, bottom, right) = layer.weight.shape[2:], layer.padding
+    c_in, c_out = x_shape[1], layer.weight.shape[0]
+    if tuple(layer.dilation) != (1, 1):
+        return f"dilation {layer.dilation}"
+    if layer.stride[0] != layer.stride[1] or layer.stride[0] not in (1, 2):
+        return f"stride {layer.stride}"
+    if max(top, bottom) > kh // 2 or max(left, right) > kw // 2 or max(kh, kw) > 7:
+        return f"kernel {kh}x{kw}, padding {layer.padding}"
+    if layer.groups != 1 and not layer.groups == c_in == c_out:
+        return f"groups {layer.groups}"
+    if int(np.prod(x_shape[1:])) > config.act_depth:
+        return f"input {x_shape} larger than the activation buffer ({config.act_depth})"
+    if layer.weight.size > config.weight_depth:
+        return f"weights {layer.weight.shape} larger than {config.weight_depth}"
+    return None
+
+
+def _illegitimate_refusal(backend, case, outcome):
+    """Why ``backend`` had no business refusing ``case``, or None."""
+    if outcome.status != "refused":
+        return None
+    if backend.name == "cpu":
+        return "the CPU provider, the executable specification, runs every layer"
+    if backend.name in ("opencl", "gpu"):
+        limit = _opencl_limit(case)
+    elif isinstance(backend.provider, DeviceProvider):
+        limit = _device_limit(case, backend.provider)
+    else:  # a plugin: its limits are its own
+        limit = outcome.detail
+    return None if limit else f"{backend.name} refused a layer within its limits"
+
+
 @pytest.mark.parametrize("chunk", range(CHUNKS))
 def test_sample_equals_golden_and_onnxruntime(chunk, seed, backends):
     per_chunk = SAMPLE // CHUNKS
     print(f"soak sample: seed {seed}, cases {chunk * per_chunk}..{(chunk + 1) * per_chunk - 1}")
+    ran = {backend.name: 0 for backend in backends if backend.available}
     for index in range(chunk * per_chunk, (chunk + 1) * per_chunk):
         result = run_case(draw_case(seed, index), backends)
         assert not result.golden_error, _failure(seed, result, result.golden_error)
-        for name, outcome in result.backends.items():
+        for backend in backends:
+            if not backend.available:
+                continue
+            outcome = result.backends[backend.name]
             assert outcome.status in ("pass", "refused"), _failure(
-                seed, result, f"{name} {outcome.status}: {outcome.detail}")
+                seed, result, f"{backend.name} {outcome.status}: {outcome.detail}")
+            wrong = _illegitimate_refusal(backend, result.case, outcome)
+            assert wrong is None, _failure(seed, result, f"{wrong}: {outcome.detail}")
+            ran[backend.name] += outcome.status == "pass"
         ort = result.onnxruntime
         assert not ort.error, _failure(seed, result, f"onnxruntime: {ort.error}")
         assert ort.max_abs_diff <= 1, _failure(seed, result, f"onnxruntime: {ort.detail}")
+    print(f"cases run (not refused) per backend: {ran}")
+    assert all(ran.values()), (f"soak seed {seed}, cases {chunk * per_chunk}.."
+                               f"{(chunk + 1) * per_chunk - 1}: a backend ran none: {ran}")
 
 
-def test_opencl_is_in_the_sample(backends):
+def test_opencl_is_in_the_sample(seed, backends):
     (opencl,) = [b for b in backends if b.name == "opencl"]
     if not opencl.available:
         pytest.skip(f"the sample ran without OpenCL: {opencl.unavailable}")
+    # The first case of each kind in this session's sample that the kernels support runs
+    # on OpenCL and equals the golden model.
+    firsts = {}
+    for index in range(SAMPLE):
+        case = draw_case(seed, index)
+        if _opencl_limit(case) is None:
+            firsts.setdefault(case.kind, case)
+    assert set(firsts) == set(KINDS), f"soak seed {seed}: no {set(KINDS) - set(firsts)}"
+    for case in firsts.values():
+        result = run_case(case, [opencl], use_onnxruntime=False)
+        outcome = result.backends.get("opencl")
+        assert outcome is not None and outcome.status == "pass", _failure(
+            seed, result, f"opencl: {outcome}")
 
 
 def _same(a, b):
