@@ -6,7 +6,9 @@ asyncio streams (keep-alive connections, no client library), so one process can 
 hundred requests in flight on a small machine. Every run is bounded twice: it stops issuing
 after ``duration`` seconds or ``max_requests`` requests, and waits at most ``drain_timeout``
 seconds for the answers still out (those count as lost). It refuses any host that is not a
-loopback address.
+loopback address. A tenant's rates are over the time its own traffic took, from the start
+to its last answer: a tenant that reached ``max_requests`` early is not credited with the
+seconds it sent nothing.
 
 Latency is measured from each request's *scheduled* arrival, not from when a connection was
 free to send it, so a slow server cannot hide its queueing in the client (coordinated
@@ -134,7 +136,14 @@ class TenantLoad:
     #: With ``processes=True``: how much lower this tenant's client process runs (``nice``
     #: increment), to stand for clients on other machines that take no server core.
     nice: int = 0
+    #: Set by a run: one entry per request sent, in completion order.
     records: list = field(default_factory=list)
+    #: Set by a run: seconds from the start to this tenant's last answer.
+    seconds: float | None = None
+    #: Set by a run: the request cap it ran under, and whether it sent that many (and so
+    #: stopped before the duration).
+    max_requests: int | None = None
+    capped: bool = False
 
 
 @dataclass
@@ -144,6 +153,8 @@ class _Record:
     latency: float
     correct: bool | None = None
     retry_after: str | None = None
+    #: ``time.perf_counter()`` when it completed (answered, refused or given up).
+    done: float | None = None
 
 
 class _Pool:
@@ -190,11 +201,13 @@ async def _one(tenant, index, pool, scheduled, stop_at):
     except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError):
         if conn is not None:
             pool.discard(conn)
-        tenant.records.append(_Record(index, None, time.perf_counter() - scheduled))
+        now = time.perf_counter()
+        tenant.records.append(_Record(index, None, now - scheduled, done=now))
         return
-    latency = time.perf_counter() - scheduled
+    now = time.perf_counter()
     pool.put(conn)
-    record = _Record(index, status, latency, retry_after=answer.get("retry-after"))
+    record = _Record(index, status, now - scheduled, retry_after=answer.get("retry-after"),
+                     done=now)
     if status == 200 and tenant.expected is not None:
         got = decode_output(answer, content, tenant.output_name)
         want = tenant.expected[index % len(tenant.expected)]
@@ -213,19 +226,24 @@ async def _open_loop(tenant, rng, pool, start, duration, max_requests, stop_at, 
             await asyncio.sleep(delay)
         tasks.append(asyncio.ensure_future(_one(tenant, index, pool, t, stop_at)))
         index += 1
+    return index
 
 
 async def _closed_loop(tenant, pool, start, duration, max_requests, stop_at):
     counter = iter(range(max_requests))
+    sent = 0
 
     async def client():
+        nonlocal sent
         for index in counter:
             now = time.perf_counter()
             if now - start >= duration:
                 break
+            sent += 1
             await _one(tenant, index, pool, now, stop_at)
 
     await asyncio.gather(*(client() for _ in range(tenant.concurrency)))
+    return sent
 
 
 async def _run(url, tenants, duration, max_requests, drain_timeout, seed, connections,
@@ -245,19 +263,25 @@ async def _run(url, tenants, duration, max_requests, drain_timeout, seed, connec
             rng = np.random.default_rng([seed, first_stream + i])
             loops.append(_open_loop(tenant, rng, pools[-1], start, duration, max_requests,
                                     stop_at, tasks))
-    await asyncio.gather(*loops)
+    sent = await asyncio.gather(*loops)
     if tasks:
         await asyncio.wait(tasks, timeout=max(0.1, stop_at - time.perf_counter()) + 1)
     for task in tasks:
         task.cancel()
     for pool in pools:
         pool.close()
-    return time.perf_counter() - start
+    end = time.perf_counter()
+    for tenant, count in zip(tenants, sent, strict=True):
+        done = [r.done for r in tenant.records if r.done is not None]
+        tenant.seconds = (max(done) if done else end) - start
+        tenant.max_requests, tenant.capped = max_requests, count >= max_requests
+    return end - start
 
 
 def run_load(url, tenants, *, duration, max_requests=100_000, drain_timeout=30.0, seed=0,
              connections=64, processes=False):
-    """Send the tenants' traffic to ``url`` (loopback only) and return the seconds it took.
+    """Send the tenants' traffic to ``url`` (loopback only) and return the seconds it took
+    (the longest tenant's, with ``processes``).
 
     An open-loop tenant uses at most ``connections`` connections (a closed-loop one, one
     per client); requests beyond them wait in the client, their latency counted.
@@ -268,7 +292,9 @@ def run_load(url, tenants, *, duration, max_requests=100_000, drain_timeout=30.0
     latency (tenant A's p50 of 62 ms at 2x load against a server-side 2 ms run). A lone
     tenant gets its own process only when it asks for a lower priority (``nice``).
 
-    Each tenant's ``records`` then hold one entry per request sent, in completion order.
+    Each tenant's ``records`` then hold one entry per request sent, in completion order;
+    its ``seconds`` the time from the start to its last answer, and ``capped`` whether it
+    stopped because it had sent ``max_requests``.
     """
     if duration <= 0 or max_requests < 1:
         raise ValueError(f"a load needs duration > 0 and max_requests >= 1, not "
@@ -287,13 +313,13 @@ PROCESS_START = 3.0
 def _tenant_process(url, tenant, stream, start_at, duration, max_requests, drain_timeout,
                     seed, connections):
     """One tenant's load in a child process, begun at the wall-clock time ``start_at``
-    (shared by the tenants' processes); ``(records, seconds)``."""
+    (shared by the tenants' processes); ``(records, tenant's seconds, capped, seconds)``."""
     if tenant.nice:
         os.nice(tenant.nice)
     time.sleep(max(0.0, start_at - time.time()))
     seconds = asyncio.run(_run(url, [tenant], duration, max_requests, drain_timeout, seed,
                                connections, first_stream=stream))
-    return tenant.records, seconds
+    return tenant.records, tenant.seconds, tenant.capped, seconds
 
 
 def _run_processes(url, tenants, duration, max_requests, drain_timeout, seed, connections):
@@ -305,9 +331,10 @@ def _run_processes(url, tenants, duration, max_requests, drain_timeout, seed, co
                                max_requests, drain_timeout, seed, connections)
                    for i, tenant in enumerate(tenants)]
         results = [f.result() for f in futures]
-    for tenant, (records, _) in zip(tenants, results, strict=True):
-        tenant.records = records
-    return max(seconds for _, seconds in results)
+    for tenant, (records, used, capped, _) in zip(tenants, results, strict=True):
+        tenant.records, tenant.seconds, tenant.capped = records, used, capped
+        tenant.max_requests = max_requests
+    return max(result[-1] for result in results)
 
 
 def _quantile(values, q):
@@ -317,9 +344,17 @@ def _quantile(values, q):
     return values[min(len(values) - 1, math.ceil(q * len(values)) - 1)]
 
 
-def summarize(tenant, seconds):
-    """Per-tenant figures of a finished load (milliseconds; rates per second)."""
+def summarize(tenant, seconds=None):
+    """Per-tenant figures of a finished load (milliseconds; rates per second).
+
+    Rates are over the tenant's own ``seconds`` (set by :func:`run_load`: the start to its
+    last answer); ``seconds`` here is used only for records that were not made by a run.
+    """
     records = tenant.records
+    used = tenant.seconds if tenant.seconds is not None else seconds
+    if used is None or used <= 0:
+        raise ValueError(f"tenant {tenant.name!r}: rates need the seconds its load took "
+                         f"(a positive number), not {used!r}")
     counts = {}
     for r in records:
         key = "lost" if r.status is None else str(r.status)
@@ -336,8 +371,9 @@ def summarize(tenant, seconds):
         "answered_twice": len(indices) - len(set(indices)),
         "wrong": sum(1 for r in records if r.correct is False),
         "checked": sum(1 for r in records if r.correct is not None),
-        "throughput": len(ok) / seconds,
-        "goodput": within / seconds,
+        "seconds": used, "max_requests": tenant.max_requests, "capped": tenant.capped,
+        "throughput": len(ok) / used,
+        "goodput": within / used,
         "slo_ms": tenant.slo_ms,
         "slo_attainment": None if slo is None or not records else within / len(records),
         "slo_attainment_answered": None if slo is None or not ok else within / len(ok),

@@ -3,7 +3,6 @@ over the packages."""
 
 import argparse
 import os
-import re
 import sys
 import time
 
@@ -358,28 +357,11 @@ def cmd_demo_array(args):
     return 0
 
 
-def _short_reason(reason):
-    """The placement reason in a few words: who declined, or the chosen provider's own."""
-    if "; then " in reason:
-        declined = reason.split("; then ", 1)[0].replace(" declined:", ":")
-        return re.sub(r"the engine runs Conv and Dense, not \w+", "Conv/Dense only", declined)
-    return reason.split(": ", 1)[-1].split(" (~", 1)[0].split("; est.", 1)[0]
-
-
 def _demo_profile_table(totals, images):
-    table = Table(title=f"twin run: per-layer profile (sum over {images} images)")
-    for column in ("layer", "op", "provider"):
-        table.add_column(column, overflow="fold")
-    for column in ("cycles", "time ms", "bytes"):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("why there", overflow="fold")
-    for name, entry in totals.items():
-        reason = _short_reason(entry["reason"])
-        cycles = entry.get("cycles")
-        table.add_row(name, entry["op"], entry["provider"],
-                      f"{cycles:,}" if cycles is not None else "",
-                      f"{entry['seconds'] * 1e3:.1f}", f"{entry['bytes']:,}", reason)
-    return table
+    from tessera.tables import profile_table
+
+    return profile_table(totals, f"twin run: per-layer profile (sum over {images} images)",
+                         cycles=True)
 
 
 def cmd_demo(args):
@@ -434,6 +416,10 @@ def cmd_demo(args):
     except TesseraError as error:
         return _fail(error)
     console.print(_demo_profile_table(result.profile, len(x)))
+    if args.verbose:
+        from tessera.tables import reasons_grid
+
+        console.print(reasons_grid(result.profile))
     table = Table(title=f"digits test split, {len(x)} images")
     table.add_column("model / runtime")
     table.add_column("accuracy", justify="right")
@@ -605,26 +591,15 @@ def _configured_providers(names, spec):
 
 
 def _profile_table(totals, batches, full):
-    table = Table(title=f"per-layer profile (sum over {batches} batch(es))")
-    for column in ("layer", "op", "provider"):
-        table.add_column(column, overflow="fold")
-    for column in ("time ms", "share", "bytes") + (("ms/batch",) if full else ()):
-        table.add_column(column, justify="right", no_wrap=True)
-    table.add_column("reason", overflow="fold")
-    grand = sum(entry["seconds"] for entry in totals.values()) or 1.0
-    for name, entry in totals.items():
-        reason = entry["reason"]
-        if not full:
-            # The chosen provider's own reason; --profile shows who declined first.
-            # The reason is the longest text: shortened here so the table fits 80 columns.
-            reason = reason.rsplit("then ", 1)[-1].split(": ", 1)[-1]
-            reason = reason if len(reason) <= 28 else reason[:27] + "…"
-        row = [name, entry["op"], entry["provider"], f"{entry['seconds'] * 1e3:.2f}",
-               f"{entry['seconds'] / grand:.0%}", f"{entry['bytes']:,}"]
-        if full:
-            row.append(f"{entry['seconds'] * 1e3 / batches:.3f}")
-        table.add_row(*row, reason)
-    return table
+    """The per-layer profile of `tessera run`; with ``full`` (--profile), per-batch times
+    and each layer's whole placement reason below the table."""
+    from rich.console import Group
+
+    from tessera.tables import profile_table, reasons_grid
+
+    table = profile_table(totals, f"per-layer profile (sum over {batches} batch(es))",
+                          share=True, per_batch=batches if full else None, why=not full)
+    return Group(table, reasons_grid(totals)) if full else table
 
 
 def cmd_run(args):
@@ -882,20 +857,11 @@ def cmd_loadtest(args):
     except (ServeConfigError, RuntimeError, OSError) as exc:
         _print_error(exc)
         return 2
-    table = Table(title=f"load test of {result['url']} ({result['seconds']:.1f} s)")
-    for column in ("tenant", "sent", "answered", "by status", "req/s", "p50 ms", "p99 ms",
-                   "p99.9 ms", "SLO att.", "lost", "wrong"):
-        table.add_column(column)
-    for t in result["tenants"]:
-        def ms(v):
-            return "-" if v is None else f"{v:.2f}"
-        table.add_row(t["tenant"], str(t["sent"]), str(t["answered"]),
-                      " ".join(f"{k}:{v}" for k, v in t["by_status"].items()),
-                      f"{t['throughput']:.1f}", ms(t["latency_p50_ms"]),
-                      ms(t["latency_p99_ms"]), ms(t["latency_p999_ms"]),
-                      "-" if t["slo_attainment"] is None else f"{t['slo_attainment']:.4f}",
-                      str(t["lost"]), str(t["wrong"]))
-    console.print(table)
+    from tessera.tables import loadtest_notes, loadtest_table
+
+    console.print(loadtest_table(result))
+    for line in loadtest_notes(result):
+        console.print(line, markup=False, highlight=False)
     for model, p in result["predictors"].items():
         console.print(f"predictor {model}: p50 error {p['prediction_error_p50']}, p95 "
                       f"{p['prediction_error_p95']} over {p['runs_measured']} runs")
@@ -926,7 +892,8 @@ def _add_runtime_commands(sub):
                         "%(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random samples")
     p.add_argument("--profile", action="store_true",
-                   help="full placement reasons and per-batch times in the table")
+                   help="per-batch times in the table, each layer's whole placement reason "
+                        "below it")
     _add_config_option(p, "the engine the sim and uart-twin providers build")
     p.add_argument("--sequence-mode", choices=["ort", "integer"], default="ort",
                    help="Softmax/LayerNorm/GELU as onnxruntime's QDQ graph (ort, default) or "
@@ -1164,6 +1131,8 @@ def build_parser():
                    help="images per session run (default %(default)s)")
     p.add_argument("--samples", type=int, default=None,
                    help="first N test images only (default: all 450)")
+    p.add_argument("--verbose", action="store_true",
+                   help="each layer's whole placement reason below the profile table")
     _add_config_option(p)
     p.set_defaults(func=cmd_demo)
 

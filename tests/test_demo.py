@@ -45,15 +45,6 @@ def test_demo_pieces():
     assert len(x) == 5
 
 
-def test_short_reasons():
-    assert cli._short_reason("sim declined: the engine runs Conv and Dense, not MaxPool; "
-                             "then cpu: the CPU provider runs every layer kind") == \
-        "sim: Conv/Dense only"
-    assert cli._short_reason("sim: Conv on the 8x8 engine (Verilator twin) (~650 cycles in "
-                             "1 pass(es); placed by order: no time model)") == \
-        "Conv on the 8x8 engine (Verilator twin)"
-
-
 def test_demo_rejects_a_bad_batch(capsys):
     assert cli.main(["demo", "--batch", "0"]) == 2
     assert "--batch must be a positive integer" in capsys.readouterr().err

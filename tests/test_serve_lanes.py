@@ -6,7 +6,6 @@ import http.client
 import json
 import os
 import re
-import signal
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -101,7 +100,7 @@ def test_side_lane_serves_the_low_priority_tenant_bit_exact(tmp_path, rng):
                     f'tenant="{tenant}"}} 12.0')
             assert line in metrics, metrics
     output = result["output"]
-    assert result["returncode"] in (0, -signal.SIGTERM), output
+    assert result["returncode"] == 0, output  # a clean drain is a clean exit
     lines = request_lines(output)
     assert sorted(r["tenant"] for r in lines if r.get("lane") == "side") == ["b"] * 12
     assert sorted(r["tenant"] for r in lines if "lane" not in r) == ["a"] * 12

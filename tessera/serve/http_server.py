@@ -2,6 +2,7 @@
 (:mod:`tessera.serve.server`) and, with priority lanes, the side lane
 (:mod:`tessera.serve.lanes`)."""
 
+import contextlib
 import gc
 import logging
 import sys
@@ -31,6 +32,22 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig, frame):
         self.tessera_app.state.draining = True
         super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        """uvicorn's signal handlers, minus its last step after a complete drain.
+
+        uvicorn raises the stopping signal again once it has restored the previous handlers,
+        so that the process ends as the signal asked: SIGTERM then kills it (status 143,
+        which ``make serve`` reports as an error) and SIGINT becomes a KeyboardInterrupt
+        traceback. After a drain in which every admitted request was answered, the stop
+        was what the signal asked for, so the process ends with status 0. A forced exit
+        (a second Ctrl-C during the drain) or a failure still ends as before.
+        """
+        with super().capture_signals():
+            yield
+            if not self.force_exit:
+                self._captured_signals.clear()
 
 
 def protocol_factory(server):

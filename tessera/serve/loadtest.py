@@ -53,7 +53,9 @@ def _inputs(session, images, rng):
 def run_loadtest(config, loads, *, url=None, duration=10.0, max_requests=10_000, images=1,
                  seed=0, binary=True):
     """Drive ``loads`` (from :func:`parse_load`) at the server of ``config``; return the
-    JSON-ready result: per tenant figures, and each model's predictor statistics."""
+    JSON-ready result: per tenant figures (each tenant's rates over the seconds its own
+    traffic took, ``capped`` when it stopped at ``max_requests`` before ``duration``), and
+    each model's predictor statistics."""
     url = url or f"http://{config.host}:{config.port}"
     check_loopback(url)
     rng = np.random.default_rng(seed)
@@ -79,5 +81,6 @@ def run_loadtest(config, loads, *, url=None, duration=10.0, max_requests=10_000,
         if load.model not in predictors:
             stats = get_json(url, f"/v2/models/{load.model}/stats", load.token)
             predictors[load.model] = stats["predictor"]
-    return {"url": url, "seconds": seconds, "seed": seed, "images_per_request": images,
+    return {"url": url, "duration": duration, "max_requests": max_requests,
+            "seconds": seconds, "seed": seed, "images_per_request": images,
             "tenants": [summarize(t, seconds) for t in tenants], "predictors": predictors}
