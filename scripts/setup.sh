@@ -48,6 +48,23 @@ else
     echo "       Debian/Ubuntu run: apt-get install libusb-1.0-0 libftdi1-2"
 fi
 
+# ccache lets every Verilator build reuse the objects it shares with the others (Verilator's
+# runtime, cocotb's harness: about 5 s of each build's 10); hw/toolchain.py turns it on when
+# it is on PATH. Optional: builds are correct without it, only slower.
+if ! command -v ccache >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing ccache for faster Verilator builds"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq ccache >/dev/null 2>&1 || {
+            apt-get update -qq >/dev/null
+            apt-get install -y -qq ccache >/dev/null
+        }
+    else
+        echo "setup: note: Verilator builds are faster with ccache; as root on"
+        echo "       Debian/Ubuntu run: apt-get install ccache"
+    fi
+fi
+
 # PoCL gives OpenCL on the CPU. PyPI's pocl-binary-distribution fails on these CPUs
 # ("unknown target CPU 'generic'"), so we use Debian's pocl-opencl-icd.
 if .venv/bin/python -c 'import pyopencl as cl; assert cl.get_platforms()' >/dev/null 2>&1; then
