@@ -50,3 +50,24 @@ def register_access(ctx, bus):
         return await csr_read(ctx, bus, registers[name].offset)
 
     return write, read
+
+
+def run_bounded(sim, deadline):
+    """Run ``sim`` until its critical testbenches finish, or until ``deadline`` seconds of
+    simulated time when they hang; returns whether they finished.
+
+    ``Simulator.run_until`` always runs to its deadline, so a generous hang bound there is
+    paid by every passing test too; here only a hang pays it. The watchdog is a background
+    testbench, so it never keeps the simulation running by itself.
+    """
+    late = []
+
+    async def watchdog(ctx):
+        await ctx.delay(deadline)
+        late.append(True)
+
+    sim.add_testbench(watchdog, background=True)
+    while sim.advance():
+        if late:
+            return False
+    return True

@@ -10,6 +10,7 @@ from test_conv_engine import RTL_CONFIGS
 
 from sim import conv_cases
 from sim.budgets import BUDGET_MARGIN, pass_budget, stretched
+from sim.streams import run_bounded
 from sw_driver.conv_lowering import lower_conv2d
 from sw_driver.cycle_model import pass_cycles
 
@@ -80,3 +81,37 @@ def test_the_random_sweep_draws_only_from_the_stated_choices(rng):
             assert layer["w"].shape[0] in conv_cases.out_channels(5)
         assert np.all(layer["shift"] <= conv_cases.centre_shift(c_in * 49)
                       + conv_cases.SHIFT_SPREAD)
+
+
+def _counter_sim():
+    from amaranth import Module, Signal
+    from amaranth.sim import Simulator
+
+    m = Module()
+    count = Signal(8)
+    m.d.sync += count.eq(count + 1)
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    return sim, count
+
+
+def test_run_bounded_stops_when_the_testbench_ends_and_reports_a_hang():
+    sim, count = _counter_sim()
+    seen = {}
+
+    async def finishes(ctx):
+        await ctx.tick().repeat(5)
+        seen["count"] = ctx.get(count)
+
+    sim.add_testbench(finishes)
+    assert run_bounded(sim, 1e-3) is True
+    assert seen["count"] == 5
+
+    sim, count = _counter_sim()
+
+    async def hangs(ctx):
+        while ctx.get(count) != 300:  # an 8-bit counter never gets there
+            await ctx.tick()
+
+    sim.add_testbench(hangs)
+    assert run_bounded(sim, 1e-8 * 1000) is False

@@ -12,7 +12,7 @@ from hw.conv_engine import ConvEngine
 from models.conv import conv2d, conv_output_size
 from models.requant import requantize
 from sim.runner import run_testbench
-from sim.streams import stream_put
+from sim.streams import run_bounded, stream_put
 from sw_driver.conv_lowering import (
     assemble_output,
     engine_reference,
@@ -325,7 +325,7 @@ def run_streaming_pass(config, p, rng, gap):
     sim.add_testbench(setup_and_acts, background=True)
     sim.add_testbench(late_weights, background=True)
     sim.add_testbench(collect)
-    sim.run_until(1e-8 * 40 * (p.beats + (3 * gap + 1) * (len(words) + len(p.weights)) + 200))
+    run_bounded(sim, 1e-8 * 40 * (p.beats + (3 * gap + 1) * (len(words) + len(p.weights)) + 200))
     assert len(beats) == p.output_beats, \
         f"{len(beats)} of {p.output_beats} output beats before the time limit (a hang)"
     return np.array(beats, dtype=np.int8), timing["end"] - timing["start"]

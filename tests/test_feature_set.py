@@ -27,7 +27,7 @@ from hw.postprocess import PostProcessBank
 from hw.sequencer import CommandSequencer, Phase
 from hw.top import AcceleratorTop
 from models.requant import requantize
-from sim.streams import register_access, stream_get, stream_put
+from sim.streams import register_access, run_bounded, stream_get, stream_put
 from sw_driver import graph as g
 from sw_driver import regs
 from sw_driver.accelerator import Accelerator, AcceleratorError
@@ -111,7 +111,7 @@ def test_a_bank_without_the_add_requantizes_bit_exact_and_takes_no_operands(lane
     sim.add_clock(1e-8)
     sim.add_testbench(feed)
     sim.add_testbench(drain)
-    sim.run_until((200 + 20 * lanes * beats) * 1e-8)
+    run_bounded(sim, (200 + 20 * lanes * beats) * 1e-8)
     assert len(got) == beats, f"seed={seed}: {len(got)} of {beats} result beats came out"
     want = requantize((acc + bias).astype(np.int32), multiplier, shift, zero_point, -128, 127,
                       axis=1).astype(np.int64)

@@ -14,7 +14,7 @@ from contract.postprocess import (
 from hw.postprocess import PostProcessBank
 from models.eltwise import add, add_multipliers
 from models.requant import requantize
-from sim.streams import stream_get, stream_put
+from sim.streams import run_bounded, stream_get, stream_put
 
 
 def requant_pass(rng, lanes, beats):
@@ -100,7 +100,7 @@ def run_bank(lanes, passes, rng, stall=0.3):
     sim.add_testbench(drain)
     # A bank that loses or invents a beat would leave a testbench waiting: bounded.
     cycles = 200 + sum(10 * lanes * len(work["beats"]) for work in passes)
-    sim.run_until(cycles * 1e-8)
+    run_bounded(sim, cycles * 1e-8)
     for work, values in zip(passes, got, strict=True):
         assert len(values) == len(work["beats"]), \
             f"lanes={lanes} {work['label']}: {len(values)} of {len(work['beats'])} result " \

@@ -11,7 +11,7 @@ from contract.postprocess import requant_units
 from hw.postprocess import PostProcessBank
 from hw.postprocess_lean import SerialRequantizer
 from models.requant import requantize
-from sim.streams import stream_get, stream_put
+from sim.streams import run_bounded, stream_get, stream_put
 
 #: Each test runs on the pipelined bank and on the serial requantizer of a lean build.
 UNITS = {"bank": PostProcessBank, "serial": SerialRequantizer}
@@ -52,7 +52,7 @@ def run_bank(unit, lanes, acc, bias, multiplier, shift, zero_point, lo, hi, stal
     sim.add_testbench(setup_and_feed)
     sim.add_testbench(drain)
     # A lost beat would leave `drain` waiting: bounded, then counted below.
-    sim.run_until((200 + per_lane * lanes * len(acc)) * 1e-8)
+    run_bounded(sim, (200 + per_lane * lanes * len(acc)) * 1e-8)
     assert len(got) == len(acc), f"{len(got)} of {len(acc)} result beats came out"
     assert lasts == [False] * (len(acc) - 1) + [True]
     return np.array(got, dtype=np.int64)
