@@ -21,7 +21,7 @@ from sw_driver.transport.sim import SimTransport
 
 #: The twin of tests/test_twin.py (its build is cached and shared).
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
-                          weight_depth=512, max_col_tiles=8)
+                          weight_depth=2048, max_col_tiles=8)
 
 #: (C_in, C_out, size, kernel, stride, padding)
 LAYERS = [

@@ -18,8 +18,9 @@ from sw_driver.accelerator import Accelerator, AcceleratorError
 from sw_driver.regs import Opcode, Reg
 from sw_driver.transport.sim import SimTransport
 
+#: The configuration most twin tests share (one Verilator build for them all).
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
-                          weight_depth=512, max_col_tiles=8)
+                          weight_depth=2048, max_col_tiles=8)
 
 pytestmark = pytest.mark.slow
 
@@ -111,10 +112,11 @@ def test_conv_with_fused_max_pool_bit_exact(accelerator, size, rng, seed):
 
 @pytest.mark.parametrize("pool", [False, True])
 def test_layer_larger_than_the_buffers_is_split_bit_exact(accelerator, pool, rng, seed):
-    # 8x24x24 activations exceed the 2048-element buffer (row bands); 40 output channels
-    # with K = 72 exceed the 512-word weight buffer (output-channel chunks).
-    x = rng.integers(-128, 128, (1, 8, 24, 24), dtype=np.int8)
-    weights = rng.integers(-128, 128, (40, 8, 3, 3), dtype=np.int8)
+    # 32x24x12 activations exceed the 2048-element buffer (row bands); 40 output channels
+    # (10 column tiles) with K = 288 exceed the 2048-word weight buffer (output-channel
+    # chunks).
+    x = rng.integers(-128, 128, (1, 32, 24, 12), dtype=np.int8)
+    weights = rng.integers(-128, 128, (40, 32, 3, 3), dtype=np.int8)
     bias, mult, shift = requant_params(rng, 40)
     got = accelerator.conv2d(x, weights, bias, mult, shift, x_zero_point=-1, y_zero_point=0,
                              padding=1, pool=pool, name="big")
