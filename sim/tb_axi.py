@@ -27,8 +27,8 @@ from cocotbext.axi import (
 from contract.config import ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
-from sim.budgets import pass_budget
 from sim.cocotb_util import first_difference, testbench_seed
+from sim.tb_budgets import pass_budget
 from sw_driver import regs
 from sw_driver.accelerator import pass_program
 from sw_driver.conv_lowering import assemble_output, lower_conv2d

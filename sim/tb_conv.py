@@ -30,10 +30,10 @@ from hw.postprocess_lean import SerialRequantizer
 from hw.requant import output_layout
 from models.conv import conv2d
 from models.requant import requantize
-from sim.budgets import BUDGET_MARGIN, pass_budget
 from sim.cocotb_util import clock_and_reset, send_stream, testbench_seed
 from sim.conv_cases import draw_random_layer, make_layer, worst_random_layer
 from sim.packing import pack_struct
+from sim.tb_budgets import BUDGET_MARGIN, pass_budget
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
 
 

@@ -14,8 +14,8 @@ from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 from contract.config import ConvEngineConfig
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.requant import requantize
-from sim.budgets import add_budget, pass_budget, pool_budget
 from sim.cocotb_util import clock_and_reset, first_difference, receive_stream, send_stream
+from sim.tb_budgets import add_budget, pass_budget, pool_budget
 from sw_driver import regs
 from sw_driver.accelerator import pass_program
 from sw_driver.conv_lowering import assemble_output, lower_conv2d

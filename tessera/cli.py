@@ -6,11 +6,10 @@ import os
 import sys
 import time
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-console = Console()
+from tessera.console import console
 
 
 def _add_config_option(parser, what="the hardware to build or simulate",
@@ -65,7 +64,8 @@ def _add_array_options(parser):
 
 
 def _print_error(error, prefix="error: "):
-    """An error in its own words, no Python traceback."""
+    """An error in its own words, no Python traceback (on this module's ``console``, which
+    tests may replace)."""
     # Text, not markup: messages hold "[...]" (lists, shapes, TOML tables such as
     # [tenants.a]) that rich's markup would silently eat.
     console.print(Text.assemble((prefix, "red"), str(error)))

@@ -3,10 +3,10 @@
 
 def cmd_flash(args):
     from hw.flash import PROGRAMMERS, FlashError, bitstream_path, flash
-    from tessera.cli import _print_error, console
+    from tessera.console import console, print_error
 
     if args.board not in PROGRAMMERS:
-        _print_error(f"unknown board {args.board!r}; boards that can be flashed: "
+        print_error(f"unknown board {args.board!r}; boards that can be flashed: "
                      + ", ".join(sorted(PROGRAMMERS)))
         return 2
     programmer = PROGRAMMERS[args.board]
@@ -17,7 +17,7 @@ def cmd_flash(args):
     try:
         flash(args.board, to_flash=args.flash, build_root=args.build)
     except FlashError as error:
-        _print_error(error, prefix="flash failed: ")
+        print_error(error, prefix="flash failed: ")
         return 1
     console.print(f"{args.board}: loaded", highlight=False)
     return 0

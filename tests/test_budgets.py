@@ -1,5 +1,5 @@
 """The testbenches' hang budgets follow the cycle model of the configuration under test
-(``sim/budgets.py``), and the worst layer the random draws can make is the one
+(``sim/tb_budgets.py``), and the worst layer the random draws can make is the one
 ``sim/tb_conv.py``'s ``test_worst_random_layer`` runs against its budget on the RTL."""
 
 import itertools
@@ -9,8 +9,8 @@ import pytest
 from test_conv_engine import RTL_CONFIGS
 
 from sim import conv_cases
-from sim.budgets import BUDGET_MARGIN, pass_budget, stretched
 from sim.streams import run_bounded
+from sim.tb_budgets import BUDGET_MARGIN, pass_budget, stretched
 from sw_driver.conv_lowering import lower_conv2d
 from sw_driver.cycle_model import pass_cycles
 

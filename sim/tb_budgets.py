@@ -1,4 +1,5 @@
-"""How long a testbench waits for a pass before it reports a hang.
+"""How long a testbench waits for a pass before it reports a hang (testbench support: it
+reads the driver's cycle model, as the testbenches may; hence the ``tb_`` name).
 
 Each budget is a multiple of the cycle model's figure for the configuration under test
 (``sw_driver.cycle_model.pass_cycles`` for engine passes, the planner's device work for
