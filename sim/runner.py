@@ -104,6 +104,19 @@ def terminal_log(message):
         print(message, file=sys.stderr, flush=True)
 
 
+#: The optimisation of the model's per-cycle code in cocotb builds. Verilator's default,
+#: -Os, compiles the conv engine in 14 s here; -O1 in 9 s, and simulates it no slower
+#: (measured on the lean 3x5 engine's testbench: 11.3 s against 12.4 s).
+COCOTB_OPT_FAST = "-O1"
+
+
+def _compile_env():
+    # cocotb's runner calls make with this process's environment; MAKEFLAGS carries the
+    # setting into Verilator's makefiles.
+    makeflags = os.environ.get("MAKEFLAGS", "")
+    return {"MAKEFLAGS": f"{makeflags} OPT_FAST={COCOTB_OPT_FAST}".strip()}
+
+
 class SimBuildError(RuntimeError):
     """Verilator could not build the design; the message quotes its first errors and names
     the build log."""
@@ -139,9 +152,10 @@ def build_array(config, *, waves=False, build_root=BUILD_ROOT, log=terminal_log)
         log(f"Verilator: building {config.name} (log: {build_log})")
         started = time.monotonic()
         try:
-            runner.build(sources=[source], hdl_toplevel=_top_name(config),
-                         build_dir=build_dir, build_args=flags, waves=waves,
-                         log_file=build_log)
+            with _shell_environment(_compile_env()):
+                runner.build(sources=[source], hdl_toplevel=_top_name(config),
+                             build_dir=build_dir, build_args=flags, waves=waves,
+                             log_file=build_log)
         except (RuntimeError, SystemExit) as exc:
             # cocotb's runner raises "Command failed with return code" (or exits when
             # Verilator is missing); the reason is in the log.

@@ -25,3 +25,11 @@ def test_no_ccache_no_objcache(tmp_path):
 def test_the_users_objcache_wins(tmp_path):
     base = {"PATH": str(_fake_ccache(tmp_path)), "OBJCACHE": ""}
     assert tool_env(base)["OBJCACHE"] == ""
+
+
+def test_cocotb_builds_compile_the_model_at_the_faster_setting(monkeypatch):
+    from sim import runner
+
+    monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
+    flags = runner._compile_env()["MAKEFLAGS"].split()
+    assert flags == ["CFG_CXXFLAGS_PCH_I=-include", f"OPT_FAST={runner.COCOTB_OPT_FAST}"]
