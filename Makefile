@@ -64,7 +64,7 @@ $(STAMP): requirements.txt pyproject.toml scripts/setup.sh
 
 # pytest's exit code 5 means nothing was collected: that is a failure, not a pass.
 test: setup
-	@$(PY) -m pytest -n $(JOBS) -p no:cacheprovider; rc=$$?; \
+	@$(PY) -m pytest -n $(JOBS) --dist loadgroup -p no:cacheprovider; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: no tests were collected" >&2; exit 1; fi; \
 	exit $$rc
 

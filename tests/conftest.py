@@ -20,6 +20,39 @@ apply_tool_env()
 
 _WORKER_KEY = "tessera_seed"
 
+#: Test files that share one Verilator build. Under ``--dist loadgroup`` (``make test``)
+#: each group runs on one worker, so the other never sits idle on the build lock while the
+#: first compiles it; the build happens once, where it is used.
+SHARED_BUILDS = {
+    "twin-4x4": ("test_twin", "test_dataflow", "test_attention_device", "test_providers_sim",
+                 "test_sequence_sim", "test_sequence_sim_intonly", "test_session_fallback",
+                 "test_session_threads", "test_session_intonly", "test_soak",
+                 "test_uart_twin"),
+}
+_GROUP_OF = {module: group for group, modules in SHARED_BUILDS.items() for module in modules}
+
+
+def work_unit(nodeid):
+    """What xdist hands a worker at once: a shared build's group of test files, or else
+    the test alone."""
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1].removesuffix(".py")
+    return _GROUP_OF.get(module, nodeid)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    # pytest-xdist 3.8's own loadgroup marks tests by rewriting a node attribute that
+    # pytest 9 no longer reads, so it schedules them one by one; this does the grouping.
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedBuildScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid):
+            return work_unit(nodeid)
+
+    return SharedBuildScheduling(config, log)
+
 
 def _session_seed():
     # TESSERA_SEED reproduces a run; otherwise a fresh seed each session, printed.

@@ -29,7 +29,8 @@ def _seen(probe_dir):
 def test_workers_share_the_session_seed_and_failures_print_their_repro(tmp_path):
     first = tmp_path / "xdist"
     first.mkdir()
-    run = _pytest(["-n", "2", PROBE], first)
+    # As make test runs it: two workers, the shared-build scheduler (tests/conftest.py).
+    run = _pytest(["-n", "2", "--dist", "loadgroup", PROBE], first)
     out = run.stdout
     assert run.returncode == 1, out + run.stderr
     header = re.search(r"tessera seed: (\d+)", out)
@@ -57,3 +58,14 @@ def test_workers_share_the_session_seed_and_failures_print_their_repro(tmp_path)
     rerun = _pytest(words[words.index("pytest") + 1:], second, seed=seed)
     assert rerun.returncode == 1, rerun.stdout
     assert _seen(second)["test_fails"][1:] == seen["test_fails"][1:]
+
+
+def test_shared_builds_name_real_test_files_and_group_them():
+    import conftest
+
+    for group, modules in conftest.SHARED_BUILDS.items():
+        for module in modules:
+            assert (ROOT / "tests" / f"{module}.py").exists(), f"{group}: no {module}.py"
+            assert conftest.work_unit(f"tests/{module}.py::test_x[a-b]") == group
+    alone = "tests/test_seeds.py::test_shared_builds_name_real_test_files_and_group_them"
+    assert conftest.work_unit(alone) == alone
