@@ -3,36 +3,21 @@ cocotb and the twin simulate the same Verilog: ``sim.twin_top.TwinTop`` (the acc
 top with registered inputs) flattened by Yosys with the twin's script
 (:func:`sim.twin.flatten_netlist`). ``bench/bench_twin.py`` times the two on it."""
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
-from contract.config import ConvEngineConfig
-
+from .system import TopBuild
 from .twin import TOP_NAME, config_folder_name, flatten_netlist
 
 
 @dataclass(frozen=True)
-class TwinNetlist:
+class TwinNetlist(TopBuild):
     """The twin's flattened netlist of ``engine``, in ``build/twin-netlist-<config>/``.
 
     Its ports are the twin's: ``clock``, ``reset`` and ``flush`` beside the top's CSR port
     and streams, every input registered (one cycle later at the core; ``sim/twin_top.py``).
     """
 
-    engine: ConvEngineConfig = field(default_factory=ConvEngineConfig)
-
     top_name = TOP_NAME
-
-    @property
-    def rows(self):
-        return self.engine.rows
-
-    @property
-    def cols(self):
-        return self.engine.cols
-
-    @property
-    def acc_width(self):
-        return self.engine.acc_width
 
     @property
     def name(self):
@@ -46,9 +31,3 @@ class TwinNetlist:
     def write_verilog(self, folder):
         """Flatten the netlist into ``folder`` (only when the design changed); its path."""
         return flatten_netlist(folder, self.make_top, what=f"twin netlist {self.name}")
-
-    def env(self):
-        return self.engine.env()
-
-    def as_dict(self):
-        return asdict(self)

@@ -8,6 +8,7 @@ The model's agreement with the twin's cycle counters is in ``test_providers_sim.
 
 import numpy as np
 import pytest
+from fake_device import Registers
 
 from models.zoo import DIGITS_QDQ
 from sw_driver import InferenceSession
@@ -24,33 +25,7 @@ from sw_driver.planner import (
 from sw_driver.providers import CPUProvider, PCIeProvider, Provider, Refusal
 from sw_driver.providers.device import engine_refusal
 from sw_driver.providers.sim import DEFAULT_CONFIG
-from sw_driver.regs import MAP_VERSION, Reg
-from sw_driver.transport.base import Transport
-
-
-class Registers(Transport):
-    """The discovery registers of an accelerator of ``config``; no DMA."""
-
-    def __init__(self, config=DEFAULT_CONFIG):
-        self.values = {Reg.ID: 0x54455353, Reg.VERSION: MAP_VERSION,
-                       Reg.CONFIG: config.rows | config.cols << 8 | config.acc_width << 16,
-                       Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
-                       Reg.PARAM_DEPTH: config.max_col_tiles}
-
-    def csr_read(self, offset):
-        return self.values.get(offset, 0)
-
-    def csr_write(self, offset, value):
-        pass
-
-    def dma_write(self, data):
-        raise AssertionError("the planner must not move data")
-
-    def dma_read(self, nbytes):
-        raise AssertionError("the planner must not move data")
-
-    def abort_dma(self):
-        pass
+from sw_driver.regs import Reg
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fake_device import Registers
 
 from bench import resource_model as rm
 from hw.bitstream import default_config
@@ -26,8 +27,6 @@ from sw_driver.providers import OpenCLProvider, PCIeProvider
 from sw_driver.providers import opencl as opencl_module
 from sw_driver.providers.device import engine_refusal
 from sw_driver.providers.sim import DEFAULT_CONFIG
-from sw_driver.regs import MAP_VERSION, Reg
-from sw_driver.transport.base import Transport
 from tessera import build as tb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,31 +35,6 @@ VIT_QDQ = ROOT / "models" / "zoo" / "vit_qdq.onnx"
 QUOTING_DOCS = ("README.md", "docs/build.md", "docs/boards.md", "docs/performance.md")
 #: How far the model's fmax may be from the measured default build.
 FMAX_TOLERANCE = 0.15
-
-
-class Registers(Transport):
-    """The discovery registers of an accelerator of ``config``; moves no data."""
-
-    def __init__(self, config=DEFAULT_CONFIG):
-        self.values = {Reg.ID: 0x54455353, Reg.VERSION: MAP_VERSION,
-                       Reg.CONFIG: config.rows | config.cols << 8 | config.acc_width << 16,
-                       Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
-                       Reg.PARAM_DEPTH: config.max_col_tiles}
-
-    def csr_read(self, offset):
-        return self.values.get(offset, 0)
-
-    def csr_write(self, offset, value):
-        pass
-
-    def dma_write(self, data):
-        raise AssertionError("asking for refusals must not move data")
-
-    def dma_read(self, nbytes, *, deadline=None):
-        raise AssertionError("asking for refusals must not move data")
-
-    def abort_dma(self):
-        pass
 
 
 @pytest.fixture(scope="module")
