@@ -7,13 +7,14 @@ offers none (``ray.cluster_utils.Cluster``, every node on 127.0.0.1, as in
 tests/test_ray_cluster.py).
 
 What runs is the product: ``tessera run-dataset MODEL --ray ADDRESS --actors W`` as its own
-process (the bench may not import ``tessera``; tests/test_layering.py), writing a ``.npy``
-shard of ``BATCH`` samples as soon as they are back (Ray Data hands the actors batches of
-about that size, bundled from its input blocks). The workload is the ResNet-8-like zoo
-model on the ``cpu`` provider, about 0.8 ms a sample here, so a batch computes for a fifth
-of a second and Ray's per-batch cost is small beside it (the digits CNN, 14 µs a sample,
-measured only Ray's overheads: docs/scale-out.md). Every worker and the driver run with
-``OPENBLAS_NUM_THREADS=1``, so one worker is one core.
+process, as a user runs it (the end-to-end figure includes its start and its joining the
+cluster, the CPU sampler follows its process tree, and this process never joins the
+cluster), writing a ``.npy`` shard of ``BATCH`` samples as soon as they are back (Ray Data
+hands the actors batches of about that size, bundled from its input blocks). The workload is
+the ResNet-8-like zoo model on the ``cpu`` provider, about 0.8 ms a sample here, so a batch
+computes for a fifth of a second and Ray's per-batch cost is small beside it (the digits
+CNN, 14 µs a sample, measured only Ray's overheads: docs/scale-out.md). Every worker and the
+driver run with ``OPENBLAS_NUM_THREADS=1``, so one worker is one core.
 
 Two throughputs per run:
 
@@ -252,7 +253,7 @@ class CpuSampler:
 
 def _start_cluster():
     """The simulated 3-node cluster: a head offering no CPU, two nodes of one CPU each."""
-    from bench.ray_cluster import import_ray
+    from tessera.ray_cluster import import_ray
 
     import_ray()  # a loopback-only Ray, as the tests start it; this process never joins
     from ray.cluster_utils import Cluster

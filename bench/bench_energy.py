@@ -6,7 +6,7 @@ ESTIMATE, not a measurement of a board.
 """
 
 from bench.common import metric, write_results
-from bench.energy import EnergyRun, board_setup, energy_of_model
+from tessera.energy.estimate import EnergyRun, board_setup, energy_of_model
 
 #: (board, model) pairs measured.
 RUNS = (("ulx3s-85f", "digits"), ("ulx3s-85f", "resnet8"), ("icebreaker", "digits"))

@@ -2,7 +2,7 @@
 soft isolation, and the latency predictor's error; writes ``bench/results/serve.json``.
 
 The server runs as a child process (``tessera serve`` on 127.0.0.1, an ephemeral port) and
-the load generator (:mod:`bench.serve_load`) in this process, or, where two tenants send at
+the load generator (:mod:`tessera.serve.loadgen`) in this process, or, where two tenants send at
 once, in one process per tenant (a flood in one event loop delayed the other tenant's
 requests in the client). All share this machine's cores: figures from a 2-core machine
 measure the clients too, and each phase records the load average after it. Every answer is
@@ -25,9 +25,9 @@ Phases (CPU provider, one device worker, one-image binary requests), for the dig
    half the device, so B runs past its half only by borrowing A's idle one;
 5. the predictor's error (``/v2/models/m/stats``) after phase 3, p50/p95 of
    |predicted - measured| / measured, per run size;
-6. the scheduler alone on a simulated clock (:mod:`tessera.serve.simulate`, run as a child
-   process): tenant A's SLO attainment under the tail batch bound, the median bound before
-   it, and no bound, with modelled run times and no front end or other load.
+6. the scheduler alone on a simulated clock (:mod:`tessera.serve.simulate`): tenant A's
+   SLO attainment under the tail batch bound, the median bound before it, and no bound,
+   with modelled run times and no front end or other load.
 
 Where the runs execute is ``BENCH_SERVE_PROCESS`` (``[devices.cpu] process``): ``worker``
 (default: a worker process of their own, no GIL shared with the HTTP front end) or
@@ -53,7 +53,6 @@ and only its tensors reach the main process's scheduler (tessera/serve/lanes.py)
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -61,7 +60,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import metric, write_results
-from bench.serve_load import (
+from models.zoo import random_models
+from sw_driver import InferenceSession
+from tessera.serve.loadgen import (
     TenantLoad,
     free_port,
     get_json,
@@ -70,9 +71,8 @@ from bench.serve_load import (
     server_counts,
     summarize,
 )
-from bench.serve_plot import plot_tenants
-from models.zoo import random_models
-from sw_driver import InferenceSession
+from tessera.serve.plot import plot_tenants
+from tessera.serve.simulate import scheduler_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "models" / "zoo" / "digits_qdq.onnx"
@@ -275,15 +275,6 @@ def tenant_metrics(label, phases, slo_ms, capacity):
     ])
 
 
-def simulate_scheduler():
-    """``python -m tessera.serve.simulate`` (a child process: ``bench`` may not import
-    ``tessera``): the server's admission and queue on a simulated clock, per model, jitter
-    and batch bound."""
-    done = subprocess.run([sys.executable, "-m", "tessera.serve.simulate"], cwd=ROOT,
-                          capture_output=True, text=True, check=True, timeout=600)
-    return json.loads(done.stdout)
-
-
 def simulation_metrics(simulated):
     """Per model and jitter: A's SLO attainment under the tail bound, beside the median
     bound (the rule before) and no bound; B's share of the capacity meanwhile."""
@@ -354,7 +345,9 @@ def main():
         phases.update(more)
         metrics += tenant_metrics("resnet8", phases, slo_ms, full)
         results["resnet8"] = phases
-    simulated = simulate_scheduler()
+    # The server's admission and queue on a simulated clock, per model, jitter and batch
+    # bound.
+    simulated = scheduler_figures()
     metrics += simulation_metrics(simulated)
     metrics.append(metric("lost or wrong answers (all phases)",
                           sum(p["lost"] + p["wrong"] for r in results.values()

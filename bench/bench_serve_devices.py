@@ -32,7 +32,7 @@ from bench.bench_serve import (
     two_tenants,
 )
 from bench.common import metric, write_results
-from bench.serve_plot import plot_tenants
+from tessera.serve.plot import plot_tenants
 
 #: The devices measured: each model session tries the device's provider, the CPU for the
 #: layers it declines.

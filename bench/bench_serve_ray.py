@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.common import metric, write_results
-from bench.serve_load import TenantLoad, free_port, get_json, run_load, summarize
 from sw_driver import InferenceSession
+from tessera.serve.loadgen import TenantLoad, free_port, get_json, run_load, summarize
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "models" / "zoo" / "digits_qdq.onnx"

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from bench.common import metric, write_results
-from bench.sweep import LocalRunner, RayRunner
+from tessera.explore.sweep import LocalRunner, RayRunner
 
 BOARD = "ulx3s-85f"
 #: Eight array sizes: builds of 15 s to a minute each here.
@@ -72,7 +72,7 @@ def run_all(runner, specs, label):
 
 def empty_task_seconds():
     """Median round trip of an empty Ray task on a local Ray (launch, run, result)."""
-    from bench import ray_cluster
+    from tessera import ray_cluster
 
     def nothing():
         return None

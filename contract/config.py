@@ -39,15 +39,55 @@ def check_positive_int(name, value, *, maximum=None):
     return value
 
 
-#: The engine's optional blocks, each a bool field of :class:`ConvEngineConfig` that is true
-#: by default: field -> (what it switches, the netlist name's suffix without the block).
-#: Each also has a ``CONFIG`` bit that says the block is absent (``contract.regmap``).
+@dataclass(frozen=True)
+class OptionalBlock:
+    """One optional block of the engine: a bool field of :class:`ConvEngineConfig`, true by
+    default. The configuration, the netlist's name, the register map (``contract.regmap``:
+    the ``CONFIG`` bit and the registers left out), the hardware top and the driver all read
+    it from :data:`OPTIONAL_BLOCKS`.
+
+    Parameters
+    ----------
+    meaning : str
+        What the flag switches (put in the error for a value that is not a bool).
+    suffix : str
+        The netlist name's suffix on a build without the block.
+    absence_bit : str
+        The ``CONFIG`` register field set on a build without the block (a build from before
+        the bit reads 0 there: everything present).
+    absence_doc : str
+        That field's description in the register map.
+    registers : str or None
+        The name prefix of the registers a build without the block leaves out (they read 0).
+    """
+
+    meaning: str
+    suffix: str
+    absence_bit: str
+    absence_doc: str
+    registers: str | None = None
+
+
+#: The engine's optional blocks: :class:`ConvEngineConfig` field -> :class:`OptionalBlock`.
+#: The order is that of the netlist name's suffixes and of the ``CONFIG`` absence bits
+#: (``contract.regmap`` gives them consecutive bits in this order): append, never reorder.
 OPTIONAL_BLOCKS = {
-    "residual_add": ("whether the engine has the residual add", "-noadd"),
-    "perf_counters": ("whether the device has its performance counters", "-noperf"),
-    "csr_readback": ("whether the RW registers read back", "-wo"),
-    "pipelined": ("whether the engine has the registers that only buy clock speed",
-                  "-lean"),
+    "residual_add": OptionalBlock(
+        "whether the engine has the residual add", "-noadd", "no_add",
+        "1: built without the residual add; an ADD start is refused with BAD_OPCODE",
+        registers="ADD_"),
+    "perf_counters": OptionalBlock(
+        "whether the device has its performance counters", "-noperf", "no_perf",
+        "1: built without the performance counters; the PERF_* registers read 0",
+        registers="PERF_"),
+    "csr_readback": OptionalBlock(
+        "whether the RW registers read back", "-wo", "no_readback",
+        "1: the RW registers read 0 (written values still hold and are used)"),
+    "pipelined": OptionalBlock(
+        "whether the engine has the registers that only buy clock speed", "-lean",
+        "no_pipeline",
+        "1: built for a slow clock without the registers that only buy clock speed; a layer "
+        "takes more cycles than the cycle model counts"),
 }
 
 
@@ -170,8 +210,8 @@ class ConvEngineConfig:
                 or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
             raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
-        for block, (meaning, _) in OPTIONAL_BLOCKS.items():
-            check_bool(block, getattr(self, block), meaning=meaning)
+        for name, block in OPTIONAL_BLOCKS.items():
+            check_bool(name, getattr(self, name), meaning=block.meaning)
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "
@@ -200,8 +240,14 @@ class ConvEngineConfig:
         """Folder-friendly name: one netlist per configuration."""
         return (f"{self.top_name}-{self.array.name}-x{self.act_depth}-w{self.weight_depth}"
                 f"-t{self.max_col_tiles}"
-                + "".join(suffix for block, (_, suffix) in OPTIONAL_BLOCKS.items()
-                          if not getattr(self, block)))
+                + "".join(block.suffix for name, block in OPTIONAL_BLOCKS.items()
+                          if not getattr(self, name)))
+
+    def features(self):
+        """Which optional blocks this build has: ``{field: bool}`` over
+        :data:`OPTIONAL_BLOCKS`, the keywords of ``contract.regmap.pack_config`` and
+        ``implemented_registers`` and what ``unpack_features`` reads back."""
+        return {name: getattr(self, name) for name in OPTIONAL_BLOCKS}
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""

@@ -1,6 +1,6 @@
 """The layer descriptors the host writes into registers: fields, widths and meanings.
 
-One source for the hardware structs (``hw.addrgen``, ``hw.residual_add``), the register map
+One source for the hardware structs (``hw.addrgen``, ``hw.postprocess``), the register map
 (``contract.regmap``) and the driver (``sw_driver.conv_lowering``,
 ``sw_driver.accelerator``).
 Each field is ``(name, width, signed, meaning)``.

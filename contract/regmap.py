@@ -11,6 +11,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config import OPTIONAL_BLOCKS
 from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
@@ -66,6 +67,11 @@ class Register:
         return mask
 
 
+#: The CONFIG bit of the first optional block's absence; the others follow, one bit each in
+#: ``contract.config.OPTIONAL_BLOCKS``' order.
+ABSENCE_LSB = 24
+
+
 def _whole(doc):
     return (Field("value", 0, 32, doc),)
 
@@ -86,15 +92,8 @@ REGISTERS = (
         Field("acc_width", 16, 8, "accumulator bits"),
         # Set for a feature a build leaves out, so a build from before the bit reads 0
         # (everything present), as it should.
-        Field("no_add", 24, 1, "1: built without the residual add; an ADD start is "
-              "refused with BAD_OPCODE"),
-        Field("no_perf", 25, 1, "1: built without the performance counters; the PERF_* "
-              "registers read 0"),
-        Field("no_readback", 26, 1, "1: the RW registers read 0 (written values still "
-              "hold and are used)"),
-        Field("no_pipeline", 27, 1, "1: built for a slow clock without the registers that "
-              "only buy clock speed; a layer takes more cycles than the cycle model "
-              "counts"))),
+        *(Field(block.absence_bit, ABSENCE_LSB + index, 1, block.absence_doc)
+          for index, block in enumerate(OPTIONAL_BLOCKS.values())))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
              _whole("elements")),
     Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
@@ -188,41 +187,43 @@ def by_name():
     return {reg.name: reg for reg in REGISTERS}
 
 
-#: Register name prefix -> the :class:`contract.config.ConvEngineConfig` field without
-#: which a build leaves those registers out.
-OPTIONAL_REGISTERS = {"ADD_": "residual_add", "PERF_": "perf_counters"}
+def _present(caller, flags):
+    """``flags`` (optional block -> present) completed with the blocks not named, which a
+    build has by default; a name that is not an optional block is refused."""
+    for name in flags:
+        if name not in OPTIONAL_BLOCKS:
+            raise TypeError(f"{caller}: {name!r} is not an optional block; expected one of "
+                            f"{', '.join(OPTIONAL_BLOCKS)}")
+    return {name: flags.get(name, True) for name in OPTIONAL_BLOCKS}
 
 
-def implemented_registers(*, residual_add=True, perf_counters=True):
-    """The registers a build implements: all of :data:`REGISTERS`, less the residual add's
-    parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``) and the
-    performance counters (``PERF_*``) on one without them (``CONFIG.no_perf``), where
-    those words read zero like unmapped ones and writes to them are dropped."""
-    present = {"residual_add": residual_add, "perf_counters": perf_counters}
+def implemented_registers(**flags):
+    """The registers a build implements: all of :data:`REGISTERS`, less those of each
+    optional block it leaves out (``flags``: ``contract.config.OPTIONAL_BLOCKS`` field ->
+    present, true when not named; ``ConvEngineConfig.features()`` gives them): the
+    residual add's parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``),
+    the performance counters (``PERF_*``) on one without them (``CONFIG.no_perf``). Those
+    words read zero like unmapped ones and writes to them are dropped."""
+    present = _present("implemented_registers", flags)
     return tuple(reg for reg in REGISTERS
-                 if all(present[feature] or not reg.name.startswith(prefix)
-                        for prefix, feature in OPTIONAL_REGISTERS.items()))
+                 if all(present[name] or not reg.name.startswith(block.registers)
+                        for name, block in OPTIONAL_BLOCKS.items() if block.registers))
 
 
 def _fields(register_name):
     return {f.name: f for f in by_name()[register_name].fields}
 
 
-#: Each optional block (``contract.config.OPTIONAL_BLOCKS``) -> the CONFIG bit set when a
-#: build leaves it out.
-ABSENCE_BITS = {"residual_add": "no_add", "perf_counters": "no_perf",
-                "csr_readback": "no_readback", "pipelined": "no_pipeline"}
-
 #: The CONFIG fields that describe the array (:class:`contract.config.ArrayConfig`'s).
 ARRAY_FIELDS = ("rows", "cols", "acc_width")
 
 
-def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True,
-                csr_readback=True, pipelined=True):
+def pack_config(*, rows, cols, acc_width, **flags):
     """The CONFIG register's word for an array of ``rows`` x ``cols`` with ``acc_width``-bit
-    accumulators, the ``no_add`` bit unless ``residual_add``, the ``no_perf`` bit unless
-    ``perf_counters``, the ``no_readback`` bit unless ``csr_readback`` and the
-    ``no_pipeline`` bit unless ``pipelined``; each must fit its field."""
+    accumulators (each must fit its field) and the absence bit of each optional block that
+    ``flags`` (``contract.config.OPTIONAL_BLOCKS`` field -> present, true when not named;
+    ``ConvEngineConfig.features()`` gives them) says is left out: ``no_add`` unless
+    ``residual_add``, ``no_perf`` unless ``perf_counters``, and so on."""
     word = 0
     for name, value in (("rows", rows), ("cols", cols), ("acc_width", acc_width)):
         f = _fields("CONFIG")[name]
@@ -230,11 +231,9 @@ def pack_config(*, rows, cols, acc_width, residual_add=True, perf_counters=True,
             raise ValueError(f"CONFIG.{name} holds {f.width} bits, so 0 to "
                              f"{(1 << f.width) - 1}, not {value!r}")
         word |= value << f.lsb
-    present = {"residual_add": residual_add, "perf_counters": perf_counters,
-               "csr_readback": csr_readback, "pipelined": pipelined}
-    for block, bit in ABSENCE_BITS.items():
-        if not present[block]:
-            word |= 1 << _fields("CONFIG")[bit].lsb
+    for name, present in _present("pack_config", flags).items():
+        if not present:
+            word |= 1 << _fields("CONFIG")[OPTIONAL_BLOCKS[name].absence_bit].lsb
     return word
 
 
@@ -247,9 +246,10 @@ def unpack_config(word):
 def unpack_features(word):
     """The engine's optional features a CONFIG register word advertises, as
     :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool,
-    "perf_counters": bool, "csr_readback": bool, "pipelined": bool}``."""
+    "perf_counters": bool, ...}`` over ``contract.config.OPTIONAL_BLOCKS``."""
     fields = _fields("CONFIG")
-    return {block: not (word >> fields[bit].lsb) & 1 for block, bit in ABSENCE_BITS.items()}
+    return {name: not (word >> fields[block.absence_bit].lsb) & 1
+            for name, block in OPTIONAL_BLOCKS.items()}
 
 
 def field_constants(register):

@@ -516,7 +516,7 @@ def source_state(root=None):
 
 
 def _flat_resources(resources):
-    """``{name}_used`` / ``{name}_available`` entries, the flat form bench/sweep read."""
+    """``{name}_used`` / ``{name}_available`` entries, the flat form the sweep reads."""
     flat = {}
     for name, entry in resources.items():
         flat[f"{name}_used"] = entry["used"]

@@ -48,10 +48,14 @@ from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 from .addrgen import AddressGenerator, address_width, descriptor_layout
 from .addrgen_lean import LeanAddressGenerator
 from .pipeline import skid_after, skid_between
-from .postprocess import PostProcessBank
+from .postprocess import (
+    PostProcessBank,
+    add_params_layout,
+    operand_pair_layout,
+    output_layout,
+    sum_layout,
+)
 from .postprocess_lean import SerialRequantizer
-from .requant import output_layout
-from .residual_add import add_params_layout, operand_pair_layout, sum_layout
 from .systolic import SystolicArray
 
 

@@ -1,11 +1,13 @@
-"""The CSR decoder, generated from the register map in ``contract/regmap.py``."""
+"""The host interface's shapes (the CSR port and the word of the two DMA streams) and the
+CSR decoder, generated from the register map in ``contract/regmap.py``."""
 
 from amaranth import C, Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import check_bool
 from contract.regmap import REGISTERS
+from contract.streams import WORD_BITS
 
 ADDR_WIDTH = 10  # byte addresses 0x000-0x3ff
 
@@ -20,6 +22,12 @@ def csr_bus_signature():
         "r_en": Out(1),
         "r_data": In(32),
     })
+
+
+def word_layout():
+    """The host link's word: ``contract.streams.WORD_BITS`` of data and ``last``, the beat of
+    both DMA streams (``h2c`` into the device, ``c2h`` out of it)."""
+    return data.StructLayout({"data": WORD_BITS, "last": 1})
 
 
 def port_name(register):

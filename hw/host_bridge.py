@@ -36,8 +36,7 @@ from contract.link import (
     LinkError,
 )
 
-from .csr import ADDR_WIDTH, csr_bus_signature
-from .host_words import word_layout
+from .csr import ADDR_WIDTH, csr_bus_signature, word_layout
 
 
 class Crc16(wiring.Component):

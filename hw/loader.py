@@ -28,9 +28,9 @@ from amaranth.lib.wiring import In, Out
 from contract.streams import WORD_BITS, add_words, output_words, param_words, weight_words
 
 from .conv_engine import activation_load_layout, param_load_layout, weight_load_layout
-from .host_words import word_layout
+from .csr import word_layout
 from .maxpool import pixel_layout
-from .residual_add import operand_pair_layout
+from .postprocess import operand_pair_layout
 from .sequencer import Phase
 
 

@@ -28,8 +28,7 @@ from amaranth.lib.wiring import In, Out
 from contract.config import ConvEngineConfig
 from contract.spatial import INSTANCE_WINDOW, MAX_INSTANCES, instance_base
 
-from .csr import ADDR_WIDTH
-from .host_words import word_layout
+from .csr import ADDR_WIDTH, word_layout
 from .top import AcceleratorTop
 
 __all__ = ["INSTANCE_WINDOW", "MultiTop", "instance_base", "multi_csr_signature"]

@@ -35,6 +35,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import check_bool, check_positive_int
+from contract.descriptor import ADD_PARAM_FIELDS
 from contract.postprocess import (
     ADD_LATENCY,
     REQUANT_LATENCY,
@@ -46,11 +47,64 @@ from contract.requant import ACC_WIDTH, BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDT
 from models.eltwise import ADD_LEFT_SHIFT
 
 from .fixedpoint import rounding_shift, saturate
-from .requant import NARROW_BITS, RequantParams, accumulator_layout, output_layout
-from .residual_add import add_params_layout, operand_pair_layout, sum_layout
 from .wide_multiply import PRODUCT_LATENCY
 
-__all__ = ["PostProcessBank"]
+__all__ = [
+    "NARROW_BITS",
+    "PostProcessBank",
+    "RequantParams",
+    "accumulator_layout",
+    "add_params_layout",
+    "operand_pair_layout",
+    "output_layout",
+    "sum_layout",
+]
+
+
+# --- the beats in and out of the bank (the engine, the loader, the output writer and the
+# testbenches share them) ------------------------------------------------------------------
+
+def accumulator_layout(lanes, acc_width=ACC_WIDTH):
+    """A beat of ``lanes`` accumulators into the bank (requantization)."""
+    return data.StructLayout({"acc": data.ArrayLayout(signed(acc_width), lanes), "last": 1})
+
+
+def output_layout(lanes):
+    """A beat of ``lanes`` int8 results out of the bank (and of the engine)."""
+    return data.StructLayout({"y": data.ArrayLayout(signed(8), lanes), "last": 1})
+
+
+def operand_pair_layout(lanes):
+    """A beat of ``lanes`` operand pairs into the bank (residual add)."""
+    return data.StructLayout({
+        "a": data.ArrayLayout(signed(8), lanes),
+        "b": data.ArrayLayout(signed(8), lanes),
+        "last": 1,
+    })
+
+
+def sum_layout(lanes):
+    """A beat of ``lanes`` int8 sums out of the bank: the same beat as a result's."""
+    return output_layout(lanes)
+
+
+class RequantParams(data.Struct):
+    """Per-layer requantization constants shared by all lanes."""
+    zero_point: signed(8)
+    lo: signed(8)
+    hi: signed(8)
+
+
+def add_params_layout():
+    """Per-layer constants of the residual add (``models.eltwise.add_multipliers`` and the
+    zero points), from ``contract.descriptor.ADD_PARAM_FIELDS``."""
+    return data.StructLayout({name: signed(width) if is_signed else unsigned(width)
+                              for name, width, is_signed, _ in ADD_PARAM_FIELDS})
+
+
+#: Width the rescaled value is saturated to before the zero point and the int8 clamp
+#: (any width from 9 bits is exact: 2**8 - 1 - 128 is still the top of int8).
+NARROW_BITS = 10
 
 #: Register stages of one pipelined rescale (``rounding_shift(stages=4, pipelined=True)``),
 #: then its saturation to a narrow width in a stage of its own (``_saturate``).
@@ -89,9 +143,11 @@ def bank_ports(lanes):
 class PostProcessBank(wiring.Component):
     """Requantization (CONV passes) or residual add (ADD passes) through shared rescalers.
 
-    The requantization side has ``accumulators`` in and ``results`` out (the layouts of
-    ``hw.requant``), per-lane ``bias`` / ``multiplier`` / ``shift`` and ``params``; the add
-    side ``operands`` in, ``sums`` out and ``add_params`` (those of ``hw.residual_add``).
+    The requantization side has ``accumulators`` in and ``results`` out
+    (:func:`accumulator_layout`, :func:`output_layout`), per-lane ``bias`` / ``multiplier``
+    / ``shift`` and ``params`` (:class:`RequantParams`); the add side ``operands`` in,
+    ``sums`` out and ``add_params`` (:func:`operand_pair_layout`, :func:`sum_layout`,
+    :func:`add_params_layout`).
     ``adding`` picks the side; the other side's streams are not ready and not valid. Change
     ``adding`` only while the bank is empty.
 

@@ -30,8 +30,7 @@ from contract.postprocess import SERIAL_BEAT_CYCLES, SERIAL_MAX_LANE_CYCLES
 from contract.requant import ACC_WIDTH, MULTIPLIER_WIDTH, SHIFT_MIN
 
 from .fixedpoint import saturate
-from .postprocess import bank_ports
-from .requant import NARROW_BITS
+from .postprocess import NARROW_BITS, bank_ports
 
 __all__ = ["SerialRequantizer"]
 

@@ -18,8 +18,8 @@ from amaranth.lib.wiring import In, Out
 
 from contract.streams import WORD_BITS, output_words
 
-from .host_words import word_layout
-from .requant import output_layout
+from .csr import word_layout
+from .postprocess import output_layout
 
 
 class ResultWriter(wiring.Component):

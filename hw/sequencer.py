@@ -52,14 +52,31 @@ class Phase(enum.Enum, shape=3):
     STREAM = 6      # POOL or ADD: operand beats in, result beats out
 
 
+#: The fields a start reads, in the top's wiring order: name -> (bits, source), where the
+#: source is the ``contract.regmap`` register the top connects, or None for the kernel's
+#: size, which the top takes from the engine's descriptor (those ``CONV_*`` registers at
+#: their ``contract.descriptor.DESCRIPTOR_FIELDS`` widths).
+COMMAND_FIELDS = {
+    "opcode": (32, "OPCODE"),
+    "load_params": (32, "LOAD_PARAMS"),
+    "load_weights": (32, "LOAD_WEIGHTS"),
+    "load_act": (32, "LOAD_ACT"),
+    "col_tiles": (32, "CONV_COL_TILES"),
+    "pixel_groups": (32, "CONV_PIXEL_GROUPS"),
+    "pool_enable": (1, "POOL_ENABLE"),
+    "pool_width": (32, "POOL_WIDTH"),
+    "pool_height": (32, "POOL_HEIGHT"),
+    "pool_frames": (32, "POOL_FRAMES"),
+    "stream_beats": (32, "STREAM_BEATS"),
+    "in_channels": (32, None),
+    "kernel_w": (32, None),
+    "kernel_h": (32, None),
+}
+
+
 def command_layout():
-    """The CSR fields a start reads (32-bit registers; the kernel's from the descriptor)."""
-    return data.StructLayout({
-        "opcode": 32, "load_params": 32, "load_weights": 32, "load_act": 32,
-        "col_tiles": 32, "pixel_groups": 32, "pool_enable": 1, "pool_width": 32,
-        "pool_height": 32, "pool_frames": 32, "stream_beats": 32,
-        "in_channels": 32, "kernel_w": 32, "kernel_h": 32,
-    })
+    """The fields a start reads (:data:`COMMAND_FIELDS`)."""
+    return data.StructLayout({name: bits for name, (bits, _) in COMMAND_FIELDS.items()})
 
 
 class CommandSequencer(wiring.Component):

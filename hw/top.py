@@ -31,18 +31,17 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
 from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
-from contract.regmap import ID_VALUE, MAP_VERSION, implemented_registers, pack_config
+from contract.regmap import ID_VALUE, MAP_VERSION, by_name, implemented_registers, pack_config
 from contract.streams import POOL_MAX_WIDTH
 
 from .conv_engine import ConvEngine
-from .csr import CsrBank, csr_bus_signature
-from .host_words import word_layout
+from .csr import CsrBank, csr_bus_signature, port_name, word_layout
 from .loader import HostLoader
 from .maxpool import MaxPool2x2
 from .perf_counters import PerfCounters
 from .pipeline import skid_after, skid_between
 from .result_writer import ResultWriter
-from .sequencer import CommandSequencer, Phase
+from .sequencer import COMMAND_FIELDS, CommandSequencer, Phase
 
 __all__ = ["AcceleratorTop", "word_layout"]
 
@@ -84,9 +83,8 @@ class AcceleratorTop(wiring.Component):
         rows, cols = cfg.rows, cfg.cols
         # A build without the residual add has no ADD_* registers, one without the
         # performance counters no PERF_* registers (they read zero).
-        m.submodules.csr = csr = CsrBank(implemented_registers(
-            residual_add=cfg.residual_add, perf_counters=cfg.perf_counters),
-            readback=cfg.csr_readback)
+        m.submodules.csr = csr = CsrBank(implemented_registers(**cfg.features()),
+                                         readback=cfg.csr_readback)
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
         m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add)
@@ -101,10 +99,7 @@ class AcceleratorTop(wiring.Component):
             csr.id.eq(ID_VALUE),
             csr.version.eq(MAP_VERSION),
             csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width,
-                                      residual_add=cfg.residual_add,
-                                      perf_counters=cfg.perf_counters,
-                                      csr_readback=cfg.csr_readback,
-                                      pipelined=cfg.pipelined)),
+                                      **cfg.features())),
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),
@@ -120,17 +115,12 @@ class AcceleratorTop(wiring.Component):
             m.d.comb += field.eq(getattr(csr, f"add_{name}")[:len(field)])
 
         # --- the sequencer: reads the command, tells every other component its phase ---
-        command, kernel = seq.command, engine.descriptor
+        registers = by_name()
+        for name, (_, register) in COMMAND_FIELDS.items():
+            source = (getattr(engine.descriptor, name) if register is None
+                      else getattr(csr, port_name(registers[register])))
+            m.d.comb += getattr(seq.command, name).eq(source)
         m.d.comb += [
-            command.opcode.eq(csr.opcode), command.load_params.eq(csr.load_params),
-            command.load_weights.eq(csr.load_weights), command.load_act.eq(csr.load_act),
-            command.col_tiles.eq(csr.conv_col_tiles),
-            command.pixel_groups.eq(csr.conv_pixel_groups),
-            command.pool_enable.eq(csr.pool_enable[0]), command.pool_width.eq(csr.pool_width),
-            command.pool_height.eq(csr.pool_height), command.pool_frames.eq(csr.pool_frames),
-            command.stream_beats.eq(csr.stream_beats),
-            command.in_channels.eq(kernel.in_channels), command.kernel_w.eq(kernel.kernel_w),
-            command.kernel_h.eq(kernel.kernel_h),
             seq.start.eq(csr.ctrl[0]), seq.abort.eq(soft_reset),
             seq.force_error.eq(self.dbg_force_error),
             seq.entry_taken.eq(loader.entry_taken), seq.act_taken.eq(loader.act_taken),

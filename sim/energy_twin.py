@@ -1,5 +1,5 @@
 """The energy twin: a separately built variant of the Verilator twin that counts switching
-activity, for the energy ESTIMATE of ``bench/energy_model.py`` (``docs/energy.md``).
+activity, for the energy ESTIMATE of ``tessera/energy/model.py`` (``docs/energy.md``).
 
 It is the ordinary twin (``sim/twin_top.py`` flattened by the same Yosys script, the same
 C ABI: ``sim/twin/energy_harness.cpp`` includes ``harness.cpp`` whole) compiled with

@@ -26,8 +26,8 @@ from hw.conv_engine import (
     param_load_layout,
     weight_load_layout,
 )
+from hw.postprocess import output_layout
 from hw.postprocess_lean import SerialRequantizer
-from hw.requant import output_layout
 from models.conv import conv2d
 from models.requant import requantize
 from sim.cocotb_util import clock_and_reset, send_stream, testbench_seed

@@ -24,8 +24,14 @@ from contract.requant import (
     SHIFT_MIN,
     SHIFT_WIDTH,
 )
-from hw.requant import RequantParams, accumulator_layout, output_layout
-from hw.residual_add import add_params_layout, operand_pair_layout, sum_layout
+from hw.postprocess import (
+    RequantParams,
+    accumulator_layout,
+    add_params_layout,
+    operand_pair_layout,
+    output_layout,
+    sum_layout,
+)
 from models.eltwise import add, add_multipliers
 from models.requant import requantize
 from sim.cocotb_util import (

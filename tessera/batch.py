@@ -4,7 +4,7 @@ The samples (one ``.npy`` array, first axis the sample) are cut into batches; ea
 goes through one :class:`sw_driver.InferenceSession`. Locally one session runs them all;
 with Ray, ``ray.data`` ``map_batches`` spreads them over an actor pool, each actor holding
 one session (the model's bytes are sent once per actor) and asking for the Ray resource of
-its device (:func:`bench.ray_cluster.actor_resources`), so actors land only on nodes that
+its device (:func:`tessera.ray_cluster.actor_resources`), so actors land only on nodes that
 have it. Every row carries its sample index, Ray Data is asked to keep the order, and the
 outputs are checked to come back complete and in order as they arrive.
 
@@ -187,7 +187,7 @@ def _local_batches(model, providers, x, indices, batch_size, fault):
 def _ray_batches(ray, model, providers, x, indices, batch_size, actors, resource, fault):
     import ray.data
 
-    from bench.ray_cluster import actor_resources, require_resources
+    from tessera.ray_cluster import actor_resources, require_resources
 
     options = actor_resources(providers, resource)
     require_resources(ray, options, actors, what=f"sessions of {','.join(providers)}")
@@ -250,12 +250,12 @@ def run_dataset(model, x, providers, *, batch_size=32, ray=None, actors=2, resou
     batch_size : int
         Samples per ``session.run``.
     ray : module or None
-        An initialized ``ray`` (:func:`bench.ray_cluster.connect`): run on an actor pool
+        An initialized ``ray`` (:func:`tessera.ray_cluster.connect`): run on an actor pool
         of ``actors`` sessions. None: one session here.
     actors : int
     resource : str or None
         The Ray resource each actor asks for instead of its providers' own
-        (:func:`bench.ray_cluster.actor_resources`).
+        (:func:`tessera.ray_cluster.actor_resources`).
     fault : Fault or None
         Injected by tests.
     nodes : collections.Counter or None
@@ -267,7 +267,7 @@ def run_dataset(model, x, providers, *, batch_size=32, ray=None, actors=2, resou
 
     Raises
     ------
-    bench.ray_cluster.ResourceUnavailable
+    tessera.ray_cluster.ResourceUnavailable
         No node, or too few, offer the actors' resource: refused before anything runs.
     """
     indices = np.arange(len(x))

@@ -8,7 +8,7 @@ The search (``docs/build.md``):
    stream width stay at their defaults: the only stream width the contract has is 32 bits).
    The optional blocks (:data:`FEATURES`) are the board preset's, less the residual add
    for a model with no Add layer (:func:`features_for`).
-2. **Fit.** The resource model (``bench.resource_model``, fitted on real builds) predicts
+2. **Fit.** The resource model (``tessera.explore.resource_model``, fitted on real builds) predicts
    LUT/FF/DSP/EBR and fmax; a candidate fits when every prediction is within the board's
    limits (logic below 85 %, 95 % of the iCE40's packed logic cells: ``FAMILY_CAPS``).
 3. **Clock.** The predicted fmax less :data:`CLOCK_MARGIN`, rounded down to a clock the
@@ -35,14 +35,14 @@ import math
 import time
 from pathlib import Path
 
-from bench.resource_model import (
+from contract.config import OPTIONAL_BLOCKS, ArrayConfig, ConvEngineConfig
+from tessera.explore.resource_model import (
     REPORT_NAMES,
     ModelError,
     ResourceModel,
     board_limits,
     fits,
 )
-from contract.config import OPTIONAL_BLOCKS, ArrayConfig, ConvEngineConfig
 
 #: Array sides tried for R and for C.
 SIDES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
@@ -463,7 +463,7 @@ def _shown(value):
 
 def add_commands(sub):
     """``tessera build`` and ``tessera sweep`` (added to the CLI's subparsers)."""
-    from bench.sweep import add_arguments
+    from tessera.explore.sweep import add_arguments
 
     p = sub.add_parser("build", help="design-space search for a model on a board, then "
                                       "its bitstream (docs/build.md)")
@@ -501,8 +501,8 @@ def cmd_build(args):
 
 
 def cmd_sweep(args):
-    from bench.ray_cluster import RayClusterError  # imports no Ray
-    from bench.sweep import run_from_args
+    from tessera.explore.sweep import run_from_args
+    from tessera.ray_cluster import RayClusterError  # imports no Ray
 
     try:
         run_from_args(args)

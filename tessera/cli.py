@@ -214,90 +214,27 @@ def cmd_bitstream(args):
 
 
 def cmd_bench(args):
-    import importlib
-    import pkgutil
+    import subprocess
 
-    import bench
-
-    names = sorted(info.name.removeprefix("bench_") for info in pkgutil.iter_modules(bench.__path__)
-                   if info.name.startswith("bench_"))
-    chosen = args.names or names
-    unknown = sorted(set(chosen) - set(names))
-    if unknown:
-        console.print(f"[red]unknown benchmark(s) {', '.join(unknown)}[/]; known: "
-                      + ", ".join(names))
-        return 2
-    from bench import common
-    from contract.config import ConvEngineConfig
-
-    engine = _engine_config(args) if args.config else None
-    summary = Table(title="benchmarks")
-    for column in ("benchmark", "result", "metrics", "time", "written"):
-        summary.add_column(column, overflow="fold")
-    failed = 0
-    for name in chosen:
-        console.rule(f"bench {name}")
-        first, started = len(common.WRITTEN), time.monotonic()
-        try:
-            module = importlib.import_module(f"bench.bench_{name}")
-            if engine is not None:
-                # A benchmark that builds a twin names its engine in CONFIG (docs/config.md).
-                if isinstance(vars(module).get("CONFIG"), ConvEngineConfig):
-                    module.CONFIG = engine
-                else:
-                    console.print(f"bench {name}: builds no twin of its own; --config not "
-                                  f"used", style="yellow")
-            module.main()
-            result = "[green]ok[/]"
-        except Exception as error:  # one failing benchmark must not hide the others' figures
-            failed += 1
-            _print_bench_error(name, error)
-            result = "[red]failed[/]"
-        written = common.WRITTEN[first:]
-        summary.add_row(name, result, str(sum(count for _, count in written)),
-                        f"{time.monotonic() - started:.1f} s",
-                        ", ".join(_relative(path) for path, _ in written) or "-")
-    console.print(summary)
-    total = sum(count for _, count in common.WRITTEN)
-    console.print(f"{len(chosen)} benchmark(s): {total} metric(s) written"
-                  + (f", [red]{failed} failed[/]" if failed else ""))
-    return 1 if failed else 0
-
-
-def _relative(path):
-    """``path`` relative to the working directory when it lies below it."""
-    from pathlib import Path
-
-    try:
-        return str(Path(path).relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _print_bench_error(name, error):
-    """A benchmark's known failures in their own words; anything else with its traceback."""
-    from hw.toolchain import ToolchainError
-    from sim.runner import SimBuildError, TestbenchFailed
-    from sim.twin import TwinBuildError
-    from sw_driver.errors import TesseraError
-
-    if isinstance(error, (SimBuildError, TestbenchFailed, TwinBuildError, TesseraError,
-                          ToolchainError)):
-        _print_error(error, prefix=f"bench {name} failed: ")
-    else:
-        console.print(Text(f"bench {name} failed:", style="red"))
-        console.print_exception()
+    # The benchmarks measure the product and import it, so the product does not import them:
+    # they run as their own program (bench/run.py), which prints each figure and the summary.
+    if args.config:
+        _engine_config(args)  # a bad --config fails here, in the CLI's own words
+    command = [sys.executable, "-m", "bench", *args.names]
+    if args.config:
+        command += ["--config", args.config]
+    return subprocess.call(command)
 
 
 def cmd_soak(args):
-    from bench.ray_cluster import RayClusterError  # imports no Ray
-    from bench.soak.console import soak_command
+    from tessera.ray_cluster import RayClusterError  # imports no Ray
+    from tessera.soak.console import soak_command
 
     try:
         # The engine the "sim" backend's twin is built for (None: the provider's default).
         sim_config = _engine_config(args) if args.config else None
         if args.seeds is not None:  # regression at scale: whole seeds, locally or on Ray
-            from bench.soak.seeds import seeds_command
+            from tessera.soak.seeds import seeds_command
 
             if args.only is not None:
                 raise ValueError("--seeds runs whole seeds; repeat one case with --seed S "
@@ -668,8 +605,6 @@ def cmd_run(args):
 def cmd_run_dataset(args):
     import numpy as np
 
-    # bench.ray_cluster imports no Ray until connect() is called.
-    from bench.ray_cluster import LOCAL, RayClusterError, connect, parse_resources
     from sw_driver.errors import TesseraError
     from tessera.batch import (
         BatchJobError,
@@ -678,6 +613,9 @@ def cmd_run_dataset(args):
         run_to_shards,
         write_parquet,
     )
+
+    # tessera.ray_cluster imports no Ray until connect() is called.
+    from tessera.ray_cluster import LOCAL, RayClusterError, connect, parse_resources
 
     providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     suffix = next((f for f in ("npy", "parquet") if args.out.endswith(f".{f}")), None)
@@ -826,7 +764,7 @@ def cmd_serve(args):
     port = config.port if args.port is None else args.port
     names = ", ".join(config.models)
     if args.ray is not None:  # Ray Serve replicas of the same application (docs/scale-out.md)
-        from bench.ray_cluster import RayClusterError  # imports no Ray
+        from tessera.ray_cluster import RayClusterError  # imports no Ray
         from tessera.serve.on_ray import serve_on_ray
 
         try:
@@ -870,7 +808,7 @@ def cmd_loadtest(args):
             json.dump(result, sink, indent=2)
         console.print(f"wrote {args.out}")
     if args.plot:
-        from bench.serve_plot import plot_tenants
+        from tessera.serve.plot import plot_tenants
 
         plot_tenants([("load test", result["tenants"])], args.plot,
                      f"tessera loadtest of {result['url']} ({result['seconds']:.1f} s)")
@@ -978,7 +916,7 @@ def _add_runtime_commands(sub):
 
 
 def _add_ray_argument(parser, what):
-    from bench.ray_cluster import LOCAL
+    from tessera.ray_cluster import LOCAL
 
     parser.add_argument("--ray", nargs="?", const=LOCAL, metavar="ADDRESS",
                         help=f"run {what}: alone, on a local Ray (127.0.0.1 only); with "
@@ -987,8 +925,8 @@ def _add_ray_argument(parser, what):
 
 
 def cmd_energy(args):
-    from bench.energy import energy_of_model
-    from bench.energy_model import COEFFICIENTS, EnergyModelError
+    from tessera.energy.estimate import energy_of_model
+    from tessera.energy.model import COEFFICIENTS, EnergyModelError
 
     calibrate = None
     if (args.idle_w is None) != (args.busy_w is None):
@@ -1052,7 +990,7 @@ def _add_energy_command(sub):
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--clock-mhz", type=float, help="design clock (default: the board's)")
     p.add_argument("--coefficients", help="coefficients JSON (default: the shipped, "
-                                          "uncalibrated bench/energy_coefficients.json)")
+                                          "uncalibrated tessera/energy/energy_coefficients.json)")
     p.add_argument("--idle-w", type=float, help="calibrate: measured watts, board idle")
     p.add_argument("--busy-w", type=float,
                    help="calibrate: measured watts, board running MODEL back to back")

@@ -1,6 +1,6 @@
 """A provider made to mismatch on purpose (a test double for the soak's mismatch report).
 
-Loaded by ``TESSERA_SOAK_PROVIDERS=tests/soak_double.py`` (bench/soak/backends.py), it
+Loaded by ``TESSERA_SOAK_PROVIDERS=tests/soak_double.py`` (tessera/soak/backends.py), it
 registers ``corrupt``: the CPU provider, except that for the layers :func:`corrupts` picks
 the first output element has its lowest bit flipped. The choice is a function of the
 layer's input bytes only, so it follows the soak's ``(seed, index)`` exactly and the same

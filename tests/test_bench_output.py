@@ -1,15 +1,19 @@
-"""`tessera bench` prints each metric as it is written to bench/results/*.json, and ends with a
-summary that names failed benchmarks in their own words."""
+"""`tessera bench` (``python -m bench``) prints each metric as it is written to
+bench/results/*.json, and ends with a summary that names failed benchmarks in their own words."""
 
 import importlib
 import json
+import subprocess
+import sys
 import types
 
 import pytest
 
 from bench import common
+from bench import run as bench_run
 from sim.runner import TestbenchFailed
 from tessera import cli
+from tessera import results as written_results
 
 
 @pytest.fixture
@@ -19,9 +23,9 @@ def results(tmp_path, monkeypatch):
     The test works inside that folder so that, as in real use (``bench/results/...`` below
     the repository), the summary shows a short relative path: an absolute temporary path is
     long enough for the table to fold it, splitting the name the test looks for."""
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(written_results, "RESULTS", tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(common, "WRITTEN", [])
+    monkeypatch.setattr(written_results, "WRITTEN", [])
     return tmp_path
 
 
@@ -39,7 +43,7 @@ def test_each_metric_is_printed_as_it_is_written(results, capsys):
         f"wrote 2 metrics to {results / 'array.json'}",
     ]
     assert json.loads(path.read_text())["metrics"] == _array_metrics()
-    assert common.WRITTEN == [(results / "array.json", 2)]
+    assert written_results.WRITTEN == [(results / "array.json", 2)]
 
 
 def test_bench_summary_names_each_benchmark_and_its_failure(results, monkeypatch, capsys):
@@ -54,7 +58,7 @@ def test_bench_summary_names_each_benchmark_and_its_failure(results, monkeypatch
     real = importlib.import_module
     monkeypatch.setattr(importlib, "import_module", lambda name, *args: (
         types.SimpleNamespace(main=fakes[name]) if name in fakes else real(name, *args)))
-    assert cli.main(["bench", "array", "twin"]) == 1
+    assert bench_run.main(["array", "twin"]) == 1
     out = capsys.readouterr().out
     assert "gemm_8x8x8_cycles" in out and "1,234 cycles" in out
     # The testbench's own words, "[3]" included (not eaten as markup), and no traceback.
@@ -64,3 +68,17 @@ def test_bench_summary_names_each_benchmark_and_its_failure(results, monkeypatch
     assert "array" in summary and "ok" in summary and "twin" in summary
     assert "failed" in summary and "array.json" in summary
     assert out.rstrip().endswith("2 benchmark(s): 2 metric(s) written, 1 failed")
+
+
+def test_tessera_bench_runs_the_benchmarks_as_their_own_program(monkeypatch):
+    """The product does not import the benchmarks that measure it: `tessera bench` starts
+    ``python -m bench`` with its names and --config, and returns its exit status."""
+    calls = []
+    monkeypatch.setattr(subprocess, "call", lambda command: calls.append(command) or 3)
+    assert cli.main(["bench", "array", "twin", "--config", "tiny"]) == 3
+    assert calls == [[sys.executable, "-m", "bench", "array", "twin", "--config", "tiny"]]
+
+
+def test_unknown_benchmark_is_named(capsys):
+    assert bench_run.main(["array", "nosuch"]) == 2
+    assert "unknown benchmark(s) nosuch" in capsys.readouterr().out

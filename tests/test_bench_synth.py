@@ -6,6 +6,7 @@ import json
 import pytest
 
 from bench import bench_synth, common
+from tessera import results
 
 
 def fake_stat():
@@ -41,8 +42,8 @@ def test_blocks_sum_their_subtree():
 
 
 def test_json_names_every_block_and_the_fraction(tmp_path, monkeypatch):
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
-    monkeypatch.setattr(common, "WRITTEN", [])
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "WRITTEN", [])
     blocks = bench_synth.block_cells(bench_synth.module_cells(fake_stat()))
     path = common.write_results("synth", bench_synth.synth_metrics(blocks), blocks=blocks)
     document = json.loads(path.read_text())

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from bench import resource_model as rm
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.config_file import load_config
 from models.zoo import DIGITS_QDQ
 from tessera import build as tb
 from tessera.cli import main
+from tessera.explore import resource_model as rm
 
 # A hand-made model (round numbers in the range of the measured ones) for the search
 # tests, so they do not move when the committed model is refitted.
@@ -32,7 +32,7 @@ def engine(rows, cols, act=4096, weight=1024):
 
 
 def record(rows, cols, act, weight, measured, family="ecp5", fmax=100.0):
-    """A sweep record as bench/sweep.py stores it, with the given measured figures."""
+    """A sweep record as tessera/explore/sweep.py stores it, with the given measured figures."""
     names = rm.REPORT_NAMES[family]
     return {"label": f"{rows}x{cols}-{act}-{weight}", "board": "ulx3s-85f", "family": family,
             "config": engine(rows, cols, act, weight).as_dict(), "fmax_mhz": fmax,
@@ -145,7 +145,7 @@ def test_committed_model_records_its_held_out_error():
     for entry in held["errors"]:
         assert entry["label"] not in held["fitted_on"]
         assert set(entry) >= {"label", "lut", "dsp", "ebr"}
-    assert _held_out_beyond_bounds(held) == [], "bench/resource_model.json"
+    assert _held_out_beyond_bounds(held) == [], "tessera/explore/resource_model.json"
     assert {entry["label"] for entry in rm.ResourceModel().document["leave_one_out"]}
 
 
@@ -165,7 +165,7 @@ def test_docs_quote_the_held_out_error_that_is_recorded():
     for figure, value in quoted.items():
         assert value == pytest.approx(entry[figure], abs=0.0005 + 1e-9), (
             f"docs/build.md quotes the held-out {figure} error as {value:+.1%}; "
-            f"bench/resource_model.json records {entry[figure]:+.2%}")
+            f"tessera/explore/resource_model.json records {entry[figure]:+.2%}")
 
 
 def test_model_without_the_family_says_what_to_do():

@@ -92,7 +92,7 @@ class _Backend:
 
 
 def _first(kind, predicate=lambda case: True):
-    from bench.soak import draw_case
+    from tessera.soak import draw_case
 
     return next(case for case in (draw_case(1, i) for i in range(400))
                 if case.kind == kind and predicate(case))
@@ -101,8 +101,8 @@ def _first(kind, predicate=lambda case: True):
 def test_the_soak_sample_rejects_refusals_within_the_limits():
     from test_soak import SIM_CONFIG, _illegitimate_refusal
 
-    from bench.soak.runner import BackendOutcome
     from sw_driver.providers.device import DeviceProvider
+    from tessera.soak.runner import BackendOutcome
 
     refused = BackendOutcome("refused", "not today")
     device = object.__new__(DeviceProvider)  # its limits only: no twin is opened

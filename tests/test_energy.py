@@ -11,13 +11,13 @@ import re
 import numpy as np
 import pytest
 
-from bench import energy_model
-from bench.energy_model import EnergyModelError
 from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.eltwise import add
 from models.requant import requantize
 from sim.energy_twin import BLOCKS, Instrumented, Memory, instrument_verilog, parse_coverage
+from tessera.energy import model as energy_model
+from tessera.energy.model import EnergyModelError
 
 #: The ULX3S-25F's default build (a 4x4 array), so the shared twin also serves
 #: ``energy_of_model`` for that board.
@@ -291,7 +291,7 @@ def test_parse_coverage_sums_per_block():
 
 @pytest.fixture(scope="module")
 def energy_run():
-    from bench.energy import EnergyRun
+    from tessera.energy.estimate import EnergyRun
 
     run = EnergyRun(CONFIG)
     yield run
@@ -390,8 +390,8 @@ def test_cli_bad_input_is_one_line(capsys, argv, message):
 
 @pytest.mark.slow
 def test_a_whole_model_through_the_driver(energy_run):
-    from bench.energy import measure_model, report
     from models.zoo import DIGITS_QDQ
+    from tessera.energy.estimate import measure_model, report
 
     activity, elsewhere = measure_model(energy_run, DIGITS_QDQ, batch=1, seed=3)
     # The digits CNN: convolutions with fused 2x2 max pools, no residual add.
@@ -406,7 +406,7 @@ def test_a_whole_model_through_the_driver(energy_run):
 
 
 def test_resources_come_from_the_build_report(tmp_path):
-    from bench.energy import resources
+    from tessera.energy.estimate import resources
 
     assert resources("ulx3s-85f", tmp_path) is None  # not built: the CLI says how to build
     (tmp_path / "ulx3s-85f").mkdir()
@@ -419,8 +419,8 @@ def test_resources_come_from_the_build_report(tmp_path):
 
 @pytest.mark.slow
 def test_energy_of_a_model_and_its_calibration_end_to_end(energy_run, tmp_path):
-    from bench.energy import board_setup, energy_of_model
     from models.zoo import DIGITS_QDQ
+    from tessera.energy.estimate import board_setup, energy_of_model
 
     assert board_setup(BOARD)[0] == CONFIG
     # A warm-up run leaves the block RAMs as both measured runs find them (see above).

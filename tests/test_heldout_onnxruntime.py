@@ -18,9 +18,9 @@ import onnx
 import pytest
 import qdq_models
 
-from bench.soak.ties import NEAR_TIE, average_pool_real, distance_from_tie
 from sw_driver import InferenceSession
 from sw_driver.providers.cpu import CPUProvider
+from tessera.soak.ties import NEAR_TIE, average_pool_real, distance_from_tie
 
 SEEDS = (0, 1, 2)
 BATCH = 4

@@ -1,6 +1,6 @@
 """Imports run one way (docs/architecture.md, "Layering"):
 
-    models → contract → hw → sim → sw_driver → bench → tessera
+    models → contract → hw → sim → sw_driver → tessera → bench
 
 A module may import its own package and the layers to its left, never one to its right;
 no two modules import each other, directly or around a loop (imports inside functions
@@ -14,8 +14,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Packages from the bottom layer up.
-LAYERS = ("models", "contract", "hw", "sim", "sw_driver", "bench", "tessera")
+#: Packages from the bottom layer up. The benchmarks are the top: they measure the product
+#: (``tessera``) and import it; nothing imports them (``tessera bench`` starts
+#: ``python -m bench``).
+LAYERS = ("models", "contract", "hw", "sim", "sw_driver", "tessera", "bench")
 #: Imports a package may not make although the layers allow them: the driver learns the
 #: hardware from the device's registers and the contract, never from its generators.
 FORBIDDEN = {
@@ -171,7 +173,7 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
     modules = project_modules()
     assert layering_violations(modules) == [
         "contract/regs.py:3: contract.regs imports sim.twin: upward import, contract is "
-        "below sim (models → contract → hw → sim → sw_driver → bench → tessera)",
+        "below sim (models → contract → hw → sim → sw_driver → tessera → bench)",
         "sw_driver/run.py:2: sw_driver.run imports hw: sw_driver may not import hw",
     ]
     graph = import_graph(modules)

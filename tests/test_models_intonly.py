@@ -407,10 +407,11 @@ def test_data_path_uses_integer_operations_only(name):
 # --- the benchmark -------------------------------------------------------------------------
 
 def test_bench_intonly_records_errors_within_the_bounds(tmp_path, monkeypatch):
-    from bench import bench_intonly, common
+    from bench import bench_intonly
+    from tessera import results
 
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
-    monkeypatch.setattr(common, "WRITTEN", [])
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "WRITTEN", [])
     path = bench_intonly.main(scale=64)
     document = json.loads(path.read_text())
     assert path.name == "intonly_error.json" and document["seed"] == bench_intonly.SEED

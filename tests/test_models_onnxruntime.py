@@ -34,12 +34,12 @@ from onnxruntime.quantization import (
 from qdq_models import CALIBRATION_BATCHES, IR_VERSION, OPSET
 
 from bench.ort_cpu import fused_int8_gemm_is_exact
-from bench.soak.ties import NEAR_TIE, average_pool_real, distance_from_tie
 from models.conv import conv2d, dense, depthwise_conv2d
 from models.eltwise import add
 from models.pool import avg_pool2d, global_avg_pool, max_pool2d
 from models.requant import activation_range, quantize_multiplier, requantize
 from sw_driver import graph as g
+from tessera.soak.ties import NEAR_TIE, average_pool_real, distance_from_tie
 
 # "fused": what onnxruntime really runs (integer kernels); "unfused": the QDQ float
 # reference (DequantizeLinear -> float op -> QuantizeLinear).
@@ -390,7 +390,7 @@ def test_avg_pool_matches_onnxruntime(case, tmp_path):
 
 
 def _avg_pool_real(xq, zx, x_scale, y_scale, kernel, stride, pads, count_include_pad):
-    """The real mean of each window in output LSB (``bench.soak.ties.average_pool_real`` on
+    """The real mean of each window in output LSB (``tessera.soak.ties.average_pool_real`` on
     the layer these parameters describe)."""
     layer = g.AveragePool("pool", ("x",), "y", kernel=(kernel, kernel), stride=(stride, stride),
                           padding=tuple(pads), count_include_pad=bool(count_include_pad),

@@ -13,7 +13,7 @@ import pytest
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.config_file import PRESETS, ConfigFileError, dumps_toml, parse_config
-from contract.regmap import pack_config, unpack_config, unpack_features
+from contract.regmap import implemented_registers, pack_config, unpack_config, unpack_features
 from sw_driver import regs
 
 SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight_depth=16,
@@ -71,3 +71,21 @@ def test_config_word_carries_each_absence_in_its_own_bit(present):
         assert getattr(regs, f"CONFIG_{name}_MASK") == 1 << bit
     assert unpack_features(word) == flags
     assert unpack_config(word) == {"rows": 2, "cols": 3, "acc_width": 32}
+
+
+def test_a_configuration_packs_and_unpacks_its_own_features():
+    for name, config in PRESETS.items():
+        word = pack_config(rows=config.rows, cols=config.cols, acc_width=config.acc_width,
+                           **config.features())
+        assert unpack_features(word) == config.features() == \
+            {field: getattr(config, field) for field in BLOCKS}, name
+
+
+@pytest.mark.parametrize("function", [
+    lambda **flags: pack_config(rows=2, cols=2, acc_width=32, **flags),
+    implemented_registers], ids=["pack_config", "implemented_registers"])
+def test_a_name_that_is_no_optional_block_is_refused(function, request):
+    caller = request.node.callspec.id
+    with pytest.raises(TypeError, match=rf"^{caller}: 'residual_ad' is not an optional block; "
+                                        rf"expected one of {', '.join(BLOCKS)}$"):
+        function(residual_ad=False)

@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import common
-from bench.ray_cluster import (
+from sw_driver import InferenceSession
+from tessera import results
+from tessera.cli import main
+from tessera.ray_cluster import (
     LOCAL,
     RayClusterError,
     actor_resources,
@@ -21,11 +23,9 @@ from bench.ray_cluster import (
     import_ray,
     parse_resources,
 )
-from bench.soak import open_backends, run_cases
-from bench.soak.ray_runner import RaySoak, chunked
-from bench.soak.tally import Tally
-from sw_driver import InferenceSession
-from tessera.cli import main
+from tessera.soak import open_backends, run_cases
+from tessera.soak.ray_runner import RaySoak, chunked
+from tessera.soak.tally import Tally
 
 try:
     import_ray()  # not a plain import: a local Ray must first be told to stay on 127.0.0.1
@@ -76,8 +76,8 @@ def test_a_cluster_address_takes_no_local_resources():
 
 
 def test_importing_the_project_does_not_import_ray():
-    code = ("import sys, sw_driver, bench.soak, bench.soak.console, bench.soak.ray_runner, "
-            "bench.ray_cluster, tessera.batch, tessera.cli\n"
+    code = ("import sys, sw_driver, tessera.soak, tessera.soak.console, tessera.soak.ray_runner, "
+            "tessera.ray_cluster, tessera.batch, tessera.cli\n"
             "tessera.cli.build_parser()\n"
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -124,7 +124,7 @@ def test_soak_on_ray_equals_the_local_run_case_for_case(ray, seed):
 
 
 def _soak_json(monkeypatch, tmp_path, argv):
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert main(["soak", *argv]) == 0
     document = json.loads((tmp_path / "soak.json").read_text())
     for varying in ("date", "wall_seconds"):

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.ray_cluster import RayClusterError, ResourceUnavailable, import_ray
 from sw_driver import InferenceSession
 from tessera.batch import MANIFEST, BatchJobError, Fault, load_shards, run_dataset, run_to_shards
 from tessera.cli import main
+from tessera.ray_cluster import RayClusterError, ResourceUnavailable, import_ray
 
 try:
     import_ray()  # not a plain import: a local Ray must first be told to stay on 127.0.0.1

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from bench import common
-from bench.ray_cluster import RayClusterError, import_ray
-from bench.soak import draw_case
-from bench.soak.golden import golden_output
 from sw_driver.providers import CPUProvider
+from tessera import results
 from tessera.cli import main
+from tessera.ray_cluster import RayClusterError, import_ray
+from tessera.soak import draw_case
+from tessera.soak.golden import golden_output
 
 try:
     import_ray()  # a local Ray must first be told to stay on 127.0.0.1
@@ -58,7 +58,7 @@ def _expected_mismatches():
 
 
 def _run(monkeypatch, tmp_path, *extra):
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert main([*ARGV, *extra]) == 1  # mismatches found: exit status 1
     document = json.loads((tmp_path / "soak_seeds.json").read_text())
     return document

@@ -18,8 +18,8 @@ import httpx2
 import numpy as np
 import pytest
 
-from bench.ray_cluster import LOCAL, ResourceUnavailable, connect, parse_resources
 from sw_driver import InferenceSession
+from tessera.ray_cluster import LOCAL, ResourceUnavailable, connect, parse_resources
 from tessera.serve import load_config
 from tessera.serve.on_ray import deploy, replica_config, replica_options
 from tests.serve_helpers import (

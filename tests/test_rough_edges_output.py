@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from bench.serve_load import TenantLoad, _Record, run_load, summarize
 from tessera import cli
+from tessera.serve.loadgen import TenantLoad, _Record, run_load, summarize
 from tessera.tables import WIDTH, loadtest_notes, loadtest_table, short_reason
 from tests.serve_helpers import write_config
 

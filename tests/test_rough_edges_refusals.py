@@ -6,7 +6,7 @@
 - The "opencl" provider accepts Softmax and runs it on the host with the CPU provider's
   code; the profile and ``docs/opencl.md`` say so, and the docs list the float operators it
   does refuse as the code does.
-- The default ULX3S-85F build's fmax is recorded once (``bench/board_builds.json``); the
+- The default ULX3S-85F build's fmax is recorded once (``tessera/explore/board_builds.json``); the
   resource model predicts it within 15 %, and the README and docs quote that figure.
 """
 
@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from fake_device import Registers
 
-from bench import resource_model as rm
 from hw.bitstream import default_config
 from sw_driver import InferenceSession
 from sw_driver import graph as g
@@ -28,6 +27,7 @@ from sw_driver.providers import opencl as opencl_module
 from sw_driver.providers.device import engine_refusal
 from sw_driver.providers.sim import DEFAULT_CONFIG
 from tessera import build as tb
+from tessera.explore import resource_model as rm
 
 ROOT = Path(__file__).resolve().parents[1]
 VIT_QDQ = ROOT / "models" / "zoo" / "vit_qdq.onnx"
@@ -142,7 +142,7 @@ def test_resource_model_predicts_the_default_build():
     predicted = rm.ResourceModel().predict(default_config(board), "ecp5")["fmax_mhz"]
     assert abs(predicted - measured) <= FMAX_TOLERANCE * measured, (
         f"{board} default 8x8: predicted {predicted} MHz, measured {measured} MHz "
-        f"(bench/board_builds.json); tolerance {FMAX_TOLERANCE:.0%}")
+        f"(tessera/explore/board_builds.json); tolerance {FMAX_TOLERANCE:.0%}")
 
 
 @pytest.mark.parametrize("doc", QUOTING_DOCS)

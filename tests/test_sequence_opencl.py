@@ -116,10 +116,11 @@ def test_bench_records_rates_agreement_and_placement(tmp_path, monkeypatch):
     # The benchmark at a token size (one short repeat, batch 2): what it writes, not speed.
     import json
 
-    from bench import bench_sequence_opencl, common
+    from bench import bench_sequence_opencl
+    from tessera import results
 
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
-    monkeypatch.setattr(common, "WRITTEN", [])
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "WRITTEN", [])
     path = bench_sequence_opencl.main(batches=(2,), repeats=1, min_seconds=0.001)
     document = json.loads(path.read_text())
     values = {m["name"]: m["value"] for m in document["metrics"]}

@@ -3,8 +3,9 @@ phases of a pass, what each event moves, the errors a start can raise, aborts.""
 
 from amaranth.sim import Simulator
 
-from contract.regmap import ERROR_CODES, OPCODES
-from hw.sequencer import CommandSequencer, Phase
+from contract.descriptor import DESCRIPTOR_FIELDS
+from contract.regmap import ERROR_CODES, OPCODES, by_name
+from hw.sequencer import COMMAND_FIELDS, CommandSequencer, Phase, command_layout
 
 BAD_OPCODE = ERROR_CODES["BAD_OPCODE"][0]
 BAD_DESCRIPTOR = ERROR_CODES["BAD_DESCRIPTOR"][0]
@@ -13,6 +14,19 @@ FORCED = ERROR_CODES["FORCED"][0]
 GOOD_CONV = dict(opcode=OPCODES["CONV"], load_params=2, load_weights=5, load_act=9,
                  col_tiles=2, pixel_groups=1, in_channels=2, kernel_w=1, kernel_h=1,
                  pool_width=4, pool_height=4, pool_frames=1, stream_beats=0)
+
+
+def test_each_command_field_names_a_register_the_host_writes():
+    """The top wires the command from :data:`COMMAND_FIELDS` alone: each source is an RW
+    register of the map no wider than its field, or a field of the engine's descriptor."""
+    registers, descriptor = by_name(), {name for name, *_ in DESCRIPTOR_FIELDS}
+    for name, (bits, register) in COMMAND_FIELDS.items():
+        if register is None:
+            assert name in descriptor, name
+        else:
+            assert registers[register].access == "RW", (name, register)
+            assert registers[register].stored_mask.bit_length() <= bits, (name, register)
+    assert list(command_layout().members) == list(COMMAND_FIELDS)
 
 
 def run(bench):

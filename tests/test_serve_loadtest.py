@@ -1,14 +1,14 @@
-"""`tessera loadtest` and the load generator behind it (bench/serve_load.py): parsing, the
+"""`tessera loadtest` and the load generator behind it (tessera/serve/loadgen.py): parsing, the
 loopback rule, the per-tenant figures, and a short bounded load against a live server."""
 
 import json
 
 import pytest
 
-from bench.serve_load import TenantLoad, _Record, check_loopback, server_counts, summarize
 from tessera.cli import main
 from tessera.serve import load_config
 from tessera.serve.app import create_app
+from tessera.serve.loadgen import TenantLoad, _Record, check_loopback, server_counts, summarize
 from tessera.serve.loadtest import parse_load, run_loadtest
 from tests.serve_helpers import running, write_config
 

@@ -1,9 +1,9 @@
-"""The load test's plot (bench/serve_plot.py): the bars come from the summaries, and the
+"""The load test's plot (tessera/serve/plot.py): the bars come from the summaries, and the
 PNG is written."""
 
 import pytest
 
-from bench.serve_plot import plot_tenants, series
+from tessera.serve.plot import plot_tenants, series
 
 
 def _summary(tenant, p50, slo_ms=None, attainment=None, answered=10.0, goodput=None):

@@ -254,10 +254,11 @@ def test_tessera_run_sequence_mode_integer(capsys):
 def test_bench_intonly_accuracy_records_the_three_accuracies(tmp_path, monkeypatch):
     import json
 
-    from bench import bench_intonly_accuracy, common
+    from bench import bench_intonly_accuracy
+    from tessera import results
 
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
-    monkeypatch.setattr(common, "WRITTEN", [])
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "WRITTEN", [])
     path = bench_intonly_accuracy.main(models=("vit", "rowgru"), repeats=1)
     document = json.loads(path.read_text())
     assert path.name == "intonly_accuracy.json" and document["samples"] == 450

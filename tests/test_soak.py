@@ -14,18 +14,18 @@ import numpy as np
 import pytest
 from conftest import SESSION_SEED
 
-from bench import common
-from bench.soak import KINDS, draw_case, open_backends, repro_command, run_case
-from bench.soak.backends import BACKENDS
-from bench.soak.onnx_reference import check_model, qdq_model
-from bench.soak.tally import Tally
 from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import K_MAX_WRAP_FREE
 from models.pool import WINDOW_MAX
 from sw_driver import graph as g
 from sw_driver.importer import import_model
 from sw_driver.providers.device import DeviceProvider
+from tessera import results
 from tessera.cli import main
+from tessera.soak import KINDS, draw_case, open_backends, repro_command, run_case
+from tessera.soak.backends import BACKENDS
+from tessera.soak.onnx_reference import check_model, qdq_model
+from tessera.soak.tally import Tally
 
 SAMPLE = 200
 CHUNKS = 4  # the sample in four tests, so that pytest-xdist can spread it
@@ -222,7 +222,7 @@ class _WrongBackend:
         return "no Add here" if case.layer.op == "Add" else None
 
     def run(self, case):
-        from bench.soak.golden import golden_output
+        from tessera.soak.golden import golden_output
 
         y = golden_output(case).copy()
         y.reshape(-1)[0] ^= 1
@@ -265,7 +265,7 @@ class _TiesUpBackend:
         import models.eltwise
         import models.pool
         import models.requant
-        from bench.soak.golden import golden_output
+        from tessera.soak.golden import golden_output
 
         with self.monkeypatch.context() as patch:
             for module in (models.requant, models.pool, models.eltwise):
@@ -300,7 +300,7 @@ def test_bad_arguments_are_named(argv, named, capsys):
 
 
 def test_the_soak_writes_its_json(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert main(["soak", "--seed", "3", "--count", "12", "--backends", "cpu"]) == 0
     assert "0 mismatches" in capsys.readouterr().out
     document = json.loads((tmp_path / "soak.json").read_text())

@@ -210,9 +210,10 @@ def test_queue_models_on_known_arrivals():
 def test_bench_record_shape(tmp_path, monkeypatch):
     import json
 
-    from bench import bench_spatial, common
+    from bench import bench_spatial
+    from tessera import results
 
-    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
     path = bench_spatial.main(["--no-synth", "--requests", "300"])
     record = json.loads(path.read_text())
     assert record["benchmark"] == "spatial" and path.name == "spatial.json"

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from bench import sweep
 from contract.config import ArrayConfig, ConvEngineConfig
+from tessera.explore import sweep
 
 
 def engine(rows, cols, act=4096, weight=1024):
@@ -52,7 +52,7 @@ def test_job_key_is_a_stable_content_hash():
     job = sweep.SweepJob("ulx3s-85f", engine(4, 4))
     key = sweep.job_key(job, sources="fixed")
     # The same inputs give the same key in another process (no hash randomisation).
-    script = ("from bench import sweep; from contract.config import *; "
+    script = ("from tessera.explore import sweep; from contract.config import *; "
               "print(sweep.job_key(sweep.SweepJob('ulx3s-85f', ConvEngineConfig("
               "array=ArrayConfig(rows=4, cols=4), act_depth=4096, weight_depth=1024)), "
               "sources='fixed'))")
@@ -128,7 +128,8 @@ def test_ray_runner_is_chosen_by_the_flag_and_imports_no_ray():
     assert isinstance(runner, sweep.RayRunner) and runner.address == "10.0.0.1:6379"
     assert sweep.make_runner(parser.parse_args(["--ray"])).address is None
     assert sweep.make_runner(parser.parse_args(["--jobs", "3"])).workers == 3
-    script = ("import sys, argparse; from bench import sweep; p = argparse.ArgumentParser(); "
+    script = ("import sys, argparse; from tessera.explore import sweep; "
+              "p = argparse.ArgumentParser(); "
               "sweep.add_arguments(p); sweep.make_runner(p.parse_args(['--ray'])); "
               "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

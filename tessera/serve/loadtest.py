@@ -3,14 +3,14 @@
 The tokens, models and SLOs come from the same TOML file the server reads, so a load test
 needs no second description of the tenants; each answer is checked bit for bit against a
 direct ``InferenceSession.run`` of the model file on the same input. The traffic itself is
-:mod:`bench.serve_load` (shared with ``bench/bench_serve.py``): loopback only, bounded in
+:mod:`tessera.serve.loadgen` (shared with ``bench/bench_serve.py``): loopback only, bounded in
 requests and seconds; each tenant's traffic comes from its own process.
 """
 
 import numpy as np
 
-from bench.serve_load import TenantLoad, check_loopback, get_json, run_load, summarize
 from sw_driver import InferenceSession
+from tessera.serve.loadgen import TenantLoad, check_loopback, get_json, run_load, summarize
 
 from .config import ServeConfigError
 

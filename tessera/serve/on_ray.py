@@ -7,7 +7,7 @@ fallback), wrapped with ``@serve.ingress``; Ray Serve's HTTP proxy, on the head 
 and on the configuration's loopback host and port, spreads requests over the replicas.
 
 Replicas are placed by the same Ray resources as ``run-dataset``'s actors
-(:data:`bench.ray_cluster.DEVICE_RESOURCES`): a replica asks for one CPU plus one unit of
+(:data:`tessera.ray_cluster.DEVICE_RESOURCES`): a replica asks for one CPU plus one unit of
 the resource of each configured device that drives hardware (``fpga_pcie``, a Ray GPU...),
 so it lands only on a node offering them all. A tenant's rate and burst are split evenly
 over the replicas (each replica keeps its own token buckets), so the cluster as a whole
@@ -21,7 +21,7 @@ import math
 import signal
 import threading
 
-from bench.ray_cluster import DEVICE_RESOURCES, GPU, RayClusterError, require_resources
+from tessera.ray_cluster import DEVICE_RESOURCES, GPU, RayClusterError, require_resources
 
 from .config import ServeConfigError
 
@@ -101,9 +101,9 @@ def deploy(ray, config, *, replicas=1, port=None):
 
     Raises
     ------
-    bench.ray_cluster.ResourceUnavailable
+    tessera.ray_cluster.ResourceUnavailable
         The cluster cannot place that many replicas: refused before anything starts.
-    bench.ray_cluster.RayClusterError
+    tessera.ray_cluster.RayClusterError
         A replica failed to start (Ray Serve's message, on one line).
     """
     from ray import serve
@@ -131,7 +131,7 @@ def deploy(ray, config, *, replicas=1, port=None):
 def serve_on_ray(config, address, *, replicas=1, port=None, say=print):
     """``tessera serve --ray``: deploy, then serve until SIGTERM or Ctrl-C, then shut Ray
     Serve down (replicas finish their admitted requests) and leave the cluster; 0."""
-    from bench.ray_cluster import connect
+    from tessera.ray_cluster import connect
 
     with connect(address) as ray:
         from ray import serve

@@ -14,9 +14,9 @@ bench there.
 Three batch bounds while A is active: ``none`` (priority and deadlines only, batches up to
 ``max_batch``), ``median`` (the rule before: a batch's median prediction within the SLO
 less its margin and less A's own one-image run) and ``tail`` (the rule now,
-:meth:`Admission.batch_limit`). ``python -m tessera.serve.simulate`` prints the figures of
-the bench's two models as JSON (the bench runs it that way: ``bench`` may not import
-``tessera``).
+:meth:`Admission.batch_limit`). :func:`scheduler_figures` gives the figures of the bench's
+two models (``bench/bench_serve.py`` records them); ``python -m tessera.serve.simulate``
+prints them as JSON.
 """
 
 import asyncio
@@ -30,7 +30,7 @@ import numpy as np
 from .admission import SLO_MARGIN, Admission
 from .config import DeviceConfig, TenantConfig
 
-__all__ = ["MODELS", "RULES", "simulate"]
+__all__ = ["MODELS", "RULES", "scheduler_figures", "simulate"]
 
 RULES = ("none", "median", "tail")
 #: Modelled run times (seconds: fixed, per image) of the bench's models on the CPU provider,
@@ -152,7 +152,10 @@ REQUESTS_A = 4000
 SIGMAS = (0.1, 0.35)
 
 
-def main():
+def scheduler_figures():
+    """:func:`simulate` per model of :data:`MODELS`, jitter of :data:`SIGMAS` and rule of
+    :data:`RULES` (seed 14, :data:`REQUESTS_A` of tenant A's requests each): a list of
+    ``{"model": name, **figures}``."""
     results = []
     for name, (base, per_image) in MODELS.items():
         capacity = 16 / (base + per_image * 16)
@@ -161,7 +164,11 @@ def main():
                 results.append({"model": name, **simulate(
                     rule, base=base, per_image=per_image, sigma=sigma, seed=14,
                     seconds=REQUESTS_A / (0.2 * capacity))})
-    print(json.dumps(results, indent=1))
+    return results
+
+
+def main():
+    print(json.dumps(scheduler_figures(), indent=1))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The load test's picture: per tenant and phase, latency p50 / p99 / p99.9 against its SLO,
 and goodput beside throughput (``bench/bench_serve.py`` and ``tessera loadtest --plot``).
 
-Input is what :func:`bench.serve_load.summarize` returns, grouped by phase; matplotlib is
-imported only when a plot is drawn (it is a bench dependency, not a runtime one).
+Input is what :func:`tessera.serve.loadgen.summarize` returns, grouped by phase; matplotlib
+is imported only when a plot is drawn (the optional ``plot`` extra, not a runtime dependency).
 """
 
 __all__ = ["plot_tenants", "series"]

@@ -14,7 +14,7 @@ its module in ``TESSERA_SOAK_PROVIDERS`` (:func:`~.backends.load_plugins`); the 
 that variable to their workers, so a cluster node loads it as the local run does.
 
 This module imports no Ray: :class:`RaySoak` is handed the ``ray`` module that
-:func:`bench.ray_cluster.connect` imported.
+:func:`tessera.ray_cluster.connect` imported.
 """
 
 import os
@@ -95,7 +95,7 @@ def chunked(indices, cpus, seeds=1):
 
 
 class RaySoak:
-    """Soak cases as Ray tasks on an initialized Ray (:func:`bench.ray_cluster.connect`).
+    """Soak cases as Ray tasks on an initialized Ray (:func:`tessera.ray_cluster.connect`).
 
     Parameters
     ----------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import energy_model
+from . import model as energy_model
 
 #: Cycles a pass may take on the energy twin before it is reported hung.
 CYCLE_BUDGET = 20_000_000
@@ -19,7 +19,7 @@ CYCLE_BUDGET = 20_000_000
 
 def board_setup(board):
     """``(ConvEngineConfig, clock in MHz)`` of ``board``'s default build
-    (``hw.bitstream``), or an :class:`~bench.energy_model.EnergyModelError` listing the
+    (``hw.bitstream``), or an :class:`~tessera.energy.model.EnergyModelError` listing the
     boards."""
     from hw.bitstream import DEFAULT_CLOCK_MHZ, KNOWN_BOARDS, default_config
 

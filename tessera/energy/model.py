@@ -8,7 +8,7 @@
 
 Every figure this module produces is an ESTIMATE: no open power model of ECP5 or iCE40
 exists, the default coefficients are order-of-magnitude assumptions (their reasoning is in
-``bench/energy_coefficients.json`` and ``docs/energy.md``), and a user with a board and a
+``tessera/energy/energy_coefficients.json`` and ``docs/energy.md``), and a user with a board and a
 power meter replaces them with :func:`calibrate`. The arithmetic here is plain Python (no
 simulator), so it is tested on fixed counts.
 """

@@ -4,7 +4,7 @@ Each configuration is a pure function of ``(seed, index)`` (:mod:`.cases`); it i
 the golden models (:mod:`.golden`, the reference), every provider (:mod:`.backends`) and
 onnxruntime's unoptimized QDQ graph (:mod:`.onnx_reference`); :mod:`.runner` compares,
 :mod:`.tally` counts and :mod:`.console` shows progress, the summary and writes
-``bench/results/soak.json``. Not a ``bench_*`` module: ``make bench`` does not run it
+``bench/results/soak.json``. Not a benchmark: ``make bench`` does not run it
 (10**4 configurations take tens of minutes); ``make test`` runs a 200-case sample
 (``tests/test_soak.py``). See ``docs/soak.md``.
 """

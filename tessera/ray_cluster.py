@@ -1,7 +1,7 @@
 """Connecting to Ray for the long-running commands (``--ray [ADDRESS]``; ``docs/ray.md``).
 
 Ray is an optional extra (``pip install .[ray]``): nothing imports it until
-:func:`connect` is called, so ``import bench`` or ``tessera`` without ``--ray`` never
+:func:`connect` is called, so importing ``tessera`` or running it without ``--ray`` never
 loads it. Without an address :func:`connect` starts a local Ray bound to 127.0.0.1 only;
 with one it joins that cluster after checking, within :data:`CONNECT_TIMEOUT` seconds, that
 something answers there (``ray.init`` itself retries an unreachable address for minutes).

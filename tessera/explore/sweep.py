@@ -14,9 +14,9 @@ process pool (:class:`LocalRunner`, up to the core count) or as Ray tasks
 The results go to ``bench/results/sweep.json`` (one entry per job: fmax, LUT/FF/DSP/EBR
 used and available, peak GOP/s = 2·R·C·fmax, wall times, the log folder) and a plot,
 ``bench/results/sweep.png``. The same results calibrate the resource model
-(``bench/resource_model.py``, ``--fit``).
+(``tessera/explore/resource_model.py``, ``--fit``).
 
-Usage: ``python -m bench.sweep [--sizes 2x2,4x4,8x8] [--boards ulx3s-85f,icebreaker]
+Usage: ``python -m tessera.explore.sweep [--sizes 2x2,4x4,8x8] [--boards ulx3s-85f,icebreaker]
 [--jobs N] [--ray [ADDRESS]] [--fit]``
 """
 
@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.common import metric, write_results
 from contract.config import ArrayConfig, ConvEngineConfig
+from tessera.results import metric, write_results
 
 from .resource_model import RESULT_NAME, SWEEP_BUILD
 
@@ -265,13 +265,13 @@ class LocalRunner:
 class RayRunner:
     """Runs the same jobs as Ray tasks, each declaring :data:`TASK_CPUS` and
     :data:`TASK_MEMORY`: a local Ray (``address`` None) or the cluster at ``HOST:PORT``
-    (``bench.ray_cluster.connect``; the sources must be the same on every node)."""
+    (``tessera.ray_cluster.connect``; the sources must be the same on every node)."""
 
     def __init__(self, address=None):
         self.address = address
 
     def run(self, function, specs, **kwargs):
-        from bench import ray_cluster
+        from tessera import ray_cluster
 
         with ray_cluster.connect(self.address or ray_cluster.LOCAL) as ray:
             task = ray.remote(num_cpus=TASK_CPUS, memory=TASK_MEMORY)(function)
@@ -441,7 +441,7 @@ def make_runner(args):
 
 
 def add_arguments(parser):
-    """The sweep's options (shared by ``python -m bench.sweep`` and ``tessera sweep``)."""
+    """The sweep's options (shared by ``python -m tessera.explore.sweep`` and ``tessera sweep``)."""
     parser.add_argument("--sizes", default=",".join(f"{r}x{c}" for r, c in DEFAULT_SIZES),
                         help="array sizes RxC, comma-separated (default: %(default)s)")
     parser.add_argument("--boards", default=",".join(DEFAULT_BOARDS),
@@ -457,7 +457,7 @@ def add_arguments(parser):
     parser.add_argument("--cached-only", action="store_true",
                         help="build nothing: report the configurations already built")
     parser.add_argument("--fit", action="store_true",
-                        help="refit bench/resource_model.json from the sweep's builds")
+                        help="refit tessera/explore/resource_model.json from the sweep's builds")
 
 
 def main(argv=None, say=print):

@@ -2,7 +2,7 @@
 
 Every mismatch is printed the moment it is found, with the one-line command that
 reproduces it; ``--only`` runs chosen cases and prints each in full. The results go to
-``bench/results/soak.json`` (:func:`bench.common.write_results`): counts per layer kind
+``bench/results/soak.json`` (:func:`tessera.results.write_results`): counts per layer kind
 and backend, refusal reasons, onnxruntime differences, and the metric ``soak_mismatches``.
 """
 
@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from bench.common import metric, write_results
+from tessera.results import metric, write_results
 
 from .backends import open_backends, parse_backends
 from .runner import repro_command, run_cases
@@ -160,7 +160,7 @@ def _metrics(tally, seconds):
 def _start_on_ray(console, stack, address, seed, indices, names, use_onnxruntime,
                   sim_config=None):
     """(backend infos, None, a function of a progress callback yielding the results)."""
-    from bench.ray_cluster import LOCAL, connect
+    from tessera.ray_cluster import LOCAL, connect
 
     from .ray_runner import RaySoak
 
@@ -225,7 +225,7 @@ def soak_command(console, *, seed, count, only=None, backends=None, use_onnxrunt
         Comma-separated provider names (None: all).
     use_onnxruntime : bool
     ray : str or None
-        Run the cases as Ray tasks (:mod:`.ray_runner`): :data:`bench.ray_cluster.LOCAL`
+        Run the cases as Ray tasks (:mod:`.ray_runner`): :data:`tessera.ray_cluster.LOCAL`
         starts a local Ray, ``HOST:PORT`` joins a cluster; None runs them here.
     sim_config : contract.config.ConvEngineConfig or None
         The engine the "sim" backend's twin is built for (``--config``; None: its default).
@@ -234,7 +234,7 @@ def soak_command(console, *, seed, count, only=None, backends=None, use_onnxrunt
     ------
     ValueError
         A bad argument; the message names it.
-    bench.ray_cluster.RayClusterError
+    tessera.ray_cluster.RayClusterError
         Ray is not installed or the cluster cannot be reached.
     """
     _check_integer("--seed", seed, 0)

@@ -5,8 +5,8 @@ flip-flops, multipliers (DSP) and block RAMs (EBR) that nextpnr reports for the 
 build (:func:`hw.bitstream.build_bitstream`: the accelerator behind its UART bridge and
 PLL), and the fmax nextpnr achieves. Each figure is a linear formula in features of the
 configuration whose coefficients are fitted by least squares on the sweep's builds
-(``bench/sweep.py``) and kept, with the runs they were fitted on, in
-``bench/resource_model.json``:
+(``tessera/explore/sweep.py``) and kept, with the runs they were fitted on, in
+``tessera/explore/resource_model.json``:
 
 - ``lut``, ``ff``: ``a + b·R·C + c·(R + C)``: per-PE logic (accumulator, skew registers),
   per-row and per-column logic (buffers' address paths, requantizer lanes), and the fixed
@@ -20,14 +20,14 @@ configuration whose coefficients are fitted by least squares on the sweep's buil
   array's side.
 
 The runs are the sweep's builds and the board builds recorded in
-``bench/board_builds.json`` (``make bitstream`` builds, the latest per board and
+``tessera/explore/board_builds.json`` (``make bitstream`` builds, the latest per board and
 configuration: the one record of the default builds' fmax that the docs quote); a board
 build replaces any sweep build of the same board and configuration. Which runs fit and
 which are held out is recorded, with the held-out error, so the model's accuracy is a
 measured figure (``docs/build.md``).
 
-Usage: ``python -m bench.resource_model --fit`` refits from ``build/sweep`` results and the
-board builds.
+Usage: ``python -m tessera.explore.resource_model --fit`` refits from ``build/sweep`` results
+and the board builds.
 """
 
 import dataclasses
@@ -42,7 +42,7 @@ MODEL_PATH = Path(__file__).resolve().parent / "resource_model.json"
 #: Board builds measured outside the sweep, in the sweep's record format (see the module
 #: docstring).
 BOARD_BUILDS_PATH = Path(__file__).resolve().parent / "board_builds.json"
-#: Where the sweep's builds are and what each one's record is called (``bench.sweep``).
+#: Where the sweep's builds are and what each one's record is called (``tessera.explore.sweep``).
 SWEEP_BUILD = Path("build") / "sweep"
 RESULT_NAME = "result.json"
 
@@ -133,7 +133,7 @@ def _param_table_blocks(config, family):
 
 
 def measured_figures(record):
-    """``{figure: value}`` of a sweep record (``bench.sweep``), in the model's names."""
+    """``{figure: value}`` of a sweep record (``tessera.explore.sweep``), in the model's names."""
     names = REPORT_NAMES[record["family"]]
     figures = {key: record["resources"][name]["used"] for key, name in names.items()
                if name in record["resources"]}
@@ -185,7 +185,7 @@ def _config_of(record):
 
 
 def board_builds(path=BOARD_BUILDS_PATH):
-    """The recorded board builds (``bench/board_builds.json``), as sweep records."""
+    """The recorded board builds (``tessera/explore/board_builds.json``), as sweep records."""
     return json.loads(Path(path).read_text())["builds"]
 
 
@@ -228,8 +228,8 @@ def predict_with(coefficients, config, family):
     if family not in coefficients:
         raise ModelError(f"the resource model has no coefficients for {family!r} (fitted: "
                          f"{', '.join(sorted(coefficients)) or 'none'}); run `make sweep` "
-                         f"with a board of that family, then `python -m bench.resource_model "
-                         f"--fit`")
+                         f"with a board of that family, then "
+                         f"`python -m tessera.explore.resource_model --fit`")
     f = features(config, family)
     out = {}
     for figure, coef in coefficients[family].items():
@@ -259,7 +259,7 @@ def relative_errors(coefficients, records):
 
 
 class ResourceModel:
-    """The fitted model (coefficients from ``bench/resource_model.json`` by default).
+    """The fitted model (coefficients from ``tessera/explore/resource_model.json`` by default).
 
     Parameters
     ----------
@@ -271,7 +271,7 @@ class ResourceModel:
         if document is None:
             if not MODEL_PATH.exists():
                 raise ModelError(f"{MODEL_PATH} is missing; run `make sweep` and "
-                                 f"`python -m bench.resource_model --fit`")
+                                 f"`python -m tessera.explore.resource_model --fit`")
             document = json.loads(MODEL_PATH.read_text())
         self.document = document
         self.coefficients = document["coefficients"]
@@ -318,7 +318,7 @@ def fit_document(records, held_out=()):
     relative error on them (the model's measured accuracy)."""
     good = [r for r in records if "error" not in r]
     document = {
-        "about": "bench/resource_model.py: linear resource and clock-period model of the "
+        "about": "tessera/explore/resource_model.py: linear resource and clock-period model of the "
                  "whole accelerator's board build, fitted by least squares on the runs below",
         "features": {k: list(v) for k, v in FEATURES.items()},
         "coefficients": fit(good),

@@ -15,7 +15,7 @@ import onnxruntime
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from bench.common import metric, write_results
+from tessera.results import metric, write_results
 
 from .backends import open_backends, parse_backends
 from .console import _check_integer, _say, parse_only
@@ -45,7 +45,7 @@ def _local(seeds, count, names, use_onnxruntime, console, sim_config=None):
 
 
 def _on_ray(console, stack, address, seeds, count, names, use_onnxruntime, sim_config=None):
-    from bench.ray_cluster import LOCAL, connect
+    from tessera.ray_cluster import LOCAL, connect
 
     from .ray_runner import RaySoak
 
@@ -114,7 +114,7 @@ def seeds_command(console, *, seeds, count, backends=None, use_onnxruntime=True,
     ------
     ValueError
         A bad argument; the message names it.
-    bench.ray_cluster.RayClusterError
+    tessera.ray_cluster.RayClusterError
         Ray is not installed or the cluster cannot be reached.
     """
     seeds = parse_only(seeds, option="--seeds")
