@@ -1,6 +1,6 @@
-"""How batch inference scales over CPU workers on a simulated 3-node Ray cluster (issue 15).
+"""How batch inference scales over CPU workers on a simulated 3-node Ray cluster.
 
-Issue 15's target: throughput with W CPU workers within 80 % of W times that of one, up to
+The target: throughput with W CPU workers within 80 % of W times that of one, up to
 the cores available, results bit-exact with a single-process run and in order. This
 machine has 2 cores, so W is 1 and 2, each a Ray node of one CPU beside a head node that
 offers none (``ray.cluster_utils.Cluster``, every node on 127.0.0.1, as in
@@ -63,7 +63,7 @@ BATCH = 256
 SAMPLES = 120 * BATCH
 WORKERS = (1, 2)
 REPEATS = 5
-#: Issue 15: throughput within 80 % of linear in the number of workers.
+#: Target: throughput within 80 % of linear in the number of workers.
 TARGET_EFFICIENCY = 0.8
 #: Object store of each simulated node: the input (about 380 MB as Ray Data rows) lives
 #: in the head's, where the driver puts it.

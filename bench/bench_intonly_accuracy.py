@@ -6,7 +6,7 @@ float model (onnxruntime), of the QDQ model in Tessera's ORT-compatible mode and
 integer-only mode (``InferenceSession(..., sequence_mode=...)`` on the CPU provider, the
 golden model), the top-1 agreement of the integer mode with the ORT mode and with the float
 model, and how many layers each semantics covers. The target of the integer mode is the
-float accuracy minus one point (issue 16). The row GRU's recurrent op stays float in its QDQ
+float accuracy minus one point. The row GRU's recurrent op stays float in its QDQ
 file (onnxruntime's quantizer has no GRU rule), so both modes give it the same numbers; the
 record says so rather than leave it out. Images per second of both modes are recorded
 beside each other (same run, same provider) for what the integer nonlinearities cost on a
@@ -68,7 +68,7 @@ def _model_metrics(key, x, y, repeats):
                peer_value=acc["float"]),
         metric(f"{key}_integer_mode_accuracy", acc["integer"], "fraction", peer="float",
                peer_value=acc["float"], target=round(acc["float"] - 0.01, 5),
-               note="target: within 1 point of float (issue 16)"),
+               note="target: within 1 point of float"),
         metric(f"{key}_integer_vs_ort_top1_agreement",
                round(float(np.mean(int_out.argmax(1) == ort_out.argmax(1))), 5), "fraction"),
         metric(f"{key}_integer_vs_float_top1_agreement",

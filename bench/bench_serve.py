@@ -1,4 +1,4 @@
-"""``tessera serve`` under load (issue 14): batching gain, two tenants at twice capacity,
+"""``tessera serve`` under load: batching gain, two tenants at twice capacity,
 soft isolation, and the latency predictor's error; writes ``bench/results/serve.json``.
 
 The server runs as a child process (``tessera serve`` on 127.0.0.1, an ephemeral port) and

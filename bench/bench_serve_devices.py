@@ -1,4 +1,4 @@
-"""`tessera serve` on the Verilator twin and on OpenCL (issue 14): the two-tenant flood of
+"""`tessera serve` on the Verilator twin and on OpenCL: the two-tenant flood of
 ``bench/bench_serve.py`` with the digits CNN on a ``twin`` device (providers "sim", then
 "cpu") and on an ``opencl`` device (PoCL here; "opencl", then "cpu"), and the latency
 predictor's error on each (targets: p95 within 10 % on the twin, 25 % on OpenCL).
@@ -38,7 +38,7 @@ from tessera.serve.plot import plot_tenants
 #: layers it declines.
 DEVICES = {"twin": {"device": "twin", "providers": ("sim", "cpu")},
            "opencl": {"device": "opencl", "providers": ("opencl", "cpu")}}
-#: Issue 14's targets for the predictor's p95 error.
+#: Targets for the predictor's p95 error.
 PREDICTOR_TARGETS = {"twin": 0.10, "opencl": 0.25}
 
 

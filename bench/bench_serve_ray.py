@@ -1,4 +1,4 @@
-"""``tessera serve`` against ``tessera serve --ray`` (issue 15): what Ray Serve's proxy and
+"""``tessera serve`` against ``tessera serve --ray``: what Ray Serve's proxy and
 replicas cost on one machine; writes ``bench/results/serve_ray.json``.
 
 The same config (the digits CNN on the CPU provider, one device worker, ``max_batch`` 1)

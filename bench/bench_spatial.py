@@ -1,4 +1,4 @@
-"""Spatial vs temporal sharing of one FPGA between two tenants (issue 14).
+"""Spatial vs temporal sharing of one FPGA between two tenants.
 
 Two ways to give two tenants one ECP5-85F-class device, for the digits CNN
 (``models/zoo/digits_qdq.onnx``):

@@ -6,7 +6,7 @@ writes ``bench/results/synth.json``: MULT18X18D, LUT4, TRELLIS_FF and DP16KD of 
 top and of each block (the systolic array, the post-processing bank that requantizes and
 adds, the max pool, the convolution engine around the array), and
 ``postprocess_dsp_fraction``, the
-MULT18X18D outside the array over those inside it (issue 11's target: at most 0.25, so the
+MULT18X18D outside the array over those inside it (target: at most 0.25, so the
 8x8 top fits an ECP5-85F's 156 with the multipliers going to the array).
 
 A block's figure is the sum over its module and every module below it in the hierarchy

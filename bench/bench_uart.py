@@ -1,4 +1,4 @@
-"""The UART host link's protocol overhead on a digits inference (issue 12's target: framing,
+"""The UART host link's protocol overhead on a digits inference (target: framing,
 CRC and acknowledgements at most 10% of the wire at 3 Mbaud).
 
 The digits CNN runs on the serial twin (the bridge RTL inside the Verilator model, bytes

@@ -33,7 +33,7 @@ from sw_driver.providers.sim import DEFAULT_CONFIG, SimProvider
 #: --config`` replaces it).
 CONFIG = DEFAULT_CONFIG
 SEED = 11
-#: Issue 11's targets.
+#: Targets: utilization of the array per layer kind and model, and the cycle model's error.
 TARGETS = {"whole_layer_utilization_3x3": 0.85, "whole_layer_utilization_1x1": 0.60,
            "whole_layer_utilization_depthwise": 0.50, "whole_model_utilization": 0.75,
            "cycle_model_error": 0.05}

@@ -1,4 +1,4 @@
-"""Spatial sharing (issue 14): several accelerator instances on one FPGA.
+"""Spatial sharing: several accelerator instances on one FPGA.
 
 The facts the hardware (``hw/multi_top.py``), the serving configuration
 (``tessera/serve/config.py``) and the docs share: how many instances one device may hold

@@ -240,7 +240,7 @@ class ConvEngine(wiring.Component):
         # ``beats.valid``), so no pointer comparison sits in front of its ``ready``.
         # Between the generator and the read stage, a skid buffer: the generator's lanes
         # (hundreds of flip-flops) move on its registered ready, not on the array's stall
-        # handshake through the read stage (the 8x8 board build's critical path, issue 12).
+        # handshake through the read stage (the 8x8 ECP5 board build's critical path).
         # It costs one cycle per pass (cycle_model.PASS_LATENCY_CYCLES).
         beats = skid_after(m, "beat_skid", addrgen.beats, registered=cfg.pipelined)
         beat = beats.payload
@@ -292,7 +292,7 @@ class ConvEngine(wiring.Component):
         # Both of the bank's outputs leave through a skid buffer: their consumers (the
         # pool, the output writer) are chosen by the sequencer's phase, and the bank's
         # pipeline, and the array's result handshake behind it, must not wait on that
-        # choice (the 8x8 board build's critical path, issue 12). One cycle a pass.
+        # choice (the 8x8 ECP5 board build's critical path). One cycle a pass.
         # (The output's is connected below, after the row filter.)
         if cfg.residual_add:
             skid_between(m, "sum_skid", post.sums, wiring.flipped(self.add_results),

@@ -98,7 +98,7 @@ class CsrBank(wiring.Component):
 
         # The read multiplexer is a tree of 2:1 multiplexers over the word address, not a
         # comparison of the address against every offset: that decode and the wide OR of
-        # a parallel case were the bank's longest path (98 MHz out of context, issue 12).
+        # a parallel case were the bank's longest path (98 MHz out of context on ECP5).
         # Unmapped words are constant zero, so their subtrees fold away; a byte address
         # that is not word-aligned reads zero as before.
         values = {}

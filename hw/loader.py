@@ -14,7 +14,7 @@ out when full and the next word is taken only once it has (no skid buffer: the l
 word-rate and the engine takes an entry a cycle). Each output's ``valid`` is a flip-flop,
 set by the word that completes an entry (the phase is stable while one gathers), so the
 handshake the sequencer counts (``entry_taken``) starts from registers rather than from the
-sequencer's own state through this decode (the board build's critical path, issue 12).
+sequencer's own state through this decode (the ECP5 board build's critical path).
 ``load_last`` from the sequencer becomes each
 beat's ``last``; ``weights_held`` stops weights until the sequencer knows the first tile's
 size. ``clear`` drops a partly gathered or waiting entry (the top holds it while the

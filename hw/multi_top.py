@@ -1,4 +1,4 @@
-"""Spatial sharing: N independent accelerator instances on one FPGA (issue 14).
+"""Spatial sharing: N independent accelerator instances on one FPGA.
 
 Instead of one large engine time-sliced between tenants, :class:`MultiTop` places
 ``instances`` copies of :class:`~hw.top.AcceleratorTop` of a smaller configuration on the

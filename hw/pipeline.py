@@ -13,7 +13,7 @@ class SkidBuffer(wiring.Component):
     arrives, that beat waits in a second register (the skid) and ``sink.ready`` falls the
     cycle after; so no combinational path runs from ``source.ready`` back to ``sink``. The
     producer behind it then moves on its own registers instead of the consumer's stall
-    logic, which on ECP5 was the board build's critical path (issue 12). One beat per cycle
+    logic, which on ECP5 was the board build's critical path. One beat per cycle
     in steady state; one cycle of latency.
     """
 

@@ -125,7 +125,7 @@ class CommandSequencer(wiring.Component):
             "pooling": Out(1),
             # The pass is a POOL (the pool takes the host's pixels, not the engine's
             # output): latched at start like ``pooling``, so the pool's input multiplexer
-            # does not decode this FSM's state across the die (issue 12).
+            # does not decode this FSM's state across the die (a long path at the board clock).
             "pool_from_host": Out(1),
             "last_frame": Out(1),
             "error_code": Out(32),
@@ -158,7 +158,7 @@ class CommandSequencer(wiring.Component):
 
         # `busy` is a flip-flop of its own, set at a start and cleared where the FSM returns
         # to IDLE, so the loader's clear, the pool and the counters far from here read a
-        # register rather than a decode of this FSM's state (issue 12).
+        # register rather than a decode of this FSM's state (a long path at the board clock).
         busy = Signal()
         m.d.comb += [self.busy.eq(busy), self.load_last.eq(last_word),
                      self.last_frame.eq(last_frame), self.set_done.eq(self.finished)]
@@ -208,8 +208,8 @@ class CommandSequencer(wiring.Component):
         # `rows_to_go` counts the first tile's rows not yet taken (summed up, then counted
         # down), and `last_row` is `rows_to_go == 1` kept as a register, decided one
         # update ahead: the end of the first tile then needs no 32-bit comparison in the
-        # cycle its last row goes out (that comparison fed the engine's start, the board
-        # build's critical path, issue 12).
+        # cycle its last row goes out (that comparison fed the engine's start, the ECP5 board
+        # build's critical path).
         rows_to_go, last_row = Signal(32), Signal()
         sum_u, sum_v, tile_rows_known = Signal(3), Signal(3), Signal()
         starting_up = Signal()  # the cycle between the first tile's last row and the engine

@@ -95,7 +95,7 @@ class SystolicArray(wiring.Component):
 
         # Input stage: a skid buffer, so ``operands.ready`` is a flip-flop and the feeder's
         # stall logic (the engine's read stage and address generator) does not wait on
-        # this array's handshake (it did: the 8x8 board build's critical path, issue 12).
+        # this array's handshake (it did: the 8x8 ECP5 board build's critical path).
         # (Left out, ``input_skid=False``, for a slow clock: ``ConvEngineConfig.pipelined``.)
         source = skid_after(m, "input", wiring.flipped(self.operands),
                             registered=self.input_skid)

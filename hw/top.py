@@ -147,7 +147,8 @@ class AcceleratorTop(wiring.Component):
         wiring.connect(m, loader.acts, engine.act_in)
         # The ADD operand pairs and the POOL pixels pass a skid buffer: the bank's and the
         # pool's ready follow the output writer and the host link, and the loader's
-        # handshake, which the sequencer counts, must not wait on them (issue 12).
+        # handshake, which the sequencer counts, must not wait on them (it was a board build's
+        # critical path on ECP5).
         if cfg.residual_add:
             skid_between(m, "pair_skid", loader.pairs, engine.add_operands,
                          registered=cfg.pipelined)

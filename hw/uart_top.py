@@ -55,7 +55,7 @@ class UartTop(wiring.Component):
         # Both word streams pass a skid buffer: the bridge's framing and retry logic and the
         # core's loader and output writer are far apart on the die, and neither side's
         # ready may wait on the other's (a board build's critical path ran from the core's
-        # phase through the h2c ready into the bridge, issue 12). A word a cycle is far
+        # phase through the h2c ready into the bridge). A word a cycle is far
         # above a serial link's rate, so the extra cycle costs nothing.
         timed = self.config.pipelined
         skid_between(m, "h2c_skid", bridge.h2c, core.h2c, registered=timed)

@@ -18,7 +18,7 @@ __all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
 
 #: Cycles per engine pass beyond loading and computing: the descriptor writes, lane
 #: set-up, the array's skew and drain and the requantizer's stages (fitted on the 8x8
-#: twin; docs/conv-engine.md). 94 before the retiming for the board clock (issue 12),
+#: twin; docs/conv-engine.md). 94 before the retiming for the board clock,
 #: which added the address generator's set-up cycle, the operand register after the
 #: buffers and six requantizer stages; one more for the post-processing bank's lane-pick
 #: stage and one for its saturation stage; one more for the sequencer's registered engine

@@ -15,6 +15,7 @@ from .importer import import_model
 from .integer_mode import SEQUENCE_MODES
 from .planner import Planner
 from .providers import ALIASES, PROVIDERS, CPUProvider, Provider
+from .providers.options import make_provider
 from .run_options import check_run_options, needed_layers, stop_if_terminated
 
 __all__ = ["InferenceSession"]
@@ -30,13 +31,9 @@ def _make_providers(providers):
         if isinstance(item, Provider):
             made.append(item)
             continue
-        name = ALIASES.get(item, item) if isinstance(item, str) else item
-        if name not in PROVIDERS:
-            known = sorted(PROVIDERS) + sorted(ALIASES)
-            raise UnknownProviderError(
-                f"unknown provider {item!r}; known providers: {', '.join(known)}")
+        name, options = _name_and_options(item)
         try:
-            made.append(PROVIDERS[name]())
+            made.append(make_provider(name, PROVIDERS[name], options))
         except ProviderUnavailableError as exc:
             unavailable.append((name, exc))
     if unavailable and not made:
@@ -49,6 +46,24 @@ def _make_providers(providers):
         raise UnknownProviderError(
             f"providers must name at least one of: {', '.join(sorted(PROVIDERS))}")
     return made
+
+
+def _name_and_options(item):
+    """``(name, options)`` of one entry of ``providers``: a name, or onnxruntime's
+    ``(name, options)`` pair. ``("opencl", {"device": "gpu"})`` is the "gpu" provider: the
+    OpenCL provider restricted to a GPU."""
+    name, options = item, None
+    if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str):
+        name, options = item
+    name = ALIASES.get(name, name) if isinstance(name, str) else name
+    if not isinstance(name, str) or name not in PROVIDERS:
+        known = sorted(PROVIDERS) + sorted(ALIASES)
+        raise UnknownProviderError(
+            f"unknown provider {item!r}; known providers: {', '.join(known)} (each a name "
+            f"or a (name, options) pair)")
+    if name == "opencl" and isinstance(options, dict) and options.get("device") == "gpu":
+        name, options = "gpu", {k: v for k, v in options.items() if k != "device"}
+    return name, options
 
 
 def _with_cpu(providers):
@@ -68,11 +83,16 @@ class InferenceSession:
     path_or_bytes : str, os.PathLike, bytes or onnx.ModelProto
         A QDQ model (``onnxruntime.quantization.quantize_static``, int8 activations and
         weights).
-    providers : list of (str or Provider), optional
+    providers : list of (str, (str, dict) or Provider), optional
         Tried in this order for each layer: the first that supports a layer runs it, unless
         the planner estimates another one able to is faster (:mod:`sw_driver.planner`).
         Names come from :data:`sw_driver.providers.PROVIDERS` (``"cpu"``, and
-        ``"CPUExecutionProvider"`` as an alias). Default ``["cpu"]``. As in onnxruntime, the
+        ``"CPUExecutionProvider"`` as an alias); a ``(name, options)`` pair, as in
+        onnxruntime, passes the options to the provider's constructor
+        (``("uart", {"port": "/dev/ttyUSB0"})``; :mod:`sw_driver.providers.options`, which
+        also names the environment variables read for options left out). An unknown option
+        raises :class:`~sw_driver.errors.UnknownProviderError`. Default ``["cpu"]``. As in
+        onnxruntime, the
         CPU provider is appended when the list lacks it, so every layer can run; the profile
         says which layers fell back to it and why. A provider that cannot run on this
         machine (:class:`~sw_driver.errors.ProviderUnavailableError`) is skipped with a

@@ -2,7 +2,6 @@
 over the packages."""
 
 import argparse
-import os
 import sys
 import time
 
@@ -550,12 +549,13 @@ def cmd_run(args):
         if args.batch < 1:
             raise _UsageError(f"--batch must be a positive integer, not {args.batch}")
         providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+        configured = _configured_providers(providers, args.config)
         if args.port:  # the "uart" provider's serial port (docs/uart.md)
-            os.environ["TESSERA_UART_PORT"] = args.port
+            configured = [("uart", {"port": args.port}) if p == "uart" else p
+                          for p in configured]
         # The "sim" provider builds its Verilator twin on first use: up to a minute.
         with console.status(f"opening {args.model} on {', '.join(providers)}"):
-            session = InferenceSession(args.model,
-                                       providers=_configured_providers(providers, args.config),
+            session = InferenceSession(args.model, providers=configured,
                                        sequence_mode=args.sequence_mode)
         x, labels = _run_inputs(args, session)
         name = session.get_inputs()[0].name

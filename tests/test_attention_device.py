@@ -1,5 +1,5 @@
-"""Activation x activation MatMul (attention Q.K^T and attention.V) on the device providers
-(issue 16): lowered to Dense passes whose weights are the second operand
+"""Activation x activation MatMul (attention Q.K^T and attention.V) on the device providers:
+lowered to Dense passes whose weights are the second operand
 (:mod:`sw_driver.matmul_lowering`), bit-identical with the golden ``matmul_int`` then
 ``requantize``.
 

@@ -128,8 +128,8 @@ def test_uint8_activations_are_refused(lenet, tmp_path):
 
 def test_matmul_of_two_activations_imports_as_an_integer_matmul(tmp_path):
     # Attention-style scores: proj = x @ W, then proj @ x, two activations multiplied. Once
-    # refused, it is now an integer MatMul of two int8 tensors (issue 16,
-    # tests/test_sequence_ort.py checks its values against onnxruntime).
+    # refused, it is now an integer MatMul of two int8 tensors
+    # (tests/test_sequence_ort.py checks its values against onnxruntime).
     rng = np.random.default_rng(SEED)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["proj"], name="proj"),
              helper.make_node("MatMul", ["proj", "x"], ["y"], name="scores")]

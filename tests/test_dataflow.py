@@ -1,4 +1,4 @@
-"""The dataflow of issue 11 on the twin: activations and the later column tiles' weights
+"""The overlapped dataflow on the twin: activations and the later column tiles' weights
 stream in while the engine computes, bit-exact with the golden model, and the cycle model
 follows the twin's PERF_CYCLES; a strided 1x1 convolution sends only the pixels it reads.
 

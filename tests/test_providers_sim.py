@@ -238,8 +238,10 @@ def test_pcie_without_devices_is_unavailable(monkeypatch, tmp_path):
     monkeypatch.setenv("TESSERA_XDMA", str(tmp_path / "xdma7"))
     with pytest.raises(ProviderUnavailableError, match=r"no XDMA device at .*xdma7 .*"
                        r"xdma7_user, .*xdma7_h2c_0, .*xdma7_c2h_0 do not exist"):
-        PCIeProvider()
+        InferenceSession(DIGITS_QDQ, providers=["pcie"])
     # The prefix option wins over the environment.
+    with pytest.raises(ProviderUnavailableError, match="xdma9"):
+        InferenceSession(DIGITS_QDQ, providers=[("pcie", {"prefix": str(tmp_path / "xdma9")})])
     with pytest.raises(ProviderUnavailableError, match="xdma9"):
         PCIeProvider(str(tmp_path / "xdma9"))
 

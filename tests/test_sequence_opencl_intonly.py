@@ -1,4 +1,4 @@
-"""The zoo ViT in integer-only mode on ["opencl", "cpu"] (issue 16): bit-identical to the
+"""The zoo ViT in integer-only mode on ["opencl", "cpu"]: bit-identical to the
 integer-only golden model (the CPU provider in integer mode), whichever provider runs the
 integer Softmax/LayerNorm/GELU (an OpenCL kernel where one exists, else the host with the
 refusal in the profile)."""

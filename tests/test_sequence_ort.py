@@ -3,7 +3,7 @@ session (``docs/semantics.md``, "Sequence models, ORT-compatible mode").
 
 The models are small transformer graphs shaped like PyTorch exports
 (``tests/sequence_models.py``), quantized by onnxruntime's ``quantize_static`` with seeded
-calibration. Target (issue 16): at least 99% of outputs within 1 LSB of onnxruntime.
+calibration. Target: at least 99% of outputs within 1 LSB of onnxruntime.
 """
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Integer-only mode on the Verilator twin (issue 16): one seeded encoder block on
+"""Integer-only mode on the Verilator twin: one seeded encoder block on
 ["sim", "cpu"] with ``sequence_mode="integer"``. Its weight GEMMs (Dense) run on the twin,
 the integer Softmax/LayerNorm/GELU on the host, and the outputs equal the integer-only
 golden model (the CPU provider in integer mode) bit for bit. Same 4x4 twin configuration as

@@ -1,5 +1,5 @@
 """The zoo's tiny ViT (models/zoo/vit_qdq.onnx) end to end on the CPU provider against
-onnxruntime's unfused QDQ session, in the ORT-compatible mode (issue 16)."""
+onnxruntime's unfused QDQ session, in the ORT-compatible mode."""
 
 import json
 

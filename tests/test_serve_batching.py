@@ -1,4 +1,4 @@
-"""Batch shaping (issue 14): a model's ``max_queue_delay_ms`` holds a request back for a
+"""Batch shaping: a model's ``max_queue_delay_ms`` holds a request back for a
 fuller batch, ``preferred_batch_sizes`` cuts batches at the sizes asked for, as in Triton's
 dynamic batcher; an SLO caps the hold."""
 

@@ -1,4 +1,4 @@
-"""Performance isolation on a non-preemptive device (issue 14): while a latency-bound
+"""Performance isolation on a non-preemptive device: while a latency-bound
 tenant is active, a best-effort tenant's batches are bounded so that one of them and the
 latency-bound request's own run fit in its SLO; once it is idle, full batches again.
 

@@ -1,4 +1,4 @@
-"""Pipeline parallelism (issue 14): a model's layers split in two stages over two devices
+"""Pipeline parallelism: a model's layers split in two stages over two devices
 when the planner predicts more images a second than data parallelism."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""NVIDIA's own client, ``tritonclient.http``, against ``tessera serve`` (issue 14: existing
+"""NVIDIA's own client, ``tritonclient.http``, against ``tessera serve`` (existing
 clients work unchanged): health, metadata, JSON and binary tensors bit for bit with a
 direct session run, and the protocol's errors as the client's exception."""
 

@@ -1,4 +1,4 @@
-"""The session option ``sequence_mode="integer"`` (issue 16): Softmax, LayerNormalization and
+"""The session option ``sequence_mode="integer"``: Softmax, LayerNormalization and
 GELU with quantized neighbours become the integer-only layers of ``models.intonly``, the
 rest keeps the ORT-compatible form, and the profile says which semantics each layer used.
 """
@@ -368,7 +368,7 @@ def test_vit_residual_bias_adds_and_the_score_scaling_become_integer_adds():
                               "integer add")
     assert not any(isinstance(layer, graph.Add) for layer in ort.graph.layers)
     counts = [kind for kind, _ in integer.graph.semantics.values()]
-    assert counts.count("integer-only") == 53  # 35 before the Adds and Muls (issue 16)
+    assert counts.count("integer-only") == 53  # 35 without the integer Adds and Muls
 
 
 def test_integer_adds_are_bit_exact_with_models_eltwise_add():

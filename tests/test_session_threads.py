@@ -2,7 +2,7 @@
 
 For each provider (cpu, opencl, sim), :data:`THREADS` threads share ONE session and each
 runs :data:`RUNS` times on its own inputs; every output must equal, bit for bit, what the
-same session returned for those inputs on one thread (issue 17: 0 wrong results, 0 errors
+same session returned for those inputs on one thread (target: 0 wrong results, 0 errors
 and 0 crashes with 8 threads). The twin is also watched from below: no two calls into its C
 library may ever overlap. The opencl tests skip, saying why, only where no OpenCL platform
 exists.

@@ -1,4 +1,4 @@
-"""Spatial sharing (issue 14): N accelerator instances on one FPGA, tenants pinned to them."""
+"""Spatial sharing: N accelerator instances on one FPGA, tenants pinned to them."""
 
 import numpy as np
 import pytest

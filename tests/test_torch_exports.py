@@ -6,7 +6,7 @@ seed): ``nn.TransformerEncoderLayer`` (ReLU/GELU, post-/pre-norm), ``nn.Multihea
 ``nn.GRU`` and a bidirectional ``nn.LSTM``, exported by the TorchScript exporter (opset 17,
 dynamic batch) and quantized by ``quantize_static``. They import unchanged: shape arithmetic
 (Shape, Gather, Mod, Cast, ConstantOfShape) runs as the ORT-compatible mode's float/integer
-ops. Target (issue 16): at least 99% of outputs within 1 LSB of onnxruntime. PyTorch is not
+ops. Target: at least 99% of outputs within 1 LSB of onnxruntime. PyTorch is not
 imported here.
 """
 

@@ -119,9 +119,8 @@ def test_uart_provider_unavailable_names_the_port(monkeypatch):
 def test_cli_run_with_a_missing_port_names_it(capsys, monkeypatch):
     from tessera import cli
 
-    # Recorded by monkeypatch, so the variable cli sets is removed after the test.
-    monkeypatch.setenv("TESSERA_UART_PORT", "")
-    monkeypatch.delenv("TESSERA_UART_PORT")
+    # --port must be what names the port, not a variable left in the environment.
+    monkeypatch.delenv("TESSERA_UART_PORT", raising=False)
     code = cli.main(["run", "models/zoo/digits_qdq.onnx", "--providers", "uart",
                      "--port", "/dev/ttyTESSERA_NO", "--samples", "2"])
     out = capsys.readouterr()

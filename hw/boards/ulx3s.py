@@ -34,7 +34,7 @@ DEFAULT_CONFIGS = {name: PRESETS[name] for name in PLATFORMS}
 
 # Design clock per board (MHz): what the board's preset closes timing at, so a default
 # build is a bitstream that works. The 85F's 8x8 routes and meets 62.5 MHz (its fmax is
-# recorded in tessera/explore/board_builds.json); at 125 MHz (issue 12's target) it misses
+# recorded in tessera/explore/board_builds.json); at 125 MHz (the first target) it misses
 # and, since commit a0a95dd, does not route. 62.5 MHz is 25 MHz x 5 / 2 from the EHXPLLL; 3 Mbaud
 # takes a divisor of 21 there (0.8% slow, well inside an 8N1 receiver's tolerance).
 DEFAULT_CLOCK_MHZ = {"ulx3s-85f": 62.5, "ulx3s-45f": 62.5, "ulx3s-25f": 62.5}

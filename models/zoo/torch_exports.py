@@ -10,7 +10,7 @@ dependency)::
 Each model is built from a fixed seed, exported by the TorchScript exporter
 (``torch.onnx.export(..., dynamo=False, opset_version=17)``, fixed sequence length, dynamic
 batch), and quantized by ``quantize_static`` (QDQ, per-channel int8 weights, int8
-activations) with seeded calibration. Issue 16 asks that such models import unchanged; the
+activations) with seeded calibration. Such models must import unchanged; the
 hand-built graphs in ``tests/sequence_models.py`` only imitate this form.
 """
 

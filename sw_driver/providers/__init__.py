@@ -2,22 +2,27 @@
 
 :data:`PROVIDERS` maps the names accepted by ``InferenceSession(providers=[...])`` to
 provider classes; other backends register themselves here (``"opencl"``, ``"sim"``,
-``"pcie"``) by adding an entry.
+``"pcie"``) by adding an entry. A session builds each from its name or from onnxruntime's
+``(name, options)`` pair; :mod:`.options` checks the options against the constructor and
+holds the one table of environment variables read as a fallback.
 """
 
 from .base import Concurrency, Cost, Provider, Refusal
 from .cpu import CPUProvider
 from .gpu import GPUProvider
 from .opencl import OpenCLProvider
+from .options import ENVIRONMENT, UnknownProviderOptionError, make_provider
 from .pcie import PCIeProvider
 from .sim import SimProvider
 from .uart import UartProvider, UartTwinProvider
 
-__all__ = ["ALIASES", "PROVIDERS", "CPUProvider", "Concurrency", "Cost", "GPUProvider",
-           "OpenCLProvider", "PCIeProvider", "Provider", "Refusal", "SimProvider", "UartProvider",
-           "UartTwinProvider"]
+__all__ = ["ALIASES", "ENVIRONMENT", "PROVIDERS", "CPUProvider", "Concurrency", "Cost",
+           "GPUProvider", "OpenCLProvider", "PCIeProvider", "Provider", "Refusal",
+           "SimProvider", "UartProvider", "UartTwinProvider", "UnknownProviderOptionError",
+           "make_provider"]
 
-#: Provider name -> class. Instances are created per session, with no arguments.
+#: Provider name -> class. Instances are created per session, from the options given with
+#: the name (none for a plain name) and the environment fallback (:mod:`.options`).
 PROVIDERS = {
     "cpu": CPUProvider,
     "opencl": OpenCLProvider,

@@ -3,12 +3,11 @@
 Same kernels, caching and bit-identical results as :mod:`.opencl`; the only difference is
 the device: a GPU, or nothing. Where no OpenCL GPU exists, constructing it raises
 :class:`~sw_driver.errors.ProviderUnavailableError` saying so, and a session that lists
-other providers falls back to them with a warning. (CuPy, which ``design.md`` names as an
+other providers falls back to them with a warning. ``("opencl", {"device": "gpu"})`` in
+a session's providers builds this provider. (CuPy, which ``design.md`` names as an
 alternative, is not implemented: its integer kernels would need their own proof of
 exactness.)
 """
-
-import os
 
 from .opencl import OpenCLProvider, cl, unavailable
 
@@ -21,8 +20,9 @@ class GPUProvider(OpenCLProvider):
     Parameters
     ----------
     device : str, pyopencl.Device or None
-        As for :class:`~.opencl.OpenCLProvider` (argument, else ``TESSERA_OPENCL_DEVICE``,
-        else the first GPU); the device chosen must be a GPU.
+        As for :class:`~.opencl.OpenCLProvider`, else the first GPU (built by name, the
+        session takes it from ``TESSERA_OPENCL_DEVICE`` when not given, :mod:`.options`);
+        the device chosen must be a GPU.
 
     Raises
     ------
@@ -54,7 +54,7 @@ class GPUProvider(OpenCLProvider):
                 self.name, f"no GPU: this machine has no OpenCL GPU device (and CuPy "
                 f"support is not implemented); providers=['opencl'] runs on the OpenCL "
                 f"devices present:\n{describe_devices(devices)}")
-        if device is None and not os.environ.get(ENV_VARIABLE):
+        if device is None:
             device = gpus[0]
         chosen = select_device(device)
         if not chosen.type & cl.device_type.GPU:

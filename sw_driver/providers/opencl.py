@@ -112,7 +112,8 @@ class OpenCLProvider(Provider):
     device : str, pyopencl.Device or None
         ``"platform:device"`` indices or part of a device name. None reads the
         ``TESSERA_OPENCL_DEVICE`` environment variable, else takes the first GPU, else the
-        first device (:func:`sw_driver.opencl.select_device`).
+        first device (:func:`sw_driver.opencl.select_device`). In a session,
+        ``("opencl", {"device": "gpu"})`` is the "gpu" provider instead.
 
     Raises
     ------

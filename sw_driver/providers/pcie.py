@@ -1,6 +1,7 @@
 """The "pcie" provider: Tessera's layers on a Tessera accelerator behind Xilinx XDMA.
 
-The card is found at the device prefix given, else ``$TESSERA_XDMA``, else ``/dev/xdma0``
+The card is found at the device prefix given (built by name, the session takes it from
+``$TESSERA_XDMA`` when not given, :mod:`.options`), else ``/dev/xdma0``
 (``<prefix>_user``, ``<prefix>_h2c_0``, ``<prefix>_c2h_0``). When the device files do not
 exist, cannot be opened, or no Tessera accelerator answers, constructing the provider
 raises :class:`~sw_driver.errors.ProviderUnavailableError`, so
@@ -34,7 +35,7 @@ class PCIeProvider(DeviceProvider):
     Parameters
     ----------
     prefix : str, optional
-        XDMA device prefix; default ``$TESSERA_XDMA`` or ``/dev/xdma0``.
+        XDMA device prefix; default ``/dev/xdma0`` (by name: ``$TESSERA_XDMA`` first).
     channel : int, optional
         DMA channel.
     timeout : float, optional
@@ -61,7 +62,7 @@ class PCIeProvider(DeviceProvider):
         self.clock_hz = float(clock_hz)
         self.link = planner.LinkModel() if link is None else link
         if transport is None:
-            prefix = prefix or os.environ.get("TESSERA_XDMA") or DEFAULT_PREFIX
+            prefix = prefix or DEFAULT_PREFIX
             transport = _open(prefix, channel, timeout)
             where = prefix
         else:
@@ -88,7 +89,7 @@ def _open(prefix, channel, timeout):
             f"provider 'pcie': no XDMA device at {prefix} ({', '.join(missing)} "
             f"{'does' if len(missing) == 1 else 'do'} not exist); is the card present and "
             f"the xdma driver loaded (lsmod | grep xdma)? Another card: "
-            f"PCIeProvider(prefix=...) or TESSERA_XDMA=/dev/xdmaN")
+            f"('pcie', {{'prefix': '/dev/xdmaN'}}) or TESSERA_XDMA=/dev/xdmaN")
     try:
         return XdmaTransport(prefix, channel=channel, timeout=timeout)
     except TransportError as exc:

@@ -1,15 +1,14 @@
 """The "uart" and "uart-twin" providers: Tessera's layers on an accelerator reached over
 its serial host link (``docs/uart.md``).
 
-"uart" opens the port given, else ``$TESSERA_UART_PORT`` (the CLI's ``--port``), with
+"uart" opens the port given (the CLI's ``--port``; by name, ``$TESSERA_UART_PORT`` is the
+fallback, :mod:`.options`), with
 :class:`~sw_driver.transport.uart.UartTransport`: a board's FTDI port such as
 ``/dev/ttyUSB0`` at 3 Mbaud. "uart-twin" runs the same transport over the serial twin
 (``sim.twin_serial``): the bridge RTL inside the Verilator model, so the whole link is
 exercised with no board. Like "sim", neither gives the planner a time estimate, so every
 layer the engine supports runs on it.
 """
-
-import os
 
 from ..errors import ProviderUnavailableError
 from ..transport.base import TransportError
@@ -25,7 +24,8 @@ class UartProvider(DeviceProvider):
     Parameters
     ----------
     port : str, optional
-        Device or pyserial URL; default ``$TESSERA_UART_PORT``.
+        Device or pyserial URL. Required; built by name, the session takes it from
+        ``$TESSERA_UART_PORT`` when not given (:mod:`.options`).
     baudrate : int
     timeout : float
         Seconds a response may take beyond its wire time.
@@ -43,11 +43,11 @@ class UartProvider(DeviceProvider):
     def __init__(self, port=None, *, baudrate=3_000_000, timeout=0.05, retries=8):
         from ..transport.uart import UartTransport
 
-        port = port or os.environ.get("TESSERA_UART_PORT")
         if not port:
             raise ProviderUnavailableError(
                 "provider 'uart': no serial port given; pass --port /dev/ttyUSB0 (make run "
-                "BACKEND=uart PORT=/dev/ttyUSB0) or set TESSERA_UART_PORT")
+                "BACKEND=uart PORT=/dev/ttyUSB0), ('uart', {'port': ...}) or set "
+                "TESSERA_UART_PORT")
         try:
             transport = UartTransport(port, baudrate=baudrate, timeout=timeout,
                                       retries=retries)

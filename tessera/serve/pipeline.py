@@ -1,4 +1,4 @@
-"""Pipeline parallelism: one model's layers split in two stages over two devices (issue 14).
+"""Pipeline parallelism: one model's layers split in two stages over two devices.
 
 Data parallelism (each device runs whole requests) gives ``1/T0 + 1/T1`` images a second
 for whole-model times ``T0`` and ``T1``. A pipeline, the first layers on one device and the

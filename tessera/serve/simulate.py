@@ -1,4 +1,4 @@
-"""The serving scheduler alone, on a simulated clock (issue 14).
+"""The serving scheduler alone, on a simulated clock.
 
 Tenant A (high priority, SLO = 3x its unloaded latency) sends Poisson traffic at 20 % of
 the device's batched capacity and best-effort tenant B at 180 %, as in
