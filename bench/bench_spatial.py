@@ -90,7 +90,8 @@ def model_cycles(config, path=MODEL):
     ``config`` (the planner's pass counts, batch 1); layers the engine does not run
     (quantize, global average pool, flatten) are the host's and left out of device time."""
     from sw_driver.importer import import_model
-    from sw_driver.planner import device_work, infer_shapes
+    from sw_driver.planner import device_work
+    from sw_driver.shapes import infer_shapes
 
     graph = import_model(str(path))
     shapes = infer_shapes(graph, 1)

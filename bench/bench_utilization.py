@@ -26,8 +26,9 @@ from bench.common import metric, require_counters, write_results
 from contract.streams import ACTIVATIONS_PER_WORD
 from sw_driver import InferenceSession
 from sw_driver import graph as g
-from sw_driver.planner import device_work, infer_shapes, macs
+from sw_driver.planner import device_work, macs
 from sw_driver.providers.sim import DEFAULT_CONFIG, SimProvider
+from sw_driver.shapes import infer_shapes
 
 #: The engine measured: the one the "sim" provider builds for the zoo (``tessera bench
 #: --config`` replaces it).

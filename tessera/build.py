@@ -80,7 +80,7 @@ class LayerCost:
 def load_graph(path):
     """The integer graph of an ONNX model and its tensor shapes at batch 1."""
     from sw_driver.importer import import_model
-    from sw_driver.planner import infer_shapes
+    from sw_driver.shapes import infer_shapes
 
     graph = import_model(str(path))
     return graph, infer_shapes(graph, 1)

@@ -20,12 +20,12 @@ from sw_driver.planner import (
     Planner,
     cpu_estimate,
     device_work,
-    infer_shapes,
 )
 from sw_driver.providers import CPUProvider, PCIeProvider, Provider, Refusal
 from sw_driver.providers.device import engine_refusal
 from sw_driver.providers.sim import DEFAULT_CONFIG
 from sw_driver.regs import Reg
+from sw_driver.shapes import infer_shapes
 
 
 @pytest.fixture

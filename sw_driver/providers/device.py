@@ -25,7 +25,7 @@ import numpy as np
 from models.eltwise import add_multipliers
 
 from .. import graph as g
-from .. import planner
+from .. import planner, shapes
 from ..accelerator import NO_ADD, Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError, RefusedAtRunError
@@ -318,7 +318,7 @@ class DeviceProvider(Provider):
             pool = self._fused.get(layer)
         if pool is None or not isinstance(x, np.ndarray) or x.ndim != 4:
             return None
-        shape = planner.infer_layer_shape(layer, x.shape)
+        shape = shapes.infer_layer_shape(layer, x.shape)
         if not (2 <= shape[3] <= self.accelerator.pool_max_width and shape[2] >= 2):
             return None
         try:

@@ -148,7 +148,7 @@ def split_model(path, tensor):
     # inference does not always give; the planner's shapes (batch 1) do, the batch left
     # symbolic as the model's input has it.
     from sw_driver.importer import import_model
-    from sw_driver.planner import infer_shapes
+    from sw_driver.shapes import infer_shapes
 
     shape = infer_shapes(import_model(model), 1).get(tensor)
     if shape is None:

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from models.zoo.reference import onnxruntime_session
 from sw_driver import graph as g
-from sw_driver.planner import infer_shapes
+from sw_driver.shapes import infer_shapes
 
 __all__ = ["IR_VERSION", "OPSET", "onnxruntime_output", "qdq_model"]
 
