@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from amaranth.hdl import UnusedElaboratable
 from amaranth.sim import Simulator
+from fake_device import Registers
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.descriptor import ADD_PARAM_FIELDS
@@ -33,8 +34,6 @@ from sw_driver import regs
 from sw_driver.accelerator import Accelerator, AcceleratorError
 from sw_driver.planner import Planner
 from sw_driver.providers import CPUProvider, PCIeProvider
-from sw_driver.regs import MAP_VERSION, Reg
-from sw_driver.transport.base import Transport
 
 SMALL = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=64, weight_depth=16,
                          max_col_tiles=2)
@@ -206,36 +205,13 @@ def test_a_build_without_the_add_implements_every_register_but_the_adds():
 
 # --- the driver ---------------------------------------------------------------------------
 
-class Registers(Transport):
-    """The discovery registers of an accelerator of ``config``; no DMA."""
-
-    def __init__(self, config):
-        self.values = {Reg.ID: 0x54455353, Reg.VERSION: MAP_VERSION,
-                       Reg.CONFIG: pack_config(rows=config.rows, cols=config.cols,
-                                               acc_width=config.acc_width,
-                                               residual_add=config.residual_add),
-                       Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
-                       Reg.PARAM_DEPTH: config.max_col_tiles, Reg.POOL_MAX_WIDTH: 128}
-
-    def csr_read(self, offset):
-        return self.values.get(offset, 0)
-
-    def csr_write(self, offset, value):
-        pass
-
-    def dma_write(self, data):
-        raise AssertionError("nothing may be sent to a device without the add")
-
-    def dma_read(self, nbytes, *, deadline=None):
-        raise AssertionError("nothing may be sent to a device without the add")
-
-    def abort_dma(self):
-        pass
+#: The pool width the discovery-registers fake reports (any width the tests' pools fit).
+POOL_WIDTH = 128
 
 
 def test_the_driver_learns_the_feature_and_places_add_on_the_cpu_with_the_reason():
-    assert Accelerator(Registers(SMALL)).config == SMALL
-    accelerator = Accelerator(Registers(NO_ADD))
+    assert Accelerator(Registers(SMALL, pool_max_width=POOL_WIDTH)).config == SMALL
+    accelerator = Accelerator(Registers(NO_ADD, pool_max_width=POOL_WIDTH))
     assert accelerator.config == NO_ADD
     a = np.zeros((1, 2, 2, 2), np.int8)
     with pytest.raises(AcceleratorError, match="res: this device was built without the "
@@ -246,9 +222,9 @@ def test_the_driver_learns_the_feature_and_places_add_on_the_cpu_with_the_reason
     graph = g.Graph(layers=[add], inputs=[g.TensorInfo("a", ["N", 2, 4, 4], "tensor(int8)"),
                                           g.TensorInfo("b", ["N", 2, 4, 4], "tensor(int8)")],
                     outputs=[g.TensorInfo("y", None)])
-    with_add = PCIeProvider(transport=Registers(SMALL))
+    with_add = PCIeProvider(transport=Registers(SMALL, pool_max_width=POOL_WIDTH))
     assert with_add.supports(add) is None
-    without = PCIeProvider(transport=Registers(NO_ADD))
+    without = PCIeProvider(transport=Registers(NO_ADD, pool_max_width=POOL_WIDTH))
     [(_, provider, reason)] = Planner().place(graph, [without, CPUProvider()])
     assert provider.name == "cpu"
     assert reason.startswith("pcie declined: this device was built without the residual add "
