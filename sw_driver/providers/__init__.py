@@ -14,12 +14,13 @@ from .opencl import OpenCLProvider
 from .options import ENVIRONMENT, UnknownProviderOptionError, make_provider
 from .pcie import PCIeProvider
 from .sim import SimProvider
+from .torch_provider import TorchProvider
 from .uart import UartProvider, UartTwinProvider
 
 __all__ = ["ALIASES", "ENVIRONMENT", "PROVIDERS", "CPUProvider", "Concurrency", "Cost",
            "GPUProvider", "OpenCLProvider", "PCIeProvider", "Provider", "Refusal",
-           "SimProvider", "UartProvider", "UartTwinProvider", "UnknownProviderOptionError",
-           "make_provider"]
+           "SimProvider", "TorchProvider", "UartProvider", "UartTwinProvider",
+           "UnknownProviderOptionError", "make_provider"]
 
 #: Provider name -> class. Instances are created per session, from the options given with
 #: the name (none for a plain name) and the environment fallback (:mod:`.options`).
@@ -27,6 +28,7 @@ PROVIDERS = {
     "cpu": CPUProvider,
     "opencl": OpenCLProvider,
     "gpu": GPUProvider,
+    "torch": TorchProvider,
     "sim": SimProvider,
     "pcie": PCIeProvider,
     "uart": UartProvider,

@@ -1,15 +1,23 @@
-"""The "gpu" provider: the "opencl" provider restricted to an OpenCL GPU device.
+"""The "gpu" provider: PyTorch on CUDA where it can, else OpenCL on a GPU.
 
-Same kernels, caching and bit-identical results as :mod:`.opencl`; the only difference is
-the device: a GPU, or nothing. Where no OpenCL GPU exists, constructing it raises
-:class:`~sw_driver.errors.ProviderUnavailableError` saying so, and a session that lists
-other providers falls back to them with a warning. ``("opencl", {"device": "gpu"})`` in
+Built without a ``device`` option, "gpu" is the "torch" provider on CUDA
+(:mod:`.torch_provider`, named "gpu" in profiles) when PyTorch is installed and sees a CUDA
+device. Otherwise, or when an OpenCL ``device`` is given (the option, or
+``TESSERA_OPENCL_DEVICE``), it is the OpenCL path below, which stays for GPUs without
+PyTorch. ``("torch", {"device": "cpu"})`` runs the PyTorch path on any machine.
+
+The OpenCL path: the "opencl" provider restricted to an OpenCL GPU device. Same kernels,
+caching and bit-identical results as :mod:`.opencl`; the only difference is the device: a
+GPU, or nothing. Where no OpenCL GPU exists, constructing it raises
+:class:`~sw_driver.errors.ProviderUnavailableError` saying so, and a session that lists other
+providers falls back to them with a warning. ``("opencl", {"device": "gpu"})`` in
 a session's providers builds this provider. (CuPy, which ``design.md`` names as an
 alternative, is not implemented: its integer kernels would need their own proof of
 exactness.)
 """
 
 from .opencl import OpenCLProvider, cl, unavailable
+from .torch_provider import torch_cuda_provider, torch_cuda_status
 
 __all__ = ["GPUProvider"]
 
@@ -33,6 +41,14 @@ class GPUProvider(OpenCLProvider):
 
     name = "gpu"
 
+    def __new__(cls, device=None):
+        # PyTorch on CUDA first; then __init__ is not called (the object is not a cls).
+        if cls is GPUProvider and device is None:
+            provider = torch_cuda_provider()
+            if provider is not None:
+                return provider
+        return super().__new__(cls)
+
     def _make_runtime(self, device):
         # Imported here: this module must import (and say why not) without pyopencl.
         from ..opencl import (
@@ -44,16 +60,18 @@ class GPUProvider(OpenCLProvider):
         )
         from ..opencl.device import ENV_VARIABLE
 
+        _, no_torch = torch_cuda_status()
         try:
             devices = list_devices()
         except NoPlatformError as exc:
-            raise unavailable(self.name, f"no GPU: {exc}") from exc
+            raise unavailable(self.name, f"no GPU: {no_torch}; and OpenCL: {exc}") from exc
         gpus = [dev for _, dev in devices if dev.type & cl.device_type.GPU]
         if not gpus:
             raise unavailable(
-                self.name, f"no GPU: this machine has no OpenCL GPU device (and CuPy "
-                f"support is not implemented); providers=['opencl'] runs on the OpenCL "
-                f"devices present:\n{describe_devices(devices)}")
+                self.name, f"no GPU: {no_torch}, and this machine has no OpenCL GPU device; "
+                f"providers=['opencl'] runs on the OpenCL devices present, "
+                f"('torch', {{'device': 'cpu'}}) on PyTorch's CPU:\n"
+                f"{describe_devices(devices)}")
         if device is None:
             device = gpus[0]
         chosen = select_device(device)

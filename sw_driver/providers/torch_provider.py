@@ -1,0 +1,412 @@
+"""The "torch" provider: Tessera's integer layers on PyTorch, bit-identical to "cpu".
+
+On CUDA the int8 values go to the tensor cores as float16 with float32 accumulation; on the
+CPU (where this is tested) as float32. Both are exact by the argument of
+``docs/semantics.md`` ("Exact int8 on float hardware"), enforced in
+:mod:`.torch_kernels`: im2col plus a plain matrix multiply (no convolution algorithm
+choice, so no Winograd or FFT), TF32 and reduced-precision reductions off, reductions
+longer than :data:`~.cpu_kernels.CHUNK` products split into exact chunks (the profile's
+``chunked`` field says so), and zero points, bias and requantization in int64 on the
+device. Softmax (float ``exp``) runs on the host with the CPU provider's code; the float32
+operators of the ORT-compatible sequence mode are refused.
+
+PyTorch is an optional extra (``pip install tessera[gpu]``) and is imported only when this
+provider is built: the runtime never imports it otherwise (``tests/test_torch_provider.py``
+checks). Within a run, a layer whose consumers all run here keeps its output on the device
+(:meth:`TorchProvider.prepare`, as the "opencl" provider does); only the model's input
+(float32, quantized on the device) and outputs cross to the host. Out of device memory, a
+layer's batch is split in halves until it fits.
+
+The "gpu" provider is this one on CUDA when PyTorch sees a CUDA device, else the OpenCL GPU
+path (:mod:`.gpu`).
+"""
+
+import importlib.util
+import weakref
+
+import numpy as np
+
+from .. import graph as g
+from ..errors import ProviderUnavailableError
+from .base import Provider, Refusal
+from .cpu import CPUProvider
+from .cpu_kernels import CHUNK
+
+__all__ = ["INSTALL_HINT", "TorchProvider", "torch_cuda_provider", "torch_cuda_status"]
+
+INSTALL_HINT = "install tessera[gpu] (pip install 'tessera[gpu]', which brings PyTorch)"
+#: Layers run on the host with the CPU provider's code: float exp does not round alike.
+HOST_LAYERS = (g.Softmax,)
+VIEW_LAYERS = (g.Flatten, g.Reshape)
+
+
+def _import_torch(name):
+    try:
+        import torch
+    except ImportError as exc:
+        raise ProviderUnavailableError(
+            f"provider {name!r} needs PyTorch, which does not import here ({exc}); "
+            f"{INSTALL_HINT}") from exc
+    return torch
+
+
+def torch_cuda_status():
+    """``(True, "")`` when PyTorch is installed and sees a CUDA device, else
+    ``(False, why)``. Imports torch only when it is installed."""
+    if importlib.util.find_spec("torch") is None:
+        return False, f"PyTorch is not installed ({INSTALL_HINT})"
+    import torch
+
+    if not torch.cuda.is_available():
+        return False, (f"PyTorch {torch.__version__} sees no CUDA device "
+                       f"(built for CUDA {torch.version.cuda})")
+    return True, ""
+
+
+def torch_cuda_provider():
+    """The "gpu" provider on PyTorch and CUDA, or None where either is missing."""
+    ok, _ = torch_cuda_status()
+    if not ok:
+        return None
+    provider = TorchProvider("cuda")
+    provider.name = "gpu"
+    return provider
+
+
+class TorchProvider(Provider):
+    """Runs Tessera's integer layers with PyTorch, bit-identical to the "cpu" provider.
+
+    Parameters
+    ----------
+    device : {"cuda", "cuda:N", "cpu"} or None
+        None: CUDA when PyTorch sees a device, else the CPU.
+
+    Raises
+    ------
+    ProviderUnavailableError
+        PyTorch does not import (the message says to install ``tessera[gpu]``), or CUDA
+        was asked for and PyTorch sees no CUDA device (the message says which).
+    """
+
+    name = "torch"
+
+    def __init__(self, device=None):
+        torch = _import_torch(self.name)
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = str(device)
+        if device != "cpu" and not device.startswith("cuda"):
+            raise ProviderUnavailableError(
+                f"provider {self.name!r}: device must be 'cuda', 'cuda:N' or 'cpu', not "
+                f"{device!r}")
+        if device.startswith("cuda"):
+            ok, why = torch_cuda_status()
+            if not ok:
+                raise ProviderUnavailableError(f"provider {self.name!r}: no CUDA: {why}")
+        from . import torch_kernels
+
+        self._torch = torch
+        self._tk = torch_kernels
+        self.kernels = torch_kernels.Kernels(device)
+        self._cpu = CPUProvider()
+        # Keyed by layer object: dropped with the session's graph.
+        self._constants = weakref.WeakKeyDictionary()
+        self._keep = weakref.WeakSet()
+        self._moved = weakref.WeakKeyDictionary()
+        self._notes = {}  # layer name -> what happened in its last run, for the profile
+
+    @property
+    def device(self):
+        """The ``torch.device`` the layers run on."""
+        return self.kernels.device
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r} on {self.device}>"
+
+    # ------------------------------------------------------------ the Provider interface
+
+    def supports(self, layer, shape=None):
+        if isinstance(layer, HOST_LAYERS) or isinstance(layer, VIEW_LAYERS):
+            return None
+        if isinstance(layer, g.FloatOp):
+            return Refusal(f"{layer.op_type} is float32 math of the ORT-compatible mode; the "
+                           f"torch provider runs integer layers only (torch's float "
+                           f"functions do not round as NumPy's do)")
+        if type(layer) not in _RUNNERS:
+            return Refusal(f"no torch kernel for {layer.op}")
+        if isinstance(layer, (g.MaxPool, g.AveragePool)):
+            (kh, kw), (top, left, bottom, right) = layer.kernel, layer.padding
+            if max(top, bottom) >= kh or max(left, right) >= kw:
+                return Refusal(f"padding {layer.padding} not smaller than the kernel "
+                               f"{layer.kernel}")
+            if isinstance(layer, g.AveragePool) and kh * kw > self._tk.POOL_WINDOW_MAX:
+                return Refusal(f"window {layer.kernel} larger than "
+                               f"{self._tk.POOL_WINDOW_MAX} elements, the most a float32 "
+                               f"window sum holds exactly")
+        return None
+
+    def describe(self, layer):
+        if isinstance(layer, HOST_LAYERS):
+            return ("Softmax is float: run on the host with the CPU provider's code, as "
+                    "torch's exp does not round as NumPy's does")
+        if isinstance(layer, VIEW_LAYERS):
+            return "a shape change: a view of the device tensor"
+        what = f"exact int8 on torch {self.device} ({self.kernels.compute})"
+        chunks = _static_chunks(layer)
+        if chunks:
+            what += f"; {chunks}"
+        return what
+
+    def prepare(self, placement, outputs):
+        """Decide which outputs stay on the device (as :meth:`Provider.prepare`)."""
+        consumers = {}
+        for layer, provider in placement:
+            for name in layer.inputs:
+                consumers.setdefault(name, []).append(provider)
+        for layer, provider in placement:
+            if provider is not self or isinstance(layer, HOST_LAYERS):
+                continue
+            users = consumers.get(layer.output, [])
+            if users and layer.output not in outputs and all(p is self for p in users):
+                self._keep.add(layer)
+            else:
+                self._keep.discard(layer)
+
+    def run(self, layer, inputs):
+        tk = self._tk
+        self._notes.pop(layer.name, None)
+        moved = 0
+        if isinstance(layer, HOST_LAYERS):
+            host = []
+            for x in inputs:
+                if isinstance(x, tk.DeviceArray):
+                    moved += x.nbytes
+                    x = x.numpy()
+                host.append(x)
+            self._moved[layer] = moved
+            return self._cpu.run(layer, host)
+        if isinstance(layer, VIEW_LAYERS) and not isinstance(inputs[0], tk.DeviceArray):
+            self._moved[layer] = 0
+            return self._cpu.run(layer, inputs)
+        if any(isinstance(x, np.ndarray) and x.dtype != _input_dtype(layer) for x in inputs):
+            return self._cpu.run(layer, inputs)  # the golden model raises its error
+        tk.exact_settings(self.device)
+        tensors = []
+        for x in inputs:
+            if isinstance(x, tk.DeviceArray) and x.tensor.device == self.device:
+                tensors.append(x.tensor)
+            else:
+                host = np.asarray(x)
+                moved += host.nbytes
+                tensors.append(self.kernels.upload(host))
+        try:
+            y = self._split_on_oom(layer, tensors)
+        except tk.AccumulatorOverflow:
+            # Outside int32: the golden model raises its own error (or, at the exact
+            # boundary the bound could not rule out, returns the right answer).
+            self._moved[layer] = moved
+            return self._cpu.run(layer, [np.asarray(x) for x in inputs])
+        if layer not in self._keep:
+            out = y.detach().cpu().numpy()
+            self._moved[layer] = moved + out.nbytes
+            return out
+        self._moved[layer] = moved
+        return tk.DeviceArray(y)
+
+    def bytes_moved(self, layer, inputs, output):
+        """Bytes copied between host and device by the last run of ``layer`` (activations;
+        weights are uploaded once, when the layer first runs)."""
+        return self._moved.get(layer, 0)
+
+    def finish_profile(self, profile):
+        """Add ``chunked`` (a reduction split into exact chunks) and ``batch_split`` (out
+        of device memory) to this provider's rows."""
+        notes, self._notes = self._notes, {}
+        for entry in profile:
+            if entry["provider"] == self.name:
+                entry.update(notes.get(entry["layer"], {}))
+
+    # ------------------------------------------------------------ helpers
+
+    def _note(self, layer, key, text):
+        self._notes.setdefault(layer.name, {})[key] = text
+
+    def _constant(self, layer, key, make):
+        per_layer = self._constants.setdefault(layer, {})
+        if key not in per_layer:
+            per_layer[key] = make()
+        return per_layer[key]
+
+    def _split_on_oom(self, layer, tensors):
+        torch = self._torch
+        try:
+            return _RUNNERS[type(layer)](self, layer, tensors)
+        except torch.OutOfMemoryError:
+            n = tensors[0].shape[0] if tensors[0].dim() else 0
+            if n < 2:
+                raise
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            half = n // 2
+            split = _splittable(layer, tensors)
+            first = [t[:half] if s else t for t, s in zip(tensors, split, strict=True)]
+            second = [t[half:] if s else t for t, s in zip(tensors, split, strict=True)]
+            self._note(layer, "batch_split", "out of device memory: the batch was split")
+            return torch.cat([self._split_on_oom(layer, first),
+                              self._split_on_oom(layer, second)], dim=0)
+
+
+def _input_dtype(layer):
+    return np.float32 if isinstance(layer, g.Quantize) else np.int8
+
+
+def _splittable(layer, tensors):
+    """Which inputs are cut along dimension 0 when the batch is split."""
+    first = tensors[0]
+    flags = [True]
+    for t in tensors[1:]:
+        if isinstance(layer, g.MatMul):
+            flags.append(t.dim() >= 3 and first.dim() >= 3 and t.shape[0] == first.shape[0])
+        else:  # Add: an operand of the same rank and batch is element-wise in dimension 0
+            flags.append(t.dim() == first.dim() and t.shape[0] == first.shape[0])
+    return flags
+
+
+def _static_chunks(layer):
+    if isinstance(layer, (g.Conv, g.Dense)):
+        k = int(np.prod(layer.weight.shape[1:]))
+        if k > CHUNK:
+            return _chunk_text(k)
+    return ""
+
+
+def _chunk_text(k):
+    return (f"chunked: {k} products per output exceed {CHUNK}, summed in "
+            f"{-(-k // CHUNK)} exact chunks")
+
+
+# ---------------------------------------------------------------- one runner per layer kind
+# Each takes (provider, layer, input tensors on the device) and returns a tensor there.
+
+def _conv(p, layer, inputs):
+    tk = p._tk
+    w_mat, c0, q, bound = p._constant(layer, "w", lambda: tk.conv_constants(p.kernels, layer))
+    chunks = _static_chunks(layer)
+    if chunks:
+        p._note(layer, "chunked", chunks)
+    return p.kernels.conv(
+        inputs[0], w_mat, c0, q, kernel=tuple(int(k) for k in layer.weight.shape[2:]),
+        stride=tuple(layer.stride), padding=tuple(layer.padding),
+        dilation=tuple(layer.dilation), groups=int(layer.groups),
+        zx=int(layer.x_zero_point), zy=int(layer.y_zero_point), lo=int(layer.lo),
+        hi=int(layer.hi), check=bound > tk.INT32_MAX)
+
+
+def _dense(p, layer, inputs):
+    tk = p._tk
+    (x,) = inputs
+    w_t, c0, q, bound = p._constant(layer, "w", lambda: tk.dense_constants(p.kernels, layer))
+    chunks = _static_chunks(layer)
+    if chunks:
+        p._note(layer, "chunked", chunks)
+    flat = x.reshape(-1, x.shape[-1])
+    y = p.kernels.dense(flat, w_t, c0, q, zy=int(layer.y_zero_point), lo=int(layer.lo),
+                        hi=int(layer.hi), check=bound > tk.INT32_MAX)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _matmul(p, layer, inputs):
+    tk = p._tk
+    a, b = inputs
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2]:
+        raise tk.AccumulatorOverflow("shapes the golden model refuses")  # its error
+    k = int(a.shape[-1])
+    ndim = max(a.dim(), b.dim())
+    za, zb = int(layer.a_zero_point), int(layer.b_zero_point)
+    per_channel = np.size(layer.multiplier) > 1 or np.size(layer.shift) > 1
+    if per_channel:
+        channels = int(max(np.size(layer.multiplier), np.size(layer.shift)))
+        shape = tuple(channels if i == 1 else 1 for i in range(ndim))
+    else:
+        shape = ()
+    q = p._constant(layer, ("q", shape), lambda: p.kernels.requant_params(
+        np.asarray(layer.multiplier).reshape(-1 if per_channel else ()),
+        np.asarray(layer.shift).reshape(-1 if per_channel else ()), shape))
+    if k > CHUNK:
+        p._note(layer, "chunked", _chunk_text(k))
+    return p.kernels.matmul(a, b, za=za, zb=zb, q=q, zy=int(layer.y_zero_point),
+                            lo=int(layer.lo), hi=int(layer.hi),
+                            check=tk.matmul_bound(k, za, zb) > tk.INT32_MAX)
+
+
+def _max_pool(p, layer, inputs):
+    return p.kernels.max_pool(inputs[0], kernel=tuple(layer.kernel),
+                              stride=tuple(layer.stride), padding=tuple(layer.padding))
+
+
+def _avg_pool(p, layer, inputs):
+    (x,) = inputs
+    h, w = int(x.shape[2]), int(x.shape[3])
+    q = p._constant(layer, ("q", h, w),
+                    lambda: p._tk.avg_pool_params(p.kernels, layer, h, w))
+    return p.kernels.avg_pool(x, q, kernel=tuple(layer.kernel), stride=tuple(layer.stride),
+                              padding=tuple(layer.padding), zx=int(layer.x_zero_point),
+                              zy=int(layer.y_zero_point), lo=int(layer.lo), hi=int(layer.hi))
+
+
+def _global_avg_pool(p, layer, inputs):
+    (x,) = inputs
+    hw = int(x.shape[2] * x.shape[3])
+    q = p._constant(layer, ("q", hw), lambda: p._tk.global_pool_params(p.kernels, layer, hw))
+    return p.kernels.global_avg_pool(x, q, zx=int(layer.x_zero_point),
+                                     zy=int(layer.y_zero_point), lo=int(layer.lo),
+                                     hi=int(layer.hi))
+
+
+def _add(p, layer, inputs):
+    table = p._constant(layer, "table", lambda: p._tk.add_table(p.kernels, layer))
+    if layer.constant is None:
+        a, b = inputs
+    else:
+        (a,) = inputs
+        b = p._constant(layer, "b", lambda: p.kernels.upload(layer.constant))
+    return p.kernels.add(a, b, table)
+
+
+def _quantize(p, layer, inputs):
+    scale = p._constant(layer, "scale", lambda: p.kernels.upload(
+        np.asarray(layer.scale, dtype=np.float32).reshape(())))
+    return p.kernels.quantize(inputs[0], scale, int(layer.zero_point))
+
+
+def _dequantize(p, layer, inputs):
+    scale = p._constant(layer, "scale", lambda: p.kernels.upload(
+        np.asarray(layer.scale, dtype=np.float32).reshape(())))
+    return p.kernels.dequantize(inputs[0], scale, int(layer.zero_point))
+
+
+def _flatten(p, layer, inputs):
+    (x,) = inputs
+    axis = layer.axis + x.dim() if layer.axis < 0 else layer.axis
+    return x.reshape(int(np.prod(x.shape[:axis])), int(np.prod(x.shape[axis:])))
+
+
+def _reshape(p, layer, inputs):
+    (x,) = inputs
+    # ONNX Reshape (allowzero=0): 0 copies the input's dimension, one -1 is inferred.
+    return x.reshape([x.shape[i] if d == 0 else int(d) for i, d in enumerate(layer.shape)])
+
+
+_RUNNERS = {
+    g.Conv: _conv,
+    g.Dense: _dense,
+    g.MatMul: _matmul,
+    g.MaxPool: _max_pool,
+    g.AveragePool: _avg_pool,
+    g.GlobalAveragePool: _global_avg_pool,
+    g.Add: _add,
+    g.Quantize: _quantize,
+    g.Dequantize: _dequantize,
+    g.Flatten: _flatten,
+    g.Reshape: _reshape,
+}
