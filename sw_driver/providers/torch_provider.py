@@ -32,7 +32,8 @@ from .base import Provider, Refusal
 from .cpu import CPUProvider
 from .cpu_kernels import CHUNK
 
-__all__ = ["INSTALL_HINT", "TorchProvider", "torch_cuda_provider", "torch_cuda_status"]
+__all__ = ["INSTALL_HINT", "TorchProvider", "graph_runner", "torch_cuda_provider",
+           "torch_cuda_status"]
 
 INSTALL_HINT = "install tessera[gpu] (pip install 'tessera[gpu]', which brings PyTorch)"
 #: Layers run on the host with the CPU provider's code: float exp does not round alike.
@@ -410,3 +411,34 @@ _RUNNERS = {
     g.Flatten: _flatten,
     g.Reshape: _reshape,
 }
+
+
+def graph_runner(provider, graph):
+    """The whole of ``graph`` as one function of a device tensor, every layer on
+    ``provider``'s device with no host step: what a CUDA graph can capture once, so that a
+    small batch pays no per-layer launch cost from Python (``scripts/gpu_check.py``
+    measures it). Returns ``run(x) -> [output tensors]``.
+
+    Raises
+    ------
+    ValueError
+        A layer of ``graph`` has no torch kernel (Softmax and the float operators run on
+        the host, so such a model is run by a session instead).
+    """
+    missing = [f"{layer.name} ({layer.op})" for layer in graph.layers
+               if type(layer) not in _RUNNERS]
+    if missing:
+        raise ValueError(f"layers without a torch kernel cannot run in one device function: "
+                         f"{', '.join(missing)}")
+    first = graph.inputs[0].name
+    outputs = [o.name for o in graph.outputs]
+
+    def run(x):
+        provider._tk.exact_settings(provider.device)
+        env = {first: x}
+        for layer in graph.layers:
+            env[layer.output] = _RUNNERS[type(layer)](
+                provider, layer, [env[name] for name in layer.inputs])
+        return [env[name] for name in outputs]
+
+    return run
