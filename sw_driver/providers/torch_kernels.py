@@ -165,13 +165,15 @@ class Kernels:
             # Padding holds z_x, as in the golden model: it contributes z_x * w, which
             # c0 removes with every other z_x term.
             xf = F.pad(xf, (left, right, top, bottom), value=float(zx))
-        if kernel == (1, 1) and stride == (1, 1):
-            cols = xf.reshape(n, c, oh * ow)
-        else:
-            cols = F.unfold(xf, (kh, kw), dilation=(dh, dw), stride=(sh, sw))
-        k = cols.shape[1] // groups
-        # (G, K, N * L): one GEMM (per group) over the whole batch.
-        cols = cols.reshape(n, groups, k, oh * ow).permute(1, 2, 0, 3)
+        # im2col as one stack of kh * kw strided views, laid out (C, kh*kw, N, OH, OW) so
+        # that it reshapes for free to (G, K, N * L) with K ordered as the weights' (c, u, v).
+        # (F.unfold is the same matrix, but 8x slower on the CPU.)
+        xt = xf.transpose(0, 1)
+        taps = [xt[:, :, u * dh:u * dh + sh * (oh - 1) + 1:sh,
+                   v * dw:v * dw + sw * (ow - 1) + 1:sw]
+                for u in range(kh) for v in range(kw)]
+        cols = torch.stack(taps, dim=1) if len(taps) > 1 else taps[0].contiguous()
+        k = c // groups * kh * kw
         cols = cols.reshape(groups, k, n * oh * ow)
         if groups == 1:
             t = self.exact_matmul(w_mat[0], cols[0])              # (O, N*L)
