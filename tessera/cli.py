@@ -175,6 +175,7 @@ def cmd_bitstream(args):
         build_bitstream,
         default_config,
     )
+    from tessera.board_report import console_say, print_summary
 
     if args.board not in KNOWN_BOARDS:
         console.print(f"[red]unknown board {args.board!r}[/]; known boards: "
@@ -190,7 +191,9 @@ def cmd_bitstream(args):
                 rows=pick(args.rows, 8), cols=pick(args.cols, 8))
             if args.config is not None:
                 config = _engine_config(args).array
-            build_array_bitstream(args.board, config, build_root=args.build)
+            report = build_array_bitstream(args.board, config, build_root=args.build,
+                                           say=console_say(console))
+            print_summary(report, console=console)
             return 0
         if args.config is not None:  # the file or preset instead of the board's own
             config = _engine_config(args)
@@ -202,10 +205,12 @@ def cmd_bitstream(args):
             config = dataclasses.replace(config, array=array)
         # --clock-mhz, else the configuration's clock, else the board's (None).
         report = build_bitstream(args.board, config, build_root=args.build,
-                                 clock_mhz=pick(args.clock_mhz, config.clock_mhz))
+                                 clock_mhz=pick(args.clock_mhz, config.clock_mhz),
+                                 say=console_say(console))
     except BitstreamError as error:
         _print_error(error, prefix="bitstream failed: ")
         return 1
+    print_summary(report, console=console)
     if not report["timing_met"]:
         _print_error(report["timing_failure"], prefix="timing not met: ")
         return 1

@@ -229,6 +229,7 @@ def test_make_passes_config_and_the_array_shorthand():
 
 def test_bitstream_builds_the_configuration_instead_of_the_boards(tmp_path, monkeypatch):
     import hw.bitstream
+    import tessera.board_report
 
     calls = []
 
@@ -237,6 +238,7 @@ def test_bitstream_builds_the_configuration_instead_of_the_boards(tmp_path, monk
         return {"timing_met": True}
 
     monkeypatch.setattr(hw.bitstream, "build_bitstream", fake_build)
+    monkeypatch.setattr(tessera.board_report, "print_summary", lambda report, console: None)
     path = tmp_path / "board.toml"
     path.write_text('base = "icebreaker"\nclock_mhz = 24\n[array]\ncols = 2\n')
     assert main(["bitstream", "--board", "icebreaker", "--config", str(path)]) == 0
