@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from models.zoo import DIGITS_QDQ
-from tessera import cli
 from tessera.cli import main
+from tessera.commands.run import SATURATION_WARN_FRACTION
 
 ROOT = Path(__file__).resolve().parent.parent
 # Variables a parent make (make test) or the caller's shell could hand to the child make.
@@ -162,7 +162,7 @@ def _saturating(fraction, rng):
 
 def test_saturating_input_warns_above_the_stated_fraction(tmp_path, capsys):
     rng = np.random.default_rng(0)
-    limit = cli.SATURATION_WARN_FRACTION
+    limit = SATURATION_WARN_FRACTION
     np.save(tmp_path / "all.npy", np.full((4, 1, 8, 8), 1e30, np.float32))
     code, out, err = _run(capsys, "--input", str(tmp_path / "all.npy"))
     assert code == 0 and "4 samples" in out  # a warning, not a refusal
@@ -180,7 +180,7 @@ def test_saturating_input_warns_above_the_stated_fraction(tmp_path, capsys):
 
 def test_the_saturation_fraction_is_documented():
     text = " ".join((ROOT / "docs" / "runtime.md").read_text().split())
-    assert f"more than {cli.SATURATION_WARN_FRACTION:.0%} of its values" in text
+    assert f"more than {SATURATION_WARN_FRACTION:.0%} of its values" in text
 
 
 # ------------------------------------------------------------------ bitstream report
