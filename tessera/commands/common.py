@@ -10,7 +10,7 @@ from tessera.console import console
 
 
 def add_config_option(parser, what="the hardware to build or simulate",
-                       default="the 'default' preset"):
+                      default="the 'default' preset"):
     parser.add_argument("--config", metavar="FILE|PRESET",
                         help=f"{what}: a .toml/.json configuration file or a preset (default, "
                              f"tiny, ulx3s-85f, ...; docs/config.md); default: {default}")
