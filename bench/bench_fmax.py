@@ -15,6 +15,7 @@ import sys
 from bench.common import metric, write_results
 from contract.config import ArrayConfig
 from hw import bitstream
+from tessera.board_report import print_summary
 
 TARGET_MHZ = 150.0  # the project's fmax target for the 8x8 array on the ULX3S-85F
 
@@ -74,12 +75,13 @@ def main(argv=()):
                                                     **options)
     if report is None:
         report = bitstream.build_bitstream(args.board, config, args.build_root, **options)
+        print_summary(report)
         reused = False
     else:
         print(f"reusing {args.build_root}/{args.board}{bitstream.ARRAY_SUFFIX}/"
               f"{bitstream.REPORT_NAME} "
               f"(inputs {report['inputs_key']})")
-        bitstream.print_summary(report)
+        print_summary(report)
         reused = True
     write_results(
         "fmax", metrics_from_report(report),

@@ -41,6 +41,7 @@ def build_array(spec, build):
 
     from contract.config import ArrayConfig
     from hw.bitstream import build_array_bitstream
+    from tessera.board_report import console_say
 
     board, rows, cols = spec["board"], spec["rows"], spec["cols"]
     folder = Path(build) / f"r{rows}c{cols}"
@@ -48,8 +49,7 @@ def build_array(spec, build):
     started = time.monotonic()
     with open(folder / "progress.log", "w") as log:
         report = build_array_bitstream(board, ArrayConfig(rows=rows, cols=cols),
-                                       build_root=folder, console=Console(file=log),
-                                       summary=False)
+                                       build_root=folder, say=console_say(Console(file=log)))
     fmax = [clock["achieved_mhz"] for clock in report["fmax"].values()]
     return {**spec, "wall_s": round(time.monotonic() - started, 2),
             "fmax_mhz": min(fmax) if fmax else None}

@@ -384,6 +384,7 @@ def build(model_path, board, out=None, *, dry_run=False, console=None, resource_
     document["dry_run"] = dry_run
     if not dry_run:
         from hw.bitstream import BitstreamError, board_top, build_bitstream
+        from tessera.board_report import console_say
 
         config = dataclasses.replace(plan["config"], clock_mhz=None)
         out.mkdir(parents=True, exist_ok=True)
@@ -392,8 +393,7 @@ def build(model_path, board, out=None, *, dry_run=False, console=None, resource_
         document["verilog"] = str(out / "top.v")
         try:
             report = build_bitstream(board, config, build_root=out / "pnr",
-                                     clock_mhz=plan["clock_mhz"], console=console,
-                                     summary=False)
+                                     clock_mhz=plan["clock_mhz"], say=console_say(console))
         except BitstreamError as error:
             document["error"] = str(error)
             write_outputs(document, out)

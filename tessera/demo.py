@@ -1,7 +1,7 @@
 """`tessera demo`: the shipped digits CNN on the Verilator twin, the CPU and onnxruntime.
 
 The pieces are plain functions so that tests can run them on a small twin and a subset of
-the test split; :func:`tessera.cli.cmd_demo` adds the progress bar and the tables.
+the test split; :func:`tessera.commands.demo.cmd_demo` adds the progress bar and the tables.
 """
 
 import time

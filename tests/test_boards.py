@@ -13,6 +13,7 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from hw import bitstream
 from hw.boards import pll
 from hw.boards.accelerator import AcceleratorBoardTop, uart_divisor
+from tessera.board_report import print_summary
 
 
 def _text(plan, suffix):
@@ -162,7 +163,7 @@ def test_smaller_ulx3s_tops_elaborate(board, device):
     platform, top, plan = bitstream.prepare_build(board)
     config = bitstream.default_config(board)
     assert top.config == config
-    assert bitstream.multipliers_needed(config) <= bitstream._MULTIPLIERS[platform.device]
+    assert bitstream.multipliers_needed(config) <= bitstream.MULTIPLIERS[platform.device]
     assert _text(plan, "il").count("cell \\EHXPLLL ") == 1
     commands = json.loads(plan.files[f"build_{bitstream.TOP_NAME}.json"])["commands"]
     assert device in commands[1]
@@ -238,7 +239,7 @@ def test_accelerator_summary_fits_one_screen():
                  "nextpnr": "build/ulx3s-85f/nextpnr.log"},
     }
     console = Console(record=True, width=100)
-    bitstream.print_summary(report, console=console)
+    print_summary(report, console=console)
     text = console.export_text()
     assert "whole accelerator, 8x8 array" in text
     assert "PLL makes 125 MHz from 25 MHz" in text and "divisor 42" in text
@@ -304,7 +305,7 @@ def test_failed_place_and_route_says_what_is_over_capacity(tmp_path):
               "print('Info:               ICESTORM_RAM:      23/     30    76%');"
               "print(\"ERROR: Unable to place cell 'x', no BELs remaining\"); exit(125)")
     with pytest.raises(bitstream.BitstreamError) as info:
-        bitstream._run_tool("nextpnr", [sys.executable, "-c", script], tmp_path, None,
+        bitstream.tools.run_tool("nextpnr", [sys.executable, "-c", script], tmp_path, None,
                             tmp_path / "nextpnr.log", lambda line: None)
     message = str(info.value)
     assert "exit status 125" in message and str(tmp_path / "nextpnr.log") in message

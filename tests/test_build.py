@@ -359,7 +359,7 @@ def test_build_records_predicted_against_achieved(tmp_path, monkeypatch):
 
     asked = {}
 
-    def fake_build(board, config, build_root, *, clock_mhz, console, summary):
+    def fake_build(board, config, build_root, *, clock_mhz, say):
         asked.update(board=board, config=config, root=build_root, clock=clock_mhz)
         return {"fmax_mhz": 40.5, "timing_met": True, "LC_used": 4000, "SB_MAC16_used": 8,
                 "EBR_used": 20, "bitstream": str(build_root / board / "top.bin"),

@@ -97,12 +97,12 @@ def test_zoo_writes_random_models_and_run_uses_them(tmp_path, capsys):
 
 def test_an_error_with_brackets_is_printed_whole(monkeypatch, capsys):
     """Usage errors print as plain text: rich markup would silently drop "[tenants.a]"."""
-    from tessera import cli
+    from tessera.commands import run
 
     def fails(args):
         raise ValueError("config.toml: [tenants.a] has no key 'token'; expected [1, 2]")
 
-    monkeypatch.setattr(cli, "cmd_zoo", fails)
+    monkeypatch.setattr(run, "cmd_zoo", fails)
     assert main(["zoo"]) == 2
     out = capsys.readouterr().out
     assert "error: config.toml: [tenants.a] has no key 'token'; expected [1, 2]" in out

@@ -229,6 +229,7 @@ def test_make_passes_config_and_the_array_shorthand():
 
 def test_bitstream_builds_the_configuration_instead_of_the_boards(tmp_path, monkeypatch):
     import hw.bitstream
+    import tessera.board_report
 
     calls = []
 
@@ -237,6 +238,7 @@ def test_bitstream_builds_the_configuration_instead_of_the_boards(tmp_path, monk
         return {"timing_met": True}
 
     monkeypatch.setattr(hw.bitstream, "build_bitstream", fake_build)
+    monkeypatch.setattr(tessera.board_report, "print_summary", lambda report, console: None)
     path = tmp_path / "board.toml"
     path.write_text('base = "icebreaker"\nclock_mhz = 24\n[array]\ncols = 2\n')
     assert main(["bitstream", "--board", "icebreaker", "--config", str(path)]) == 0
@@ -279,7 +281,7 @@ def test_bench_and_soak_build_their_twin_for_the_configuration(tmp_path, monkeyp
 def test_sim_runs_each_testbench_on_the_configuration():
     from sim.system import TopBuild
     from sim.testbenches import TESTBENCHES
-    from tessera.cli import _testbench_configs
+    from tessera.commands.hardware import _testbench_configs
 
     tiny = PRESETS["tiny"]
     assert _testbench_configs(TESTBENCHES["systolic"], tiny) == (tiny.array,)

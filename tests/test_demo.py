@@ -11,6 +11,7 @@ from test_providers_sim import CONFIG
 
 from sw_driver.providers import sim as sim_module
 from tessera import cli, demo
+from tessera.commands import demo as demo_commands
 
 
 @pytest.mark.slow
@@ -52,4 +53,4 @@ def test_demo_rejects_a_bad_batch(capsys):
 
 def test_the_gemm_array_demo_is_still_there():
     args = cli.build_parser().parse_args(["demo-array", "--rows", "4", "--cols", "4"])
-    assert args.func is cli.cmd_demo_array and (args.rows, args.m) == (4, 40)
+    assert args.func is demo_commands.cmd_demo_array and (args.rows, args.m) == (4, 40)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from models.zoo import DIGITS_QDQ
-from tessera import cli
 from tessera.cli import main
+from tessera.commands.run import SATURATION_WARN_FRACTION
 
 ROOT = Path(__file__).resolve().parent.parent
 # Variables a parent make (make test) or the caller's shell could hand to the child make.
@@ -162,7 +162,7 @@ def _saturating(fraction, rng):
 
 def test_saturating_input_warns_above_the_stated_fraction(tmp_path, capsys):
     rng = np.random.default_rng(0)
-    limit = cli.SATURATION_WARN_FRACTION
+    limit = SATURATION_WARN_FRACTION
     np.save(tmp_path / "all.npy", np.full((4, 1, 8, 8), 1e30, np.float32))
     code, out, err = _run(capsys, "--input", str(tmp_path / "all.npy"))
     assert code == 0 and "4 samples" in out  # a warning, not a refusal
@@ -180,7 +180,7 @@ def test_saturating_input_warns_above_the_stated_fraction(tmp_path, capsys):
 
 def test_the_saturation_fraction_is_documented():
     text = " ".join((ROOT / "docs" / "runtime.md").read_text().split())
-    assert f"more than {cli.SATURATION_WARN_FRACTION:.0%} of its values" in text
+    assert f"more than {SATURATION_WARN_FRACTION:.0%} of its values" in text
 
 
 # ------------------------------------------------------------------ bitstream report
@@ -188,8 +188,7 @@ def test_the_saturation_fraction_is_documented():
 def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys):
     """`tessera bitstream --board icebreaker` with the tools stood in for: the report's
     configuration has the clock the build ran at, not None beside it."""
-    import hw.toolchain
-    from hw import bitstream
+    from hw.bitstream import flow
 
     platform = types.SimpleNamespace(device="iCE40UP5K", package="SG48", family="iCE40")
 
@@ -208,12 +207,12 @@ def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys
                  "pack_s": 1.0}
         return times, build_dir / "top.bin", raw, logs
 
-    monkeypatch.setattr(bitstream, "prepare_build", fake_prepare)
-    monkeypatch.setattr(bitstream, "_run_plan", fake_run)
-    monkeypatch.setattr(bitstream, "tool_versions", lambda family, env: {})
-    monkeypatch.setattr(bitstream, "source_state", lambda: {})
-    monkeypatch.setattr(hw.toolchain, "tool_env", lambda: {})
-    assert bitstream.default_config("icebreaker").clock_mhz is None  # the case that matters
+    monkeypatch.setattr(flow, "prepare_build", fake_prepare)
+    monkeypatch.setattr(flow, "run_plan", fake_run)
+    monkeypatch.setattr(flow, "tool_versions", lambda family, env: {})
+    monkeypatch.setattr(flow, "source_state", lambda: {})
+    monkeypatch.setattr(flow, "tool_env", lambda: {})
+    assert flow.default_config("icebreaker").clock_mhz is None  # the case that matters
     assert main(["bitstream", "--board", "icebreaker", "--build", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "icebreaker" / "report.json").read_text())
     assert report["clock_mhz"] == 18.0

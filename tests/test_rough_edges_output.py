@@ -18,6 +18,9 @@ import pytest
 from rich.console import Console
 
 from tessera import cli
+from tessera.commands import demo as demo_commands
+from tessera.commands import run as run_commands
+from tessera.commands import serve as serve_commands
 from tessera.serve.loadgen import TenantLoad, _Record, run_load, summarize
 from tessera.tables import WIDTH, loadtest_notes, loadtest_table, short_reason
 from tests.serve_helpers import write_config
@@ -75,7 +78,7 @@ def _assert_rows_short(text, rows):
 
 def test_demo_profile_fits_80_columns():
     totals = _totals()
-    text = _render(cli._demo_profile_table(totals, 450))
+    text = _render(demo_commands._demo_profile_table(totals, 450))
     _assert_rows_short(text, len(totals))
     _assert_fits(text, ["layer", "op", "provider", "cycles", "time ms", "bytes", "why there"])
     row = next(line for line in text.splitlines() if line.startswith("gap"))
@@ -85,7 +88,7 @@ def test_demo_profile_fits_80_columns():
 @pytest.mark.parametrize("full", [False, True])
 def test_run_profile_fits_80_columns_and_keeps_the_whole_reason(full):
     totals = _totals()
-    text = _render(cli._profile_table(totals, 9, full))
+    text = _render(run_commands._profile_table(totals, 9, full))
     table, _, below = text.partition("why there, in full:")
     _assert_rows_short(table, len(totals))
     headers = ["layer", "op", "provider", "time ms", "share", "bytes"]
@@ -99,7 +102,7 @@ def test_run_profile_fits_80_columns_and_keeps_the_whole_reason(full):
 
 
 def test_run_profile_command_prints_for_80_columns(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "console", Console(width=WIDTH))
+    monkeypatch.setattr(run_commands, "console", Console(width=WIDTH))
     digits = str(ROOT / "models" / "zoo" / "digits_qdq.onnx")
     assert cli.main(["run", digits, "--samples", "4", "--profile"]) == 0
     text = capsys.readouterr().out
@@ -157,7 +160,7 @@ def test_loadtest_table_fits_80_columns_and_states_the_cap():
 def test_loadtest_command_prints_for_80_columns(tmp_path, monkeypatch, capsys):
     import tessera.serve.loadtest as loadtest
 
-    monkeypatch.setattr(cli, "console", Console(width=WIDTH))
+    monkeypatch.setattr(serve_commands, "console", Console(width=WIDTH))
     monkeypatch.setattr(loadtest, "run_loadtest", lambda *a, **k: _loadtest_result())
     out = tmp_path / "load.json"
     assert cli.main(["loadtest", "--config", str(write_config(tmp_path)), "--tenant", "a=5",

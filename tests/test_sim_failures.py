@@ -13,6 +13,7 @@ from contract.config import ArrayConfig
 from sim.outcomes import failure_lines, first_build_errors, read_outcomes
 from sim.runner import SimBuildError, TestbenchFailed, build_array, run_testbench
 from tessera import cli
+from tessera.commands.demo import DEMO_MAX_SIDE
 
 TINY = ArrayConfig(rows=1, cols=1)
 
@@ -78,7 +79,7 @@ def test_demo_array_checks_its_sizes_before_building(option, value, monkeypatch,
     with pytest.raises(SystemExit) as info:
         cli.main(["demo-array", option, value])
     assert info.value.code == 2  # argparse's usage error
-    assert (f"argument {option}: must be an integer from 1 to {cli.DEMO_MAX_SIDE}, not "
+    assert (f"argument {option}: must be an integer from 1 to {DEMO_MAX_SIDE}, not "
             f"{value!r}") in capsys.readouterr().err
 
 

@@ -145,6 +145,7 @@ def run_job(spec, build=str(BUILD), sources=None):
     from rich.console import Console
 
     from hw.bitstream import BitstreamError, build_bitstream
+    from tessera.board_report import console_say
 
     job = SweepJob.from_spec(spec)
     folder = Path(build) / job_key(job, sources)
@@ -158,7 +159,7 @@ def run_job(spec, build=str(BUILD), sources=None):
             else:
                 report = build_bitstream(job.board, job.config, build_root=folder,
                                          clock_mhz=job.clock_mhz, seed=job.seed,
-                                         console=console, summary=False)
+                                         say=console_say(console))
             record = summarize_report(job, report)
         except (BitstreamError, ValueError, OSError) as error:
             record = {**job.spec(), "label": job.label, "error": str(error)}
@@ -205,6 +206,7 @@ def pack_only(job, folder, console):
         parse_nextpnr_report,
         prepare_build,
     )
+    from hw.bitstream.tools import tool_command
     from hw.toolchain import tool_env
 
     platform, _, plan = prepare_build(job.board, job.config, clock_mhz=job.clock_mhz,
@@ -215,8 +217,7 @@ def pack_only(job, folder, console):
     commands = json.loads((build_dir / f"build_{TOP_NAME}.json").read_text())["commands"]
     times = {}
     for step, command in zip(("yosys", "nextpnr"), commands[:2], strict=True):
-        argv = shlex.split(command) if isinstance(command, str) else list(command)
-        argv[0] = env.get(argv[0].upper().replace("-", "_"), argv[0])
+        argv = tool_command(command, env)
         yosys_log = build_dir / f"{TOP_NAME}.rpt"  # Amaranth's script logs there
         if step == "yosys" and (build_dir / f"{TOP_NAME}.json").exists() and \
                 yosys_log.exists() and "End of script" in yosys_log.read_text(errors="replace"):

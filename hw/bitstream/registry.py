@@ -1,0 +1,113 @@
+"""The boards a bitstream is built for: their platforms, default configurations and clocks,
+and the checks a configuration must pass before any tool runs."""
+
+from amaranth.build import Clock, Resource
+
+from contract.config import ConvEngineConfig
+from contract.postprocess import postprocess_multipliers
+
+from ..boards import icebreaker, ulx3s
+
+#: Board name -> amaranth-boards platform class.
+KNOWN_BOARDS = {**ulx3s.PLATFORMS, **icebreaker.PLATFORMS}
+
+#: Board name -> the accelerator configuration ``make bitstream BOARD=...`` builds.
+DEFAULT_CONFIGS = {**ulx3s.DEFAULT_CONFIGS, **icebreaker.DEFAULT_CONFIGS}
+
+#: Board name -> the design clock (MHz) of the default build.
+DEFAULT_CLOCK_MHZ = {**ulx3s.DEFAULT_CLOCK_MHZ, **icebreaker.DEFAULT_CLOCK_MHZ}
+
+#: FPGA device -> its hardware multipliers (18x18 or 16x16 DSP blocks).
+MULTIPLIERS = {**ulx3s.MULTIPLIERS, **icebreaker.MULTIPLIERS}
+
+# What the packer writes, per family.
+BITSTREAM_SUFFIX = {"ecp5": "bit", "iCE40": "bin"}
+
+DEFAULT_TARGET_MHZ = 200.0  # clock constraint of the bare-array build
+
+
+def check_board(board):
+    if board not in KNOWN_BOARDS:
+        known = ", ".join(sorted(KNOWN_BOARDS))
+        raise ValueError(f"unknown board {board!r}; known boards: {known}")
+    return KNOWN_BOARDS[board]
+
+
+def default_config(board):
+    """The accelerator configuration ``make bitstream BOARD=board`` builds (chosen per board
+    so it fits; docs/boards.md gives the figures)."""
+    check_board(board)
+    return DEFAULT_CONFIGS[board]
+
+
+def multipliers_needed(config):
+    """Hardware multipliers (18x18 or 16x16 DSP blocks) of the whole accelerator: one per
+    PE and four per rescaler of the post-processing bank (``contract.postprocess``); what
+    ``synth_ecp5`` produces for the default tops."""
+    return config.rows * config.cols + postprocess_multipliers(
+        config.cols, residual_add=config.residual_add, pipelined=config.pipelined)
+
+
+def check_fits(board, config):
+    """Refuse a configuration whose multipliers exceed the board's (before any tool runs).
+    The iCE40 builds map part of the arithmetic to logic on purpose, so only the array is
+    counted there."""
+    cls = check_board(board)
+    available = MULTIPLIERS.get(cls.device)
+    if isinstance(config, ConvEngineConfig) and family_of(board) == "ecp5":
+        needed = multipliers_needed(config)
+        what = (f"the {config.rows}x{config.cols} accelerator needs {needed} multipliers "
+                f"({config.rows * config.cols} in the array, the rest in post-processing)")
+    else:
+        needed = config.rows * config.cols
+        what = f"a {config.rows}x{config.cols} array needs {needed} multipliers"
+    if available is not None and needed > available:
+        raise ValueError(f"{what}; {board} ({cls.device}) has {available}")
+
+
+def board_platform(board, *, target_mhz=DEFAULT_TARGET_MHZ):
+    """An instance of ``board``'s platform whose default clock is constrained to
+    ``target_mhz`` (``None`` keeps the board's oscillator frequency, as the accelerator
+    build does: its PLL output is constrained from that).
+
+    Raises
+    ------
+    ValueError
+        ``board`` is not in :data:`KNOWN_BOARDS` (the message lists them).
+    """
+    cls = check_board(board)
+    if target_mhz is None:
+        return cls()
+    if isinstance(target_mhz, bool) or not isinstance(target_mhz, (int, float)) \
+            or not 1 <= target_mhz <= 1000:
+        raise ValueError(f"target_mhz must be a number in [1, 1000], not {target_mhz!r}")
+    # A clock resource carries its constraint; Amaranth refuses a second one on the same
+    # pin, so the platform is subclassed with the clock resource re-declared.
+    resources = [
+        Resource(r.name, r.number, *r.ios, Clock(target_mhz * 1e6), r.attrs)
+        if r.name == cls.default_clk and r.number == 0 else r
+        for r in cls.resources
+    ]
+    retimed = type(cls.__name__, (cls,), {"resources": resources,
+                                          "__module__": cls.__module__})
+    return retimed()
+
+
+def family_of(board):
+    """``"ecp5"`` or ``"iCE40"`` (a property of the platform instance, not its class)."""
+    return check_board(board)().family
+
+
+def board_clock_mhz(board):
+    """The board oscillator's frequency in MHz."""
+    return KNOWN_BOARDS[board]().default_clk_frequency / 1e6
+
+
+def design_clock_mhz(board, config, clock_mhz=None):
+    """The clock a build asks the PLL for: ``clock_mhz`` if given, else the configuration's
+    own ``clock_mhz``, else the board's :data:`DEFAULT_CLOCK_MHZ`."""
+    check_board(board)
+    for choice in (clock_mhz, config.clock_mhz):
+        if choice is not None:
+            return choice
+    return DEFAULT_CLOCK_MHZ[board]
