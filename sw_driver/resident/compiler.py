@@ -33,6 +33,8 @@ from contract.streams import POOL_MAX_WIDTH
 from models.requant import MULTIPLIER_MIN
 
 from .. import graph as g
+from ..accelerator import skip_strided_1x1
+from ..conv_lowering import lower_conv2d
 from ..errors import ResidentFitError
 from ..planner import add_work, pool_work
 from ..shapes import infer_shapes
@@ -146,7 +148,7 @@ class _Compiler:
             users = readers.get(layer.output, [])
             if (isinstance(layer, g.Conv) and layer.groups == 1
                     and layer.output not in self.outputs and len(users) == 1
-                    and _is_pool(users[0]) and self._pool_fits(layer.output)):
+                    and _is_pool(users[0]) and self._pool_fits(layer)):
                 step.pool, step.output = users[0], users[0].output
                 fused.add(users[0])
             if isinstance(layer, g.Add) and layer.constant is None and len(layer.inputs) != 2:
@@ -159,9 +161,23 @@ class _Compiler:
                 self.base(name).readers.append(step)
         return steps
 
-    def _pool_fits(self, name):
-        shape = self._shape(name)
-        return len(shape) == 4 and 2 <= shape[3] <= self.pool_max_width and shape[2] >= 2
+    def _pool_fits(self, conv):
+        """Whether ``conv`` runs fused with its pool, as the device provider decides: the
+        pool takes its output, and bands of an even row count fit the buffer."""
+        shape = self._shape(conv.output)
+        if not (len(shape) == 4 and 2 <= shape[3] <= self.pool_max_width and shape[2] >= 2):
+            return False
+        x, stride = skip_strided_1x1(np.zeros(self._shape(conv.inputs[0]), np.int8),
+                                     conv.weight, conv.stride, conv.padding)
+        try:
+            lower_conv2d(x, conv.weight, conv.bias, conv.multiplier, conv.shift,
+                         x_zero_point=conv.x_zero_point, y_zero_point=conv.y_zero_point,
+                         lo=conv.lo, hi=conv.hi, stride=stride, padding=conv.padding,
+                         groups=conv.groups, config=self.config, name=conv.name,
+                         row_multiple=2)
+        except ValueError:
+            return False
+        return True
 
     # ------------------------------------------------------------ tracing
 
