@@ -17,6 +17,9 @@ __all__ = [
     "ProviderUnavailableError",
     "QuantizationError",
     "RefusedAtRunError",
+    "ResidentChecksumError",
+    "ResidentFitError",
+    "ResidentRunError",
     "RunTerminatedError",
     "TesseraError",
     "UnknownProviderError",
@@ -122,3 +125,33 @@ class LayerFaultError(LayerError):
 
 class RunTerminatedError(TesseraError):
     """A run stopped because its ``run_options.terminate`` was set."""
+
+
+class ResidentFitError(TesseraError, ValueError):
+    """A model (or segment) that the resident compiler cannot place on the device: a tensor
+    or a layer's constants that do not fit the data memory, a program longer than the
+    program memory, a record with more than the format's counts, a tensor that no layout
+    keeps word-aligned. The caller falls back to layer-at-a-time for that part.
+
+    Attributes
+    ----------
+    what : str
+        The tensor or layer concerned.
+    needed, free : int or None
+        Bytes (or program words, as the message says) needed and available.
+    """
+
+    def __init__(self, message, *, what=None, needed=None, free=None):
+        super().__init__(message)
+        self.what, self.needed, self.free = what, needed, free
+
+
+class ResidentChecksumError(DeviceError):
+    """The device's checksum of a loaded resident image differs from the image's own:
+    words were lost or corrupted on the way; the image is refused (and reloaded)."""
+
+
+class ResidentRunError(DeviceError):
+    """A resident program stopped with an error (``RES_STATUS.error``); the message gives
+    ``RES_ERROR``, ``RES_PC`` and the pass it points at. The device has been reset and the
+    image reloaded, so a retry can follow."""
