@@ -26,6 +26,7 @@ from sw_driver import regs
 from sw_driver.conv_lowering import assemble_output, lower_conv2d
 from sw_driver.cycle_model import pass_cycles
 from sw_driver.errors import DeviceError
+from sw_driver.gap_lowering import dense_chunk, gap_group, gap_requantization, gap_weights
 from sw_driver.regs import ERROR_MEANINGS, Opcode, Reg
 from sw_driver.transport.base import Deadline, TransportError
 
@@ -336,6 +337,37 @@ class Accelerator:
         beats, self.last_counters = self.run_program(
             add_program(a, b, params, self.config, name=name))
         return beats.reshape(-1)[:a.size].reshape(a.shape).copy()
+
+    def global_average_pool(self, x, *, x_scale, x_zero_point, y_scale, y_zero_point,
+                            lo=-128, hi=127, name="gap"):
+        """Global average pool of int8 NCHW ``x`` (``models.pool.global_avg_pool``), as
+        Dense passes over groups of channels (:mod:`sw_driver.gap_lowering`); returns
+        (N, C, 1, 1) int8."""
+        x = np.asarray(x)
+        n, c, h, w = x.shape
+        hw = h * w
+        group = gap_group(c, hw, self.config)
+        if group < 1:
+            raise ValueError(f"layer {name!r}: {hw} pixels per channel do not fit the "
+                             f"engine's buffers")
+        multiplier, shift = gap_requantization(x_scale, y_scale, hw, name)
+        out = np.empty((n, c), np.int8)
+        total = Counters() if self.has_counters else None
+        for first in range(0, c, group):
+            size = min(group, c - first)
+            # Pixel-major: a pixel's channels side by side, as an HWC tensor holds them.
+            xs = x[:, first:first + size].transpose(0, 2, 3, 1).reshape(n, hw * size)
+            weights = gap_weights(size, hw)
+            chunk = dense_chunk(hw * size, self.config)
+            for start in range(0, n, chunk):
+                out[start:start + chunk, first:first + size] = self.dense(
+                    xs[start:start + chunk], weights, None, np.full(size, multiplier),
+                    np.full(size, shift), x_zero_point=x_zero_point,
+                    y_zero_point=y_zero_point, lo=lo, hi=hi, name=name)
+                if total is not None:
+                    total = total + self.last_counters
+        self.last_counters = total
+        return out.reshape(n, c, 1, 1)
 
     def depthwise_conv2d(self, x, w, bias, multiplier, shift, **options):
         """Depthwise convolution: ``w`` has shape (C, 1, kh, kw)."""

@@ -44,6 +44,7 @@ from . import graph as g
 from .accelerator import pass_program, skip_strided_1x1
 from .cycle_model import pass_cycles
 from .errors import PlacementError
+from .gap_lowering import dense_chunk, gap_group
 from .providers.base import Cost
 from .shapes import conv_output_hw, infer_shapes
 
@@ -160,10 +161,26 @@ def _passes_work(passes, config):
     return total
 
 
-def dense_chunk(k, config):
-    """Most samples of a Dense layer with ``k`` inputs one engine pass takes: the batch is
-    the pass's image width, and the K x N activations must fit the activation buffer."""
-    return max(1, min(config.act_depth // k, 0xFFFF))
+def _gap_work(input_shape, config):
+    """A global average pool's Dense passes (:mod:`sw_driver.gap_lowering`)."""
+    from .conv_lowering import lower_conv2d
+
+    n, c, h, w = input_shape
+    hw = h * w
+    group = gap_group(c, hw, config)
+    if group < 1:
+        raise ValueError(f"{hw} pixels per channel do not fit the engine's buffers")
+    work = DeviceWork(0, 0, 0, 0, 0)
+    for first in range(0, c, group):
+        size = min(group, c - first)
+        chunk = dense_chunk(hw * size, config)
+        for start in range(0, n, chunk):
+            x = np.zeros((1, hw * size, 1, min(chunk, n - start)), np.int8)
+            weight = np.zeros((size, hw * size, 1, 1), np.int8)
+            passes = lower_conv2d(x, weight, None, np.full(size, 1 << 30), np.full(size, 1),
+                                  x_zero_point=0, y_zero_point=0, config=config, name="gap")
+            work = work + _passes_work(passes, config)
+    return work
 
 
 def device_work(layer, input_shape, config):
@@ -208,6 +225,8 @@ def device_work(layer, input_shape, config):
         return work
     if isinstance(layer, g.MaxPool):
         return pool_work(input_shape, config)
+    if isinstance(layer, g.GlobalAveragePool):
+        return _gap_work(input_shape, config)
     if isinstance(layer, g.Add):
         return add_work(_add_size(layer, input_shape), config)
     raise ValueError(f"layer {layer.name!r}: {layer.op} does not run on the accelerator")
@@ -279,7 +298,7 @@ def cpu_estimate(layer, input_shape, model):
     the layers an accelerator also runs (Conv, Dense, MaxPool, Add); None for the others."""
     if input_shape is None:
         return None
-    if isinstance(layer, (g.MaxPool, g.Add)):
+    if isinstance(layer, (g.MaxPool, g.Add, g.GlobalAveragePool)):
         count = int(np.prod(input_shape)) * (2 if isinstance(layer, g.Add) else 1)
         return Cost(seconds=model.cpu_layer_seconds + count / model.cpu_elements_per_second,
                     note=f"{count:,} elements at {model.cpu_elements_per_second / 1e9:g} G/s + "

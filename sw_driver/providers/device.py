@@ -29,6 +29,7 @@ from .. import planner, shapes
 from ..accelerator import NO_ADD, Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError, RefusedAtRunError
+from ..gap_lowering import gap_refusal
 from ..matmul_lowering import lower_matmul, matmul_refusal, matmul_work
 from ..transport.base import Transport, TransportError
 from .base import Concurrency, Cost, Provider, Refusal
@@ -124,7 +125,7 @@ def add_refusal(layer, config=None):
 
 
 #: The layer kinds the device runs, in refusals.
-DEVICE_LAYERS = "Conv, Dense, MatMul, 2x2 MaxPool and Add"
+DEVICE_LAYERS = "Conv, Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add"
 
 
 def kind_refusal(layer, runs=DEVICE_LAYERS):
@@ -242,6 +243,9 @@ class DeviceProvider(Provider):
         if isinstance(layer, g.MatMul):
             problem = matmul_refusal(layer, self.config, shape)
             return None if problem is None else Refusal(problem)
+        if isinstance(layer, g.GlobalAveragePool):
+            problem = gap_refusal(layer, self.config, shape)
+            return None if problem is None else Refusal(problem)
         problem = engine_refusal(layer, self.config)
         if problem is None and shape is not None:
             try:
@@ -252,7 +256,9 @@ class DeviceProvider(Provider):
 
     def describe(self, layer):
         kind = {g.MaxPool: "2x2 MaxPool on the pool of", g.Add: "Add on the adder of",
-                g.MatMul: "MatMul (both operands streamed, as Dense passes) on"}.get(
+                g.MatMul: "MatMul (both operands streamed, as Dense passes) on",
+                g.GlobalAveragePool: "GlobalAveragePool (Dense passes over channel groups) "
+                                     "on"}.get(
             type(layer), "depthwise Conv on" if isinstance(layer, g.Conv)
             and layer.groups > 1 else f"{layer.op} on")
         return f"{kind} the {self.label}"
@@ -295,6 +301,12 @@ class DeviceProvider(Provider):
             cycles = self.accelerator.last_cycles
         elif isinstance(layer, g.Add):
             y, cycles = self._add(layer, inputs)
+        elif isinstance(layer, g.GlobalAveragePool):
+            y = self.accelerator.global_average_pool(
+                inputs[0], x_scale=layer.x_scale, x_zero_point=layer.x_zero_point,
+                y_scale=layer.y_scale, y_zero_point=layer.y_zero_point, lo=layer.lo,
+                hi=layer.hi, name=layer.name)
+            cycles = self.accelerator.last_cycles
         else:
             raise ValueError(f"layer {layer.name!r}: {layer.op} does not run on the "
                              f"accelerator")

@@ -55,7 +55,8 @@ def _is_pool(layer):
 
 
 def _is_device(layer):
-    return isinstance(layer, (g.Conv, g.Dense)) or _is_pool(layer) or isinstance(layer, g.Add)
+    return (isinstance(layer, (g.Conv, g.Dense, g.Add, g.GlobalAveragePool))
+            or _is_pool(layer))
 
 
 def device_segments(graph):
@@ -235,6 +236,17 @@ class _Compiler:
                                out_ids, config, self.pool_max_width)
         if isinstance(layer, g.Add):
             return self._add(layer, out)
+        if isinstance(layer, g.GlobalAveragePool):
+            # Over the padded channel count too: those means land in the output's padding.
+            x = self._own(layer.inputs[0], layer)
+
+            def run(acc, xs):
+                return acc.global_average_pool(
+                    xs, x_scale=layer.x_scale, x_zero_point=layer.x_zero_point,
+                    y_scale=layer.y_scale, y_zero_point=layer.y_zero_point, lo=layer.lo,
+                    hi=layer.hi, name=layer.name)
+            return trace_layer(run, [x.ids(x.stride)], self._padded_out(out, x.stride),
+                               config, self.pool_max_width)
         raise ResidentFitError(f"layer {layer.name!r}: {layer.op} does not run resident",
                                what=layer.name)
 
@@ -397,11 +409,17 @@ class _Compiler:
 
     def compile(self):
         traced = self.layout()
-        constants, const_base = [], {}
+        constants, const_base, runs = [], {}, {}
         for step, passes in zip(self.steps, traced, strict=True):
             for index, (_, _, h2c, _, _) in enumerate(passes):
-                const_base[(id(step), index)] = len(constants)
-                constants.extend(v for kind, v in h2c if kind == "c")
+                words = [v for kind, v in h2c if kind == "c"]
+                # Passes with the same constants (a mean's channel groups, a layer run on
+                # several bands) share one copy.
+                key = np.array(words, np.uint32).tobytes()
+                if key not in runs:
+                    runs[key] = len(constants)
+                    constants.extend(words)
+                const_base[(id(step), index)] = runs[key]
             if len(constants) > self.data_words:
                 raise ResidentFitError(
                     f"layer {step.layer.name!r}: the constants (weights and parameters) up "
