@@ -277,9 +277,9 @@ def test_bench_and_soak_build_their_twin_for_the_configuration(tmp_path, monkeyp
 
 
 def test_sim_runs_each_testbench_on_the_configuration():
-    from sim.system import TopBuild
-    from sim.testbenches import TESTBENCHES
     from tessera.cli import _testbench_configs
+    from twin.system import TopBuild
+    from twin.testbenches import TESTBENCHES
 
     tiny = PRESETS["tiny"]
     assert _testbench_configs(TESTBENCHES["systolic"], tiny) == (tiny.array,)
