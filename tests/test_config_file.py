@@ -193,13 +193,14 @@ def test_run_on_the_twin_of_a_configuration_file(tmp_path, monkeypatch):
     import sw_driver.providers as providers
 
     built = []
-    original = providers.SimProvider
 
-    def recording(config=None, **kwargs):
-        built.append(config)
-        return original(config, **kwargs)
+    class Recording(providers.SimProvider):
+        def __init__(self, config=None, **kwargs):
+            built.append(config)
+            super().__init__(config, **kwargs)
 
-    monkeypatch.setattr(providers, "SimProvider", recording)
+    # The CLI passes --config as the "sim" provider's option; the session builds it.
+    monkeypatch.setitem(providers.PROVIDERS, "sim", Recording)
     path = tmp_path / "tiny.toml"
     path.write_text('base = "tiny"\n')
     x = np.random.default_rng(7).random((6, 1, 8, 8), dtype=np.float32)
