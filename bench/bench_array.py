@@ -10,7 +10,7 @@ import tempfile
 
 from bench.common import metric, write_results
 from contract.config import ArrayConfig
-from sim.runner import run_testbench
+from twin.runner import run_testbench
 
 SHAPES = [(64, 256, 64), (16, 64, 16), (8, 8, 8), (64, 4, 64)]
 

@@ -27,7 +27,7 @@ from models.sequence import matmul_int
 from sw_driver import InferenceSession
 from sw_driver import graph as g
 from sw_driver.matmul_lowering import matmul_work
-from sw_driver.planner import device_work
+from sw_driver.providers.costs import device_work
 from sw_driver.providers.sim import DEFAULT_CONFIG, SimProvider
 
 #: The engine measured (``tessera bench --config`` replaces it).

@@ -30,6 +30,7 @@ from models.conv import conv2d
 from models.requant import requantize
 from sw_driver.accelerator import Accelerator
 from sw_driver.transport.sim import SimTransport
+from twin.dma import Twin
 
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
                           weight_depth=8192, max_col_tiles=16)
@@ -141,7 +142,7 @@ def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     require_counters(CONFIG, "bench_conv")
     started = time.perf_counter()
-    accelerator = Accelerator(SimTransport.open(CONFIG, cycle_budget=50_000_000))
+    accelerator = Accelerator(SimTransport(Twin(CONFIG), cycle_budget=50_000_000))
     rng = np.random.default_rng(2026)
     peak = CONFIG.rows * CONFIG.cols
     metrics, table = [], []

@@ -8,8 +8,9 @@
   the end) versus a ``finish`` after each launch.
 
 Medians of repeated timings; ``OPENBLAS_NUM_THREADS=1`` so NumPy's golden model does not
-compete with the OpenCL threads. Device: as ``OpenCLRuntime()`` picks it
-(``TESSERA_OPENCL_DEVICE`` to override).
+compete with the OpenCL threads. Device: ``TESSERA_OPENCL_DEVICE`` when set (the "opencl"
+provider's fallback, ``sw_driver/providers/options.py``), else as ``OpenCLRuntime()`` picks
+it.
 """
 
 import os
@@ -27,6 +28,7 @@ from bench.common import metric, write_results
 from models import conv, requant
 from sw_driver.opencl import OpenCLRuntime
 from sw_driver.opencl.program import build_program, load_sources
+from sw_driver.providers.options import environment_option
 
 CHANNELS, SIZE, KERNEL = 32, 32, 3
 BATCHES = (1, 16)
@@ -154,7 +156,7 @@ def launch_metrics(rt, rng):
 
 def main():
     rng = np.random.default_rng(2024)
-    rt = OpenCLRuntime()
+    rt = OpenCLRuntime(environment_option("opencl", "device"))
     metrics = conv_metrics(rt, rng) + launch_metrics(rt, rng)
     return write_results(
         "opencl", metrics, device=rt.device_name, platform=rt.device.platform.name.strip(),

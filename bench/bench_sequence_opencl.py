@@ -43,6 +43,7 @@ from sw_driver import InferenceSession
 from sw_driver.opencl import OpenCLRuntime
 from sw_driver.opencl.sequence_kernels import batched_matmul_requant
 from sw_driver.providers.opencl import OpenCLProvider
+from sw_driver.providers.options import environment_option
 
 SEED = 16
 #: The attention product timed on its own: Q (sequences, heads, tokens, head size) @ K^T.
@@ -69,7 +70,7 @@ def attention_matmul_metrics(repeats):
     """GOP/s of the batched MatMul kernel on one attention product, ``Q @ K^T`` of 8
     sequences x 4 heads x 128 tokens x 64 per head, against the golden NumPy code
     (``matmul_int`` + ``requantize``, what the "cpu" provider runs), outputs checked equal."""
-    rt = OpenCLRuntime()
+    rt = OpenCLRuntime(environment_option("opencl", "device"))
     rng = np.random.default_rng(SEED)
     a = rng.integers(-128, 128, ATTENTION_Q, dtype=np.int8)
     b = rng.integers(-128, 128, ATTENTION_KT, dtype=np.int8)

@@ -9,7 +9,7 @@ Two ways to give two tenants one ECP5-85F-class device, for the digits CNN
 - **spatial**: two 4x4 engines (preset ``ulx3s-25f``: the same buffer depths) placed side
   by side by :class:`hw.multi_top.MultiTop`, one per tenant (hard isolation).
 
-Device time comes from the cycle model (``sw_driver.planner.device_work``: the passes the
+Device time comes from the cycle model (``sw_driver.providers.costs.device_work``: the passes the
 driver would run, counted) at the board clock, never from the twin's wall time, which is a
 simulator's. With ``--twin`` each configuration also runs the model once on its Verilator
 twin (built on first use, minutes) and the measured ``PERF_CYCLES`` of its layers are
@@ -90,7 +90,7 @@ def model_cycles(config, path=MODEL):
     ``config`` (the planner's pass counts, batch 1); layers the engine does not run
     (quantize, global average pool, flatten) are the host's and left out of device time."""
     from sw_driver.importer import import_model
-    from sw_driver.planner import device_work
+    from sw_driver.providers.costs import device_work
     from sw_driver.shapes import infer_shapes
 
     graph = import_model(str(path))

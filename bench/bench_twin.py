@@ -2,7 +2,7 @@
 
 The layer: a 3x3 convolution, 32 -> 32 channels at 16x16 (the issue's reference layer), on
 an 8x8 array. Both sides simulate the same Verilog, the twin's netlist (the accelerator top
-with registered inputs, flattened by Yosys; ``sim.twin_netlist``), doing the same work,
+with registered inputs, flattened by Yosys; ``twin.netlist``), doing the same work,
 the layer's pass programs: the twin through the driver (``Accelerator.conv2d`` over
 ``SimTransport``, its C++ harness clocking), cocotb with Python on every cycle
 (``sim/tb_twin_bench.py``, which drives the ports as the harness does). Both are checked
@@ -32,20 +32,20 @@ import time
 import numpy as np
 
 from bench.common import metric, require_counters, write_results
+from bench.conv_cases import BENCH_LAYER, bench_layer, golden
 from contract.config import ArrayConfig, ConvEngineConfig
-from sim.runner import BUILD_ROOT, run_testbench
-from sim.tb_twin_bench import BENCH_LAYER, bench_layer, golden
-from sim.twin import Twin
-from sim.twin_netlist import TwinNetlist
 from sw_driver.accelerator import Accelerator
 from sw_driver.transport.sim import SimTransport
+from twin.dma import Twin
+from twin.netlist import TwinNetlist
+from twin.runner import BUILD_ROOT, run_testbench
 
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=8192,
                           weight_depth=2048, max_col_tiles=16)
 ROUNDS = 7
 TWIN_LAYERS = 10
 SEED = 1
-#: The training run of the profile-guided build (``sim.twin.build_twin``).
+#: The training run of the profile-guided build (``twin.dma.build_twin``).
 TRAIN = "bench.twin_train"
 
 
@@ -216,7 +216,7 @@ def main():
                          compared=("simulated cycles per second of the same netlist "
                                    "running the same pass programs"),
                          netlist={"sha256": rounds[0]["cocotb"]["netlist"],
-                                  "what": "sim.twin_netlist.TwinNetlist"},
+                                  "what": "twin.netlist.TwinNetlist"},
                          rounds=ROUNDS, twin_layers_per_round=TWIN_LAYERS,
                          load_average={"start": [round(v, 2) for v in load_start],
                                        "end": [round(v, 2) for v in load_end]},

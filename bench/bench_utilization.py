@@ -9,7 +9,7 @@ ideal / measured. The whole model's utilization is the sum of the ideals over th
 the measured cycles of every layer that ran on the twin (residual adds and the dense head
 included, so time spent outside the array counts against it).
 
-Beside each layer: the driver's cycle estimate (``sw_driver.planner.device_work``, which
+Beside each layer: the driver's cycle estimate (``sw_driver.providers.costs.device_work``, which
 the planner uses), and ``cycle_model_error``, the largest |estimate - twin| / twin; and
 its ``host_link_bound``, the most any array could reach on it when its input crosses the
 host link: ideal / max(ideal, input words), one 32-bit word a cycle
@@ -26,7 +26,7 @@ from bench.common import metric, require_counters, write_results
 from contract.streams import ACTIVATIONS_PER_WORD
 from sw_driver import InferenceSession
 from sw_driver import graph as g
-from sw_driver.planner import device_work, macs
+from sw_driver.providers.costs import device_work, macs
 from sw_driver.providers.sim import DEFAULT_CONFIG, SimProvider
 from sw_driver.shapes import infer_shapes
 

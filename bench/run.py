@@ -80,9 +80,9 @@ def _relative(path):
 def _print_bench_error(name, error):
     """A benchmark's known failures in their own words; anything else with its traceback."""
     from hw.toolchain import ToolchainError
-    from sim.runner import SimBuildError, TestbenchFailed
-    from sim.twin import TwinBuildError
     from sw_driver.errors import TesseraError
+    from twin.dma import TwinBuildError
+    from twin.runner import SimBuildError, TestbenchFailed
 
     if isinstance(error, (SimBuildError, TestbenchFailed, TwinBuildError, TesseraError,
                           ToolchainError)):

@@ -1,4 +1,4 @@
-"""Training run for the profile-guided twin (``sim.twin.build_twin(..., train=...)``).
+"""Training run for the profile-guided twin (``twin.dma.build_twin(..., train=...)``).
 
 ``python -m bench.twin_train LIBRARY CONFIG_JSON`` loads the instrumented twin library
 (built for the configuration that ``ConvEngineConfig.as_dict()`` wrote as JSON), runs a few
@@ -18,9 +18,9 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.pool import max_pool2d
 from models.requant import requantize
-from sim.twin import Twin
 from sw_driver.accelerator import Accelerator
 from sw_driver.transport.sim import SimTransport
+from twin.dma import Twin
 
 #: (kernel, stride, c_in, c_out, size, pool, seed); sizes fit the smallest configuration
 #: the tests build (2x2 array, 1024-word buffers).

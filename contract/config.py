@@ -232,7 +232,7 @@ class ConvEngineConfig:
     def acc_width(self):
         return self.array.acc_width
 
-    #: Verilog module name of the engine (``sim.runner`` builds it from ``hw.conv_engine``).
+    #: Verilog module name of the engine (``twin.runner`` builds it from ``hw.conv_engine``).
     top_name = "conv_engine"
 
     @property

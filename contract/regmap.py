@@ -1,6 +1,6 @@
 """The accelerator's register map, opcodes and error codes: one Python description, from
 which the RTL decoder (``hw/csr.py``), the driver's constants (``sw_driver/regs.py``), the C
-header (``sim/twin/tessera_regs.h``) and ``docs/register-map.md`` are all generated.
+header (``twin/harness/tessera_regs.h``) and ``docs/register-map.md`` are all generated.
 
 Plain Python (no Amaranth import), so the driver can read it without the HDL.
 Run ``python -m contract.regmap`` to regenerate the files; ``tests/test_regmap.py`` fails
@@ -286,7 +286,7 @@ def python_module():
 
 
 def c_header():
-    """Text of ``sim/twin/tessera_regs.h``."""
+    """Text of ``twin/harness/tessera_regs.h``."""
     lines = ["/* Register map of the Tessera accelerator.",
              " * Generated from contract/regmap.py by `python -m contract.regmap`; do not edit. */",
              "#ifndef TESSERA_REGS_H", "#define TESSERA_REGS_H", "",
@@ -312,7 +312,7 @@ def markdown():
     lines = ["# Register map", "",
              "Generated from `contract/regmap.py` by `python -m contract.regmap`; do not edit.",
              "The same description generates the RTL decoder (`hw/csr.py`), the driver's",
-             "constants (`sw_driver/regs.py`) and the C header (`sim/twin/tessera_regs.h`).",
+             "constants (`sw_driver/regs.py`) and the C header (`twin/harness/tessera_regs.h`).",
              "",
              "Access: RO read-only; RW read-write; W1P writing 1 to a bit pulses it for one",
              "cycle; W1C bits are set by the hardware and cleared by writing 1.", "",
@@ -349,7 +349,7 @@ def markdown():
 ROOT = Path(__file__).resolve().parent.parent
 GENERATED = {
     "sw_driver/regs.py": python_module,
-    "sim/twin/tessera_regs.h": c_header,
+    "twin/harness/tessera_regs.h": c_header,
     "docs/register-map.md": markdown,
 }
 

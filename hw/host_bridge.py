@@ -2,7 +2,7 @@
 out to the accelerator top, responses back as frames.
 
 One byte stream in (``rx``), one out (``tx``): a UART (``hw/uart.py``) on a board, the
-twin's byte port in simulation (``sim/twin_serial.py``). The protocol is stop and wait, so
+twin's byte port in simulation (``twin/serial.py``). The protocol is stop and wait, so
 one FSM receives a frame, checks its CRC, executes it (or, for a repeated SEQ, skips
 that) and sends the response; ``rx`` is only ready while a frame is being received.
 Device-to-host words are gathered into a buffer at all times; a DATA response reads them

@@ -17,7 +17,7 @@ device. They share the clock, the reset and one CSR port, nothing else:
 - **Interrupts and fault injection**: one bit per instance (``irq``, ``dbg_force_error``).
 
 Each instance is exactly the single-instance top, so the twin of the small configuration
-(``sim/twin.py``) is a cycle-exact model of one instance; the serving layer models the
+(``twin/dma.py``) is a cycle-exact model of one instance; the serving layer models the
 device as N such twins (``tessera/serve/config.py``, ``instances``).
 """
 

@@ -3,7 +3,7 @@ host (ULX3S, iCEBreaker: the FTDI's second channel) instantiates.
 
 ``AcceleratorTop`` as it is, ``HostBridge`` as its CSR master and DMA peer, and a UART
 (``hw/uart.py``) on the pins. With ``byte_port=True`` the UART is left out and the
-bridge's byte streams are the ports: the twin (``sim/twin_serial.py``) drives those,
+bridge's byte streams are the ports: the twin (``twin/serial.py``) drives those,
 since simulating every bit costs ``divisor`` cycles per bit and tests nothing the UART's
 own tests (``tests/test_uart_hw.py``) do not.
 """

@@ -9,7 +9,7 @@ count alone cannot see that, and timed out on large random layers of the lean en
 """
 
 from sw_driver.cycle_model import pass_cycles
-from sw_driver.planner import add_work, pool_work
+from sw_driver.providers.costs import add_work, pool_work
 
 __all__ = ["BUDGET_FIXED_CYCLES", "BUDGET_MARGIN", "add_budget", "pass_budget",
            "pool_budget", "stretched"]

@@ -18,6 +18,7 @@ import cocotb
 import numpy as np
 from cocotb.triggers import ReadOnly, RisingEdge, with_timeout
 
+from bench.conv_cases import draw_random_layer, make_layer, worst_random_layer
 from contract.config import ConvEngineConfig
 from contract.streams import ACTIVATIONS_PER_WORD
 from hw.addrgen import descriptor_layout
@@ -31,7 +32,6 @@ from hw.postprocess_lean import SerialRequantizer
 from models.conv import conv2d
 from models.requant import requantize
 from sim.cocotb_util import clock_and_reset, send_stream, testbench_seed
-from sim.conv_cases import draw_random_layer, make_layer, worst_random_layer
 from sim.packing import pack_struct
 from sim.tb_budgets import BUDGET_MARGIN, pass_budget
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d

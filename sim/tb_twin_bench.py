@@ -1,6 +1,6 @@
-"""cocotb test behind bench/bench_twin.py: the twin's own netlist (``sim.twin_netlist``)
+"""cocotb test behind bench/bench_twin.py: the twin's own netlist (``twin.netlist``)
 running the bench layer with Python on every cycle, driven as the twin's C++ harness
-drives it (``sim/twin/harness.cpp``) and as ``Accelerator.conv2d`` programs it.
+drives it (``twin/harness/harness.cpp``) and as ``Accelerator.conv2d`` programs it.
 
 Per pass of the layer: the performance counters read, the pass program's CSR writes, its
 host-to-device words offered while every device-to-host beat is taken (``c2h.ready`` held
@@ -19,36 +19,15 @@ import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import Event, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
 
+from bench.conv_cases import bench_layer, golden
 from contract.config import ConvEngineConfig
-from models.conv import conv2d
-from models.requant import requantize
 from sim.cocotb_util import first_difference, send_stream, testbench_seed
-from sim.conv_cases import make_layer
 from sw_driver import regs
 from sw_driver.accelerator import pass_program
 from sw_driver.conv_lowering import assemble_output, lower_conv2d
 from sw_driver.regs import Reg
 
 CLOCK_NS = 10
-# Shared with bench/bench_twin.py so both sides simulate the identical layer.
-BENCH_LAYER = {"kernel": 3, "stride": 1, "c_in": 32, "c_out": 32, "size": (16, 16)}
-
-
-def bench_layer(seed):
-    """The bench layer's tensors and parameters (``sim.conv_cases.make_layer``)."""
-    layer = make_layer(np.random.default_rng(seed), **BENCH_LAYER)
-    layer["padding"] = (BENCH_LAYER["kernel"] // 2,) * 4
-    return layer
-
-
-def golden(layer):
-    """The golden model's output for :func:`bench_layer`'s ``layer``."""
-    acc = conv2d(layer["x"], layer["w"], layer["bias"], x_zero_point=layer["zx"],
-                 stride=layer["stride"], padding=layer["padding"])
-    return requantize(acc, layer["multiplier"], layer["shift"], layer["zy"], layer["lo"],
-                      layer["hi"])
-
-
 class TwinPorts:
     """The twin netlist's ports under the names the shared cocotb helpers use (``clk``,
     ``rst``); every other name is the netlist's own."""

@@ -272,19 +272,19 @@ def matmul_refusal(layer, config, shape=None):
 
 
 def matmul_work(layer, a_shape, b_shape, config):
-    """The accelerator's work (:class:`~sw_driver.planner.DeviceWork`) for MatMul
+    """The accelerator's work (:class:`~sw_driver.providers.costs.DeviceWork`) for MatMul
     ``layer`` on operands of these shapes: the Dense calls of :func:`lower_matmul`, each
     counted as the planner counts a Dense layer (the same passes the driver runs)."""
     from . import graph as g
-    from . import planner
+    from .providers.costs import DeviceWork, device_work
 
     lowering = lower_matmul(np.zeros(a_shape, np.int8), np.zeros(b_shape, np.int8),
                             a_zero_point=layer.a_zero_point,
                             b_zero_point=layer.b_zero_point, name=layer.name)
-    work = planner.DeviceWork(0, 0, 0, 0, 0)
+    work = DeviceWork(0, 0, 0, 0, 0)
     for job in lowering.jobs:
         dense = g.Dense(layer.name, ("x",), "y", weight=job.w, x_zero_point=job.x_zero_point,
                         multiplier=layer.multiplier, shift=layer.shift,
                         y_zero_point=layer.y_zero_point, lo=layer.lo, hi=layer.hi)
-        work = work + planner.device_work(dense, job.x.shape, config)
+        work = work + device_work(dense, job.x.shape, config)
     return work

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sw_driver.providers.options import format_providers
+
 __all__ = ["FORMATS", "MANIFEST", "BatchJobError", "Fault", "SessionActor", "ShardReport",
            "load_shards", "pyarrow_modules", "read_parquet", "run_dataset", "run_to_shards",
            "write_parquet"]
@@ -150,7 +152,8 @@ class SessionActor:
     ----------
     model : bytes
         The ONNX model.
-    providers : list of str
+    providers : list
+        Names and ``(name, options)`` pairs, as ``InferenceSession`` takes them.
     fault : Fault or None
     """
 
@@ -190,7 +193,8 @@ def _ray_batches(ray, model, providers, x, indices, batch_size, actors, resource
     from tessera.ray_cluster import actor_resources, require_resources
 
     options = actor_resources(providers, resource)
-    require_resources(ray, options, actors, what=f"sessions of {','.join(providers)}")
+    require_resources(ray, options, actors,
+                      what=f"sessions of {format_providers(providers)}")
     context = ray.data.DataContext.get_current()
     context.execution_options.preserve_order = True
     context.enable_progress_bars = False
@@ -202,8 +206,8 @@ def _ray_batches(ray, model, providers, x, indices, batch_size, actors, resource
     try:
         yield from mapped.iter_batches(batch_size=None, batch_format="numpy")
     except ray.exceptions.RayError as error:  # Ray's wrapper holds the session's own error
-        raise BatchJobError(f"a session of {','.join(providers)} failed on a Ray actor: "
-                            f"{_session_error(error)}") from None
+        raise BatchJobError(f"a session of {format_providers(providers)} failed on a Ray "
+                            f"actor: {_session_error(error)}") from None
 
 
 def _in_order(batches, indices, nodes):
@@ -246,7 +250,8 @@ def run_dataset(model, x, providers, *, batch_size=32, ray=None, actors=2, resou
         The ONNX model.
     x : numpy.ndarray
         Samples along the first axis, as the model's input takes them.
-    providers : list of str
+    providers : list
+        Names and ``(name, options)`` pairs, as ``InferenceSession`` takes them.
     batch_size : int
         Samples per ``session.run``.
     ray : module or None
@@ -296,7 +301,9 @@ def _sha256(*parts):
 
 def _shard_key(model_hash, providers, x, start, stop):
     rows = np.ascontiguousarray(x[start:stop])
-    return _sha256(model_hash, ",".join(providers), start, stop, rows.dtype.str, rows.shape,
+    # format_providers writes plain names as "a,b": shard keys of plain lists are unchanged.
+    return _sha256(model_hash, format_providers(providers), start, stop, rows.dtype.str,
+                   rows.shape,
                    rows.tobytes())
 
 

@@ -14,7 +14,7 @@ The search (``docs/build.md``):
 3. **Clock.** The predicted fmax less :data:`CLOCK_MARGIN`, rounded down to a clock the
    board's PLL makes and the UART bridge divides into 3 Mbaud.
 4. **Score.** Predicted images/s of *this* model at batch 1: per layer, the driver's own
-   pass list counted by the cycle model (``sw_driver.planner.device_work``) at that
+   pass list counted by the cycle model (``sw_driver.providers.costs.device_work``) at that
    clock; layers the device cannot run fall back to the CPU at the planner's CPU cost.
    A Conv/Dense layer that runs on a large enough engine but not on a candidate (its
    buffers too small) rules the candidate out rather than fall back, so the chosen engine
@@ -91,7 +91,7 @@ def _device_refusal(layer, shape, config):
     modelled device work when it can."""
     from contract.streams import POOL_MAX_WIDTH
     from sw_driver import graph as g
-    from sw_driver import planner
+    from sw_driver.providers import costs
     from sw_driver.providers.device import (
         add_refusal,
         engine_refusal,
@@ -112,13 +112,13 @@ def _device_refusal(layer, shape, config):
     if shape is None:
         return "its input shape does not follow from the model's inputs", None
     try:
-        return None, planner.device_work(layer, shape, config)
+        return None, costs.device_work(layer, shape, config)
     except ValueError as error:
         return f"at input shape {list(shape)}: {error}", None
 
 
 def _cpu_seconds(layer, shape):
-    from sw_driver.planner import CostModel, cpu_estimate
+    from sw_driver.providers.costs import CostModel, cpu_estimate
 
     cost = cpu_estimate(layer, shape, CostModel())
     return 0.0 if cost is None or cost.seconds is None else cost.seconds

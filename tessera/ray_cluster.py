@@ -78,7 +78,8 @@ def actor_resources(providers, resource=None):
 
     Parameters
     ----------
-    providers : list of str
+    providers : list
+        Names or ``(name, options)`` pairs.
     resource : str or None
         A custom resource to ask for instead of :data:`DEVICE_RESOURCES`' (one board's
         name, e.g. ``fpga_ulx3s``); ``GPU`` means a Ray GPU.
@@ -88,7 +89,10 @@ def actor_resources(providers, resource=None):
     dict
         ``num_cpus`` and, where a device is needed, ``num_gpus`` or ``resources``.
     """
-    names = [resource] if resource else [DEVICE_RESOURCES[p] for p in providers
+    from sw_driver.providers.options import provider_name
+
+    wanted = [provider_name(p) for p in providers]
+    names = [resource] if resource else [DEVICE_RESOURCES[p] for p in wanted
                                          if p in DEVICE_RESOURCES]
     options = {"num_cpus": 1}
     custom = {name: 1 for name in names if name != GPU}

@@ -18,7 +18,7 @@ import sequence_models
 from contract.config import ArrayConfig, ConvEngineConfig
 from models.requant import requantize
 from models.sequence import matmul_int
-from sw_driver import InferenceSession, planner
+from sw_driver import InferenceSession
 from sw_driver import graph as g
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
 from sw_driver.matmul_lowering import (
@@ -29,7 +29,7 @@ from sw_driver.matmul_lowering import (
     orientation,
     weight_parts,
 )
-from sw_driver.providers import SimProvider
+from sw_driver.providers import SimProvider, costs
 
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
                           weight_depth=2048, max_col_tiles=8)
@@ -74,7 +74,7 @@ def _reference_dense(x, w, layer, x_zero_point):
     """What the device provider's Dense call computes, pass by pass, on the engine's
     executable specification instead of the RTL (same chunking as the provider)."""
     outputs = []
-    chunk = planner.dense_chunk(x.shape[1], CONFIG)
+    chunk = costs.dense_chunk(x.shape[1], CONFIG)
     for start in range(0, len(x), chunk):
         part = x[start:start + chunk]
         image = np.ascontiguousarray(part.T).reshape(1, part.shape[1], 1, len(part))
@@ -325,7 +325,7 @@ def test_device_providers_accept_estimate_and_refuse_without_a_device():
     sim_like = SimProvider.__new__(SimProvider)
     sim_like.config, sim_like.where = CONFIG, "no device"
     pcie = PCIeProvider.__new__(PCIeProvider)
-    pcie.config, pcie.clock_hz, pcie.link = CONFIG, 100e6, planner.LinkModel()
+    pcie.config, pcie.clock_hz, pcie.link = CONFIG, 100e6, costs.LinkModel()
     pcie.where = "no device"
     want = matmul_work(layer, (2, 2, 8, 16), (2, 2, 16, 8), CONFIG)
     for provider in (sim_like, pcie):

@@ -16,7 +16,7 @@ ENGINE = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
 
 @dataclass(frozen=True)
 class XdmaBuild:
-    """The wrapper for ``engine`` as a build description for ``sim.runner``."""
+    """The wrapper for ``engine`` as a build description for ``twin.runner``."""
 
     engine: ConvEngineConfig
 
@@ -53,7 +53,7 @@ def test_lint_clean(tmp_path):
 
 @pytest.mark.slow
 def test_conv_layer_through_axi(seed):
-    from sim.runner import run_testbench
+    from twin.runner import run_testbench
 
     build = XdmaBuild(ENGINE)
     print(f"seed={seed} config={build.name}")

@@ -11,9 +11,9 @@ import pytest
 
 from bench import common
 from bench import run as bench_run
-from sim.runner import TestbenchFailed
 from tessera import cli
 from tessera import results as written_results
+from twin.runner import TestbenchFailed
 
 
 @pytest.fixture

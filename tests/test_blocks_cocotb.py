@@ -3,8 +3,8 @@ test_postprocess_cocotb.py)."""
 
 import pytest
 
-from sim.blocks import BlockBuild
-from sim.runner import run_testbench
+from twin.blocks import BlockBuild
+from twin.runner import run_testbench
 
 
 @pytest.mark.slow

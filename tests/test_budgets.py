@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from test_conv_engine import RTL_CONFIGS
 
-from sim import conv_cases
+from bench import conv_cases
 from sim.streams import run_bounded
 from sim.tb_budgets import BUDGET_MARGIN, pass_budget, stretched
 from sw_driver.conv_lowering import lower_conv2d

@@ -200,7 +200,7 @@ def test_search_picks_a_fitting_configuration(board):
 def test_search_scores_the_model_with_the_cycle_model():
     """The chosen score is the per-layer cycle model at the chosen clock plus the CPU
     fallbacks, and no runner-up scores higher."""
-    from sw_driver.planner import device_work
+    from sw_driver.providers.costs import device_work
 
     model = rm.ResourceModel(FAKE)
     plan = tb.search(DIGITS_QDQ, "ulx3s-85f", resource_model=model)

@@ -43,7 +43,7 @@ RESULTS_XML = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 def _outcomes(tmp_path, first_tag):
-    from sim.outcomes import read_outcomes
+    from twin.outcomes import read_outcomes
 
     path = tmp_path / "results.xml"
     path.write_text(RESULTS_XML.format(first="test_layers", first_tag=first_tag))
@@ -51,7 +51,7 @@ def _outcomes(tmp_path, first_tag):
 
 
 def test_a_run_with_every_test_skipped_fails(tmp_path):
-    from sim.runner import TestbenchFailed, check_outcomes
+    from twin.runner import TestbenchFailed, check_outcomes
 
     outcomes = _outcomes(tmp_path, "<skipped/>")
     assert [o.result for o in outcomes] == ["SKIP", "SKIP"]
@@ -64,7 +64,7 @@ def test_a_run_with_every_test_skipped_fails(tmp_path):
 
 
 def test_a_run_with_one_test_passed_and_one_skipped_passes(tmp_path):
-    from sim.runner import check_outcomes
+    from twin.runner import check_outcomes
 
     outcomes = _outcomes(tmp_path, "")
     assert [o.result for o in outcomes] == ["PASS", "SKIP"]
@@ -72,7 +72,7 @@ def test_a_run_with_one_test_passed_and_one_skipped_passes(tmp_path):
 
 
 def test_a_failed_test_fails_the_run_even_when_skips_are_allowed(tmp_path):
-    from sim.runner import TestbenchFailed, check_outcomes
+    from twin.runner import TestbenchFailed, check_outcomes
 
     outcomes = _outcomes(tmp_path, '<failure message="beat 3 differs" type="AssertionError"/>')
     with pytest.raises(TestbenchFailed, match="1 of 2 cocotb tests failed") as info:
@@ -193,11 +193,11 @@ def test_twin_speedup_refuses_two_designs():
 def test_the_cocotb_build_is_the_twins_netlist(tmp_path, monkeypatch):
     """The cocotb side's build description writes its Verilog with the twin's own
     flattening step, of the twin's own top (checked without running Yosys)."""
-    import sim.twin
+    import twin.dma
     from contract.config import ArrayConfig, ConvEngineConfig
-    from sim.runner import _write_verilog
-    from sim.twin_netlist import TwinNetlist
-    from sim.twin_top import TwinTop
+    from twin.netlist import TwinNetlist
+    from twin.runner import _write_verilog
+    from twin.top import TwinTop
 
     calls = []
 
@@ -205,9 +205,9 @@ def test_the_cocotb_build_is_the_twins_netlist(tmp_path, monkeypatch):
         calls.append((folder, make_top()))
         return folder / "tessera_top.v"
 
-    monkeypatch.setattr(sim.twin_netlist, "flatten_netlist", fake_flatten)
+    monkeypatch.setattr(twin.netlist, "flatten_netlist", fake_flatten)
     build = TwinNetlist(ConvEngineConfig(array=ArrayConfig(rows=2, cols=2)))
     assert _write_verilog(build, tmp_path) == tmp_path / build.name / "tessera_top.v"
     ((folder, top),) = calls
     assert folder == tmp_path / build.name and isinstance(top, TwinTop)
-    assert build.top_name == sim.twin.TOP_NAME
+    assert build.top_name == twin.dma.TOP_NAME

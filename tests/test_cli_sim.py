@@ -2,8 +2,8 @@
 
 import pytest
 
-from sim.outcomes import read_outcomes
-from sim.testbenches import TESTBENCHES, find_testbench
+from twin.outcomes import read_outcomes
+from twin.testbenches import TESTBENCHES, find_testbench
 
 RESULTS = """<?xml version='1.0' encoding='utf-8'?>
 <testsuites name="cocotb tests"><testsuite name="sim.tb" tests="3">

@@ -3,8 +3,8 @@ each alone with random stalls on both sides of every stream and a protocol monit
 
 import pytest
 
-from sim.blocks import BlockBuild
-from sim.runner import run_testbench
+from twin.blocks import BlockBuild
+from twin.runner import run_testbench
 
 
 @pytest.mark.slow

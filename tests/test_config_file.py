@@ -193,13 +193,14 @@ def test_run_on_the_twin_of_a_configuration_file(tmp_path, monkeypatch):
     import sw_driver.providers as providers
 
     built = []
-    original = providers.SimProvider
 
-    def recording(config=None, **kwargs):
-        built.append(config)
-        return original(config, **kwargs)
+    class Recording(providers.SimProvider):
+        def __init__(self, config=None, **kwargs):
+            built.append(config)
+            super().__init__(config, **kwargs)
 
-    monkeypatch.setattr(providers, "SimProvider", recording)
+    # The CLI passes --config as the "sim" provider's option; the session builds it.
+    monkeypatch.setitem(providers.PROVIDERS, "sim", Recording)
     path = tmp_path / "tiny.toml"
     path.write_text('base = "tiny"\n')
     x = np.random.default_rng(7).random((6, 1, 8, 8), dtype=np.float32)
@@ -279,9 +280,9 @@ def test_bench_and_soak_build_their_twin_for_the_configuration(tmp_path, monkeyp
 
 
 def test_sim_runs_each_testbench_on_the_configuration():
-    from sim.system import TopBuild
-    from sim.testbenches import TESTBENCHES
     from tessera.commands.hardware import _testbench_configs
+    from twin.system import TopBuild
+    from twin.testbenches import TESTBENCHES
 
     tiny = PRESETS["tiny"]
     assert _testbench_configs(TESTBENCHES["systolic"], tiny) == (tiny.array,)

@@ -11,7 +11,6 @@ from hw.addrgen_lean import LeanAddressGenerator
 from hw.conv_engine import ConvEngine
 from models.conv import conv2d, conv_output_size
 from models.requant import requantize
-from sim.runner import run_testbench
 from sim.streams import run_bounded, stream_put
 from sw_driver.conv_lowering import (
     assemble_output,
@@ -20,6 +19,7 @@ from sw_driver.conv_lowering import (
     lower_conv2d,
     make_descriptor,
 )
+from twin.runner import run_testbench
 
 SMALL = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=1024, weight_depth=512,
                          max_col_tiles=8)

@@ -18,6 +18,7 @@ from sw_driver.accelerator import Accelerator, pass_program, skip_strided_1x1
 from sw_driver.conv_lowering import lower_conv2d
 from sw_driver.cycle_model import pass_cycles
 from sw_driver.transport.sim import SimTransport
+from twin.dma import Twin
 
 #: The twin of tests/test_twin.py (its build is cached and shared).
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
@@ -45,7 +46,7 @@ LEAN = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048, weigh
 
 @pytest.fixture(scope="module")
 def accelerator():
-    transport = SimTransport.open(CONFIG, cycle_budget=400_000)
+    transport = SimTransport(Twin(CONFIG), cycle_budget=400_000)
     yield Accelerator(transport)
     transport.close()
 
@@ -59,7 +60,7 @@ def _layer(rng, c_in, c_out, size, kernel):
 
 @pytest.fixture(scope="module")
 def lean_accelerator():
-    transport = SimTransport.open(LEAN, cycle_budget=4_000_000)
+    transport = SimTransport(Twin(LEAN), cycle_budget=4_000_000)
     yield Accelerator(transport)
     transport.close()
 

@@ -42,6 +42,7 @@ CHILD = textwrap.dedent("""
 
     import sw_driver.accelerator
     import sw_driver.planner
+    import sw_driver.providers.costs
     import sw_driver.providers
     import sw_driver.transport.sim
     from sw_driver import InferenceSession

@@ -15,9 +15,9 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.eltwise import add
 from models.requant import requantize
-from sim.energy_twin import BLOCKS, Instrumented, Memory, instrument_verilog, parse_coverage
 from tessera.energy import model as energy_model
 from tessera.energy.model import EnergyModelError
+from twin.energy import BLOCKS, Instrumented, Memory, instrument_verilog, parse_coverage
 
 #: The ULX3S-25F's default build (a 4x4 array), so the shared twin also serves
 #: ``energy_of_model`` for that board.

@@ -1,12 +1,13 @@
 """Imports run one way (docs/architecture.md, "Layering"):
 
-    models → contract → hw → sim → sw_driver → tessera → bench
+    models → contract → hw → twin → sw_driver → tessera → bench → (sim, tests)
 
 A module may import its own package and the layers to its left, never one to its right;
 no two modules import each other, directly or around a loop (imports inside functions
 count: they are how such loops hide). The driver also never imports ``hw`` or Amaranth,
-and the contract and the golden models never import Amaranth. Tests and the cocotb
-testbenches (``sim/tb_*.py``) are tests, and may use anything.
+and the contract and the golden models never import Amaranth. The tests and the cocotb
+testbenches with their helpers (``sim/``) are the top: they may use anything, and nothing
+imports them. No module is exempt.
 """
 
 import ast
@@ -14,10 +15,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Packages from the bottom layer up. The benchmarks are the top: they measure the product
-#: (``tessera``) and import it; nothing imports them (``tessera bench`` starts
-#: ``python -m bench``).
-LAYERS = ("models", "contract", "hw", "sim", "sw_driver", "tessera", "bench")
+#: Packages from the bottom layer up. The benchmarks measure the product (``tessera``) and
+#: import it; only the tests import them (``tessera bench`` starts ``python -m bench``).
+#: The driver runs a twin without naming it: the "sim" and "uart-twin" providers find theirs
+#: through entry points (``sw_driver/providers/simulated.py``).
+LAYERS = ("models", "contract", "hw", "twin", "sw_driver", "tessera", "bench")
+#: The top, above every layer: tests and the cocotb testbenches may import anything (and
+#: each other), and no layer may import them.
+TOP = ("sim", "tests")
+ORDER = " → ".join(LAYERS) + " → (" + ", ".join(TOP) + ")"
 #: Imports a package may not make although the layers allow them: the driver learns the
 #: hardware from the device's registers and the contract, never from its generators.
 FORBIDDEN = {
@@ -25,10 +31,6 @@ FORBIDDEN = {
     "contract": ("amaranth",),
     "sw_driver": ("hw", "amaranth"),
 }
-
-
-def is_exempt(path):
-    return path.parent.name == "sim" and path.name.startswith("tb_")
 
 
 def module_name(path):
@@ -39,12 +41,11 @@ def module_name(path):
 
 
 def project_modules():
-    """``{module name: path}`` of every module in the layered packages."""
+    """``{module name: path}`` of every module in the layered packages and the top."""
     modules = {}
-    for package in LAYERS:
+    for package in LAYERS + TOP:
         for path in sorted((ROOT / package).rglob("*.py")):
-            if not is_exempt(path):
-                modules[module_name(path)] = path
+            modules[module_name(path)] = path
     return modules
 
 
@@ -87,6 +88,8 @@ def layering_violations(modules):
     problems = []
     for module, path in modules.items():
         layer = module.split(".")[0]
+        if layer in TOP:
+            continue
         relative = path.relative_to(ROOT)
         reported = set()
         for name, line in imported_names(path, module):
@@ -97,9 +100,9 @@ def layering_violations(modules):
             if top in FORBIDDEN.get(layer, ()):
                 problems.append((relative, line, f"{module} imports {name}: "
                                  f"{layer} may not import {top}"))
-            elif top in LAYERS and LAYERS.index(top) > LAYERS.index(layer):
+            elif top in TOP or (top in LAYERS and LAYERS.index(top) > LAYERS.index(layer)):
                 problems.append((relative, line, f"{module} imports {name}: upward import, "
-                                 f"{layer} is below {top} ({' → '.join(LAYERS)})"))
+                                 f"{layer} is below {top} ({ORDER})"))
     return [f"{relative}:{line}: {rule}" for relative, line, rule in sorted(problems)]
 
 
@@ -165,16 +168,24 @@ def test_the_checks_catch_an_upward_import_and_a_cycle(tmp_path, monkeypatch):
         "sw_driver/__init__.py": "",
         "sw_driver/run.py": "import numpy\nfrom hw import a\n",
         "contract/__init__.py": "",
-        "contract/regs.py": "\n\nfrom sim.twin import Twin\n",
+        "contract/regs.py": "\n\nfrom twin.dma import Twin\n",
+        "twin/__init__.py": "",
+        "twin/dma.py": "def helper():\n    from sim.cocotb_util import send_stream\n",
+        "sim/__init__.py": "",
+        "sim/tb_x.py": "import tessera.cli\nfrom bench import run\n",
+        "tests/test_x.py": "from sim import tb_x\n",
     }.items():
         (tmp_path / relative).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / relative).write_text(text)
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     modules = project_modules()
+    order = "models → contract → hw → twin → sw_driver → tessera → bench → (sim, tests)"
     assert layering_violations(modules) == [
-        "contract/regs.py:3: contract.regs imports sim.twin: upward import, contract is "
-        "below sim (models → contract → hw → sim → sw_driver → tessera → bench)",
+        f"contract/regs.py:3: contract.regs imports twin.dma: upward import, contract is "
+        f"below twin ({order})",
         "sw_driver/run.py:2: sw_driver.run imports hw: sw_driver may not import hw",
+        f"twin/dma.py:2: twin.dma imports sim.cocotb_util: upward import, twin is below sim "
+        f"({order})",
     ]
     graph = import_graph(modules)
     assert import_cycles(graph) == [["hw.a", "hw.b"]]

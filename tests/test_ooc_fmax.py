@@ -4,7 +4,7 @@ standalone post-processing blocks get an error naming the bank and the blocks.""
 import pytest
 
 from bench.ooc_fmax import BLOCKS, RETIRED, make_block
-from sim.blocks import BlockBuild
+from twin.blocks import BlockBuild
 
 
 @pytest.mark.parametrize("name", BLOCKS)

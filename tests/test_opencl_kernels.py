@@ -345,15 +345,16 @@ def test_unknown_device_lists_the_available_ones(monkeypatch):
     with pytest.raises(DeviceNotFoundError) as info:
         OpenCLRuntime("no-such-device")
     assert "no-such-device" in str(info.value) and "0:0" in str(info.value)
-    monkeypatch.setenv("TESSERA_OPENCL_DEVICE", "7:9")
-    with pytest.raises(DeviceNotFoundError, match="TESSERA_OPENCL_DEVICE") as info:
-        OpenCLRuntime()
+    with pytest.raises(DeviceNotFoundError, match="from the device argument") as info:
+        OpenCLRuntime("7:9")
     assert "Available" in str(info.value)
+    # The runtime reads no environment: the variable is the providers' fallback only.
+    monkeypatch.setenv("TESSERA_OPENCL_DEVICE", "7:9")
+    assert OpenCLRuntime().device_name  # "7:9" would raise DeviceNotFoundError
 
 
 def test_device_selection_by_index_and_name(rt, monkeypatch):
-    monkeypatch.setenv("TESSERA_OPENCL_DEVICE", "0:0")
-    assert OpenCLRuntime().device == list_devices()[0][1]
+    assert OpenCLRuntime("0:0").device == list_devices()[0][1]
     assert OpenCLRuntime(rt.device_name[:6].upper()).device_name
 
 

@@ -1,5 +1,6 @@
-"""The planner (``sw_driver/planner.py``) without a device: shapes, the cycle and link
-model, and placement by cost and by order.
+"""The planner (``sw_driver/planner.py``) and the providers' cost models
+(``sw_driver/providers/costs.py``) without a device: shapes, the cycle and link model, and
+placement by cost and by order.
 
 The "pcie" provider here runs over :class:`Registers`, a transport that answers only the
 discovery registers of an 8x8 engine, so its estimates are the real ones and nothing runs.
@@ -14,14 +15,9 @@ from models.zoo import DIGITS_QDQ
 from sw_driver import InferenceSession
 from sw_driver import graph as g
 from sw_driver.importer import import_model
-from sw_driver.planner import (
-    CostModel,
-    LinkModel,
-    Planner,
-    cpu_estimate,
-    device_work,
-)
+from sw_driver.planner import Planner
 from sw_driver.providers import CPUProvider, PCIeProvider, Provider, Refusal
+from sw_driver.providers.costs import CostModel, LinkModel, cpu_estimate, device_work
 from sw_driver.providers.device import engine_refusal
 from sw_driver.providers.sim import DEFAULT_CONFIG
 from sw_driver.regs import Reg

@@ -4,8 +4,8 @@ backpressure, a protocol monitor on every stream, every beat against the golden 
 
 import pytest
 
-from sim.blocks import BlockBuild
-from sim.runner import run_testbench
+from twin.blocks import BlockBuild
+from twin.runner import run_testbench
 
 
 @pytest.mark.slow

@@ -13,7 +13,12 @@ from sw_driver import InferenceSession
 from sw_driver import providers as providers_module
 from sw_driver.errors import ProviderUnavailableError, UnknownProviderError
 from sw_driver.providers import ENVIRONMENT, CPUProvider, UnknownProviderOptionError
-from sw_driver.providers.options import make_provider, option_names
+from sw_driver.providers.options import (
+    format_providers,
+    make_provider,
+    option_names,
+    parse_providers,
+)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -122,7 +127,8 @@ def test_opencl_device_gpu_is_the_gpu_provider(monkeypatch):
 def test_no_provider_reads_the_environment_itself():
     """The variables are read in options.py; a provider reading os.environ would bring back
     the second place the fallback lives."""
-    for path in sorted((ROOT / "sw_driver" / "providers").glob("*.py")):
+    for path in sorted([*(ROOT / "sw_driver" / "providers").glob("*.py"),
+                        *(ROOT / "sw_driver" / "opencl").glob("*.py")]):
         if path.name == "options.py":
             continue
         tree = ast.parse(path.read_text())
@@ -149,3 +155,49 @@ def test_the_cli_passes_the_port_as_an_option(monkeypatch):
     assert seen == [[("uart", {"port": "loop://"}), "cpu"]]
     assert "TESSERA_UART_PORT" not in os.environ
     assert "environ" not in (ROOT / "tessera" / "cli.py").read_text()
+
+
+def test_the_command_line_spelling_of_provider_options():
+    assert parse_providers("sim, cpu") == ["sim", "cpu"]
+    assert parse_providers("uart:port=socket://localhost:5000;baudrate=115200,cpu") == [
+        ("uart", {"port": "socket://localhost:5000", "baudrate": 115200}), "cpu"]
+    assert parse_providers('[["opencl", {"device": "gpu"}], "cpu"]') == [
+        ("opencl", {"device": "gpu"}), "cpu"]
+    entries = [("uart", {"port": "/dev/ttyUSB0", "timeout": 0.1}), "cpu"]
+    assert format_providers(entries) == "uart:port=/dev/ttyUSB0;timeout=0.1,cpu"
+    assert parse_providers(format_providers(entries)) == entries
+    assert format_providers(["sim", "cpu"]) == "sim,cpu"  # the shard keys of plain lists
+    with pytest.raises(UnknownProviderOptionError, match="key=value separated by ';'"):
+        parse_providers("uart:port")
+    with pytest.raises(UnknownProviderOptionError, match="an entry has no name"):
+        parse_providers(":port=x")
+    with pytest.raises(UnknownProviderOptionError, match=r"must be a name or \[name"):
+        parse_providers('[["uart"]]')
+
+
+def test_the_cli_takes_options_in_providers(monkeypatch):
+    from tessera import cli
+
+    seen = []
+
+    def session(model, providers, **kwargs):
+        seen.append(providers)
+        raise ProviderUnavailableError("stop here")
+
+    monkeypatch.setattr("sw_driver.InferenceSession", session)
+    code = cli.main(["run", str(DIGITS_QDQ), "--providers", "uart:port=loop://;retries=2,cpu",
+                     "--samples", "2"])
+    assert code != 0
+    assert seen == [[("uart", {"port": "loop://", "retries": 2}), "cpu"]]
+    # --port fills in the port of a "uart" entry that has other options.
+    code = cli.main(["run", str(DIGITS_QDQ), "--providers", "uart:retries=2", "--port",
+                     "loop://", "--samples", "2"])
+    assert seen[-1] == [("uart", {"port": "loop://", "retries": 2})]
+
+
+def test_the_soak_takes_options_in_backends():
+    from tessera.soak.backends import parse_backends
+
+    assert parse_backends("cpu,opencl:device=0:0") == ["cpu", ("opencl", {"device": "0:0"})]
+    with pytest.raises(ValueError, match="--backends"):
+        parse_backends("cpu,nosuch:x=1")

@@ -26,7 +26,7 @@ from sw_driver.opencl import (
     NoPlatformError,
     OpenCLRuntime,
 )
-from sw_driver.providers import GPUProvider, OpenCLProvider, Refusal
+from sw_driver.providers import GPUProvider, OpenCLProvider, Refusal, make_provider
 from sw_driver.providers import opencl as opencl_module
 
 MODEL_SEEDS = {"lenet": 101, "residual": 202, "separable": 303}
@@ -204,11 +204,16 @@ def test_missing_device_falls_back_or_lists_devices(built, monkeypatch):
 
 
 def test_device_option_overrides_the_environment(monkeypatch):
+    """The variable is the session's fallback for a missing option (options.py); the
+    provider and the runtime built directly read no environment."""
     monkeypatch.setenv("TESSERA_OPENCL_DEVICE", "no-such-device")
     name = OpenCLRuntime("0:0").device_name
     assert OpenCLProvider(device="0:0").device_name == name
-    with pytest.raises(ProviderUnavailableError, match="no-such-device"):
-        OpenCLProvider()
+    assert make_provider("opencl", OpenCLProvider, {"device": "0:0"}).device_name == name
+    assert OpenCLProvider().device_name == OpenCLRuntime().device_name
+    with pytest.raises(ProviderUnavailableError, match="no-such-device") as info:
+        make_provider("opencl", OpenCLProvider)
+    assert "from $TESSERA_OPENCL_DEVICE" in str(info.value)
 
 
 # ------------------------------------------------------------------ gpu

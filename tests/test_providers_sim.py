@@ -16,8 +16,8 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sw_driver import InferenceSession
 from sw_driver.errors import ProviderUnavailableError
-from sw_driver.planner import CostModel, device_work
 from sw_driver.providers import CPUProvider, PCIeProvider, SimProvider
+from sw_driver.providers.costs import CostModel, device_work
 
 #: Small enough to build quickly, large enough for the digits CNN's conv2 (1152 weight
 #: words) and the test models; activations up to 2048 bytes per image.

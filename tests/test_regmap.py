@@ -224,7 +224,7 @@ def test_error_codes_reach_the_driver_and_the_c_header():
     assert {code.name: int(code) for code in regs.ErrorCode} == {
         "NONE": 0, "BAD_OPCODE": 1, "BAD_DESCRIPTOR": 2, "FORCED": 0xEE}
     assert regs.ERROR_MEANINGS[2] == "bad descriptor"
-    header = (ROOT / "sim/twin/tessera_regs.h").read_text()
+    header = (ROOT / "twin/harness/tessera_regs.h").read_text()
     assert "#define TESSERA_ERROR_FORCED 0xeeu" in header
     assert "#define TESSERA_OP_POOL 2" in header
 

@@ -111,8 +111,8 @@ def test_a_device_too_small_or_without_the_player_is_refused(digits):
 @pytest.mark.slow
 def test_digits_played_on_the_twin(digits, rng, seed):
     """The software player over the real default twin (the RTL), bit-exact."""
-    from sim.twin import Twin
     from sw_driver.transport.sim import SimTransport
+    from twin.dma import Twin
 
     graph, image = digits
     transport = SimTransport(Twin(CONFIG), cycle_budget=2_000_000)

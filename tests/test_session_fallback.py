@@ -14,7 +14,6 @@ from assertions import assert_exact
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
-from sim.twin import Fault
 from sw_driver import InferenceSession
 from sw_driver import graph as g
 from sw_driver.accelerator import DeadlinePolicy
@@ -27,6 +26,7 @@ from sw_driver.errors import (
     RefusedAtRunError,
 )
 from sw_driver.providers import CPUProvider, Provider, Refusal, SimProvider
+from twin.dma import Fault
 
 #: The 4x4 engine of tests/test_providers_sim.py, so the twin's cached build is shared.
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,

@@ -18,8 +18,8 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sw_driver import InferenceSession
 from sw_driver.opencl import NoPlatformError, list_devices
-from sw_driver.planner import CostModel
 from sw_driver.providers import CPUProvider, PCIeProvider, SimProvider
+from sw_driver.providers.costs import CostModel
 
 THREADS = 8
 RUNS = 4

@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-import sim.runner
+import twin.runner
 from contract.config import ArrayConfig
-from sim.outcomes import failure_lines, first_build_errors, read_outcomes
-from sim.runner import SimBuildError, TestbenchFailed, build_array, run_testbench
 from tessera import cli
 from tessera.commands.demo import DEMO_MAX_SIDE
+from twin.outcomes import failure_lines, first_build_errors, read_outcomes
+from twin.runner import SimBuildError, TestbenchFailed, build_array, run_testbench
 
 TINY = ArrayConfig(rows=1, cols=1)
 
@@ -55,13 +55,13 @@ def test_demo_array_prints_the_testbench_error_not_a_traceback(tmp_path, monkeyp
                                                                 capsys):
     # The arguments are checked first, so a bad shape can only reach the testbench here:
     # the real run, with the shape replaced on its way in.
-    real = sim.runner.run_testbench
+    real = twin.runner.run_testbench
 
     def with_bad_shape(module, config, **kwargs):
         kwargs["extra_env"] = dict(kwargs["extra_env"], TESSERA_DEMO_SHAPE="3,0,2")
         return real(module, config, **kwargs)
 
-    monkeypatch.setattr(sim.runner, "run_testbench", with_bad_shape)
+    monkeypatch.setattr(twin.runner, "run_testbench", with_bad_shape)
     assert cli.main(["demo-array", "--rows", "1", "--cols", "1"]) == 1
     out = capsys.readouterr().out
     assert "error: 1 of 1 cocotb tests failed in sim.tb_demo on r1c1a32" in out
@@ -75,7 +75,7 @@ def test_demo_array_checks_its_sizes_before_building(option, value, monkeypatch,
     def must_not_run(*args, **kwargs):
         raise AssertionError("run_testbench was called for a bad argument")
 
-    monkeypatch.setattr(sim.runner, "run_testbench", must_not_run)
+    monkeypatch.setattr(twin.runner, "run_testbench", must_not_run)
     with pytest.raises(SystemExit) as info:
         cli.main(["demo-array", option, value])
     assert info.value.code == 2  # argparse's usage error
@@ -90,7 +90,7 @@ def test_a_failing_verilator_build_quotes_its_errors(tmp_path, monkeypatch):
         path.write_text("module systolic_array(input clk);\n  wire x = ;\nendmodule\n")
         return path
 
-    monkeypatch.setattr(sim.runner, "_write_verilog", broken_verilog)
+    monkeypatch.setattr(twin.runner, "_write_verilog", broken_verilog)
     lines = []
     with pytest.raises(SimBuildError) as info:
         build_array(TINY, build_root=tmp_path / "build", log=lines.append)
@@ -139,14 +139,14 @@ def test_build_errors_fall_back_to_the_log_tail(tmp_path):
 @pytest.mark.slow
 def test_a_failing_twin_build_quotes_the_tool_error(tmp_path, monkeypatch):
     from contract.config import ConvEngineConfig
-    from sim import twin
+    from twin import dma
 
     config = ConvEngineConfig(array=TINY, act_depth=256, weight_depth=64, max_col_tiles=2)
-    monkeypatch.setattr(twin, "YOSYS_SCRIPT", "read_rtlil {source}\nno_such_pass\n"
+    monkeypatch.setattr(dma, "YOSYS_SCRIPT", "read_rtlil {source}\nno_such_pass\n"
                                               "write_verilog {target}\n")
     lines = []
-    with pytest.raises(twin.TwinBuildError) as info:
-        twin.build_twin(config, build_root=tmp_path, log=lines.append)
+    with pytest.raises(dma.TwinBuildError) as info:
+        dma.build_twin(config, build_root=tmp_path, log=lines.append)
     message = str(info.value)
     assert message.startswith("Yosys failed to build the twin (exit 1):\n")
     assert "ERROR: No such command: no_such_pass" in message

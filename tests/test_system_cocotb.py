@@ -3,8 +3,8 @@
 import pytest
 
 from contract.config import ArrayConfig, ConvEngineConfig
-from sim.runner import run_testbench
-from sim.system import TopBuild
+from twin.runner import run_testbench
+from twin.system import TopBuild
 
 BUILD = TopBuild(ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
                                   weight_depth=512, max_col_tiles=8))

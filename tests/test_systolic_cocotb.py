@@ -3,7 +3,7 @@
 import pytest
 
 from contract.config import ArrayConfig
-from sim.runner import run_testbench
+from twin.runner import run_testbench
 
 CONFIGS = [
     ArrayConfig(rows=8, cols=8),   # the configuration the bitstream targets

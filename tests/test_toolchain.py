@@ -28,7 +28,7 @@ def test_the_users_objcache_wins(tmp_path):
 
 
 def test_cocotb_builds_compile_the_model_at_the_faster_setting(monkeypatch):
-    from sim import runner
+    from twin import runner
 
     monkeypatch.setenv("MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include")
     flags = runner._compile_env()["MAKEFLAGS"].split()

@@ -1,7 +1,7 @@
 """The Verilator twin through the driver: discovery, conv / depthwise / dense layers
 bit-exact with the golden models, faults reported and recovered from, waveforms. The
 layer and fault tests run on both builds: the plain one and the profile-guided one
-(``sim.twin.build_twin(..., train=...)``)."""
+(``twin.dma.build_twin(..., train=...)``)."""
 
 import numpy as np
 import pytest
@@ -12,11 +12,11 @@ from models.conv import conv2d, dense, depthwise_conv2d
 from models.eltwise import add
 from models.pool import max_pool2d
 from models.requant import requantize
-from sim.twin import Fault, Twin
 from sw_driver import regs
 from sw_driver.accelerator import Accelerator, AcceleratorError
 from sw_driver.regs import Opcode, Reg
 from sw_driver.transport.sim import SimTransport
+from twin.dma import Fault, Twin
 
 #: The configuration most twin tests share (one Verilator build for them all).
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,

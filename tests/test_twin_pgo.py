@@ -1,4 +1,4 @@
-"""The profile-guided twin build (``sim.twin.build_twin(..., train=...)``): what goes into
+"""The profile-guided twin build (``twin.dma.build_twin(..., train=...)``): what goes into
 its cache key, how a failed training falls back to the plain build, and that the training
 run refuses a wrong result. Its bit-exactness is tested by tests/test_twin.py, which runs
 every layer and fault test on both builds."""
@@ -10,26 +10,26 @@ import pytest
 
 from bench import twin_train
 from contract.config import ArrayConfig, ConvEngineConfig
-from sim import twin
+from twin import dma
 
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=1024,
                           weight_depth=1024, max_col_tiles=16)
 
 
 def test_flags_are_in_the_cache_key():
-    plain = twin.source_key(CONFIG, twin.FLAGS, twin.TWIN_SOURCES)
-    guided = twin.source_key(CONFIG, [*twin.FLAGS, *twin.PGO_USE, "bench.twin_train"],
-                             twin.TWIN_SOURCES)
-    other_trainer = twin.source_key(CONFIG, [*twin.FLAGS, *twin.PGO_USE, "x.train"],
-                                    twin.TWIN_SOURCES)
+    plain = dma.source_key(CONFIG, dma.FLAGS, dma.TWIN_SOURCES)
+    guided = dma.source_key(CONFIG, [*dma.FLAGS, *dma.PGO_USE, "bench.twin_train"],
+                             dma.TWIN_SOURCES)
+    other_trainer = dma.source_key(CONFIG, [*dma.FLAGS, *dma.PGO_USE, "x.train"],
+                                    dma.TWIN_SOURCES)
     assert len({plain, guided, other_trainer}) == 3
 
 
 def test_with_output_renames_only_the_library():
-    flags = twin.with_output(twin.FLAGS, "libtwin-train.so")
+    flags = dma.with_output(dma.FLAGS, "libtwin-train.so")
     assert flags[flags.index("-o") + 1] == "libtwin-train.so"
-    assert len(flags) == len(twin.FLAGS)
-    assert twin.FLAGS[twin.FLAGS.index("-o") + 1] == "libtwin.so"
+    assert len(flags) == len(dma.FLAGS)
+    assert dma.FLAGS[dma.FLAGS.index("-o") + 1] == "libtwin.so"
 
 
 def test_unknown_training_module_falls_back_to_the_plain_build(tmp_path, monkeypatch):
@@ -40,12 +40,12 @@ def test_unknown_training_module_falls_back_to_the_plain_build(tmp_path, monkeyp
         calls.append(flags)
         return plain
 
-    monkeypatch.setattr(twin, "verilate", fake_verilate)
+    monkeypatch.setattr(dma, "verilate", fake_verilate)
     lines = []
-    got = twin.build_twin(CONFIG, train="no_such_package.train", build_root=tmp_path,
+    got = dma.build_twin(CONFIG, train="no_such_package.train", build_root=tmp_path,
                           log=lines.append)
     assert got == plain
-    assert calls == [twin.FLAGS]  # nothing instrumented was built
+    assert calls == [dma.FLAGS]  # nothing instrumented was built
     assert any("no training module 'no_such_package.train'" in line for line in lines)
 
 
@@ -62,16 +62,16 @@ def test_failing_training_falls_back_and_quotes_the_trainer(tmp_path, monkeypatc
     def fake_verilate(folder, make_top, *, flags, **options):
         if "-fprofile-generate" in flags:
             instrumented_builds.append(folder)
-            library = folder / "obj" / twin.TRAINING_LIBRARY
+            library = folder / "obj" / dma.TRAINING_LIBRARY
             library.parent.mkdir(parents=True)
             library.write_bytes(b"")
             return library
         assert "-fprofile-use" not in flags, "built with a profile although training failed"
         return plain
 
-    monkeypatch.setattr(twin, "verilate", fake_verilate)
+    monkeypatch.setattr(dma, "verilate", fake_verilate)
     lines = []
-    got = twin.build_twin(CONFIG, train="bad_trainer", build_root=tmp_path / "build",
+    got = dma.build_twin(CONFIG, train="bad_trainer", build_root=tmp_path / "build",
                           log=lines.append)
     assert got == plain
     message = "\n".join(lines)
@@ -80,7 +80,7 @@ def test_failing_training_falls_back_and_quotes_the_trainer(tmp_path, monkeypatc
     assert "using the plain build" in message
     # Remembered: the next call neither builds nor trains again, and says so.
     lines.clear()
-    assert twin.build_twin(CONFIG, train="bad_trainer", build_root=tmp_path / "build",
+    assert dma.build_twin(CONFIG, train="bad_trainer", build_root=tmp_path / "build",
                            log=lines.append) == plain
     assert len(instrumented_builds) == 1
     assert "an earlier attempt" in "\n".join(lines)

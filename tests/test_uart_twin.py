@@ -1,5 +1,5 @@
 """The UART host link end to end, with no board: UartTransport over the serial twin (the
-bridge RTL inside the Verilator model, sim/twin_serial.py). Layers and the digits CNN are
+bridge RTL inside the Verilator model, twin/serial.py). Layers and the digits CNN are
 compared bit for bit with the golden models / the CPU provider; a seeded fault-injecting
 port shows damaged frames are retried and nothing is lost or applied twice."""
 
@@ -12,11 +12,11 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from models.conv import conv2d
 from models.requant import requantize
 from models.zoo import DIGITS_QDQ, load_digits_split
-from sim.twin_serial import FaultyPort, PtyBridge, TwinSerial
 from sw_driver import InferenceSession
 from sw_driver.accelerator import Accelerator
 from sw_driver.providers import UartTwinProvider
 from sw_driver.transport.uart import UartTransport
+from twin.serial import FaultyPort, PtyBridge, TwinSerial
 
 #: The 4x4 engine of tests/test_providers_sim.py (room for the digits CNN's conv2).
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,

@@ -1,7 +1,7 @@
 """OpenCL backend: Tessera's integer layers as kernels, bit-exact with ``models/``.
 
 - :mod:`.runtime`: :class:`OpenCLRuntime`, the layer methods and weight upload.
-- :mod:`.device`: device discovery and selection (``TESSERA_OPENCL_DEVICE``).
+- :mod:`.device`: device discovery and selection.
 - :mod:`.program`: building the ``*.cl`` sources once per device.
 - :mod:`.buffers`: the device buffer pool and :class:`DeviceTensor`.
 - :mod:`.profiling`: which commands a layer enqueued and their device time (events).

@@ -1,12 +1,13 @@
 """Finding and vetting an OpenCL device.
 
-Selection order: the ``device`` argument, else the ``TESSERA_OPENCL_DEVICE`` environment
-variable, else the first GPU, else the first device of any kind. A selection is either
+Selection order: the ``device`` argument, else the first GPU, else the first device of any
+kind. No environment variable is read here: a session fills in the providers' ``device``
+option from ``TESSERA_OPENCL_DEVICE`` (``sw_driver/providers/options.py``, the one table of
+such fallbacks), and code that builds a runtime itself passes what it wants. A selection is either
 ``"platform:device"`` indices (as printed by :func:`describe_devices`) or a case-insensitive
 substring of the device name (``"pthread"``, ``"NVIDIA"``).
 """
 
-import os
 import re
 
 import pyopencl as cl
@@ -14,14 +15,11 @@ import pyopencl as cl
 from .errors import DeviceNotFoundError, NoPlatformError, UnsupportedDeviceError
 
 __all__ = [
-    "ENV_VARIABLE",
     "check_device",
     "describe_devices",
     "list_devices",
     "select_device",
 ]
-
-ENV_VARIABLE = "TESSERA_OPENCL_DEVICE"
 
 #: Work-group size of the tiled convolution kernel.
 MIN_WORK_GROUP_SIZE = 64
@@ -99,8 +97,6 @@ def select_device(selection=None):
         check_device(selection)
         return selection
     source = "device argument"
-    if selection is None and os.environ.get(ENV_VARIABLE):
-        selection, source = os.environ[ENV_VARIABLE], f"{ENV_VARIABLE} environment variable"
     devices = list_devices()
     if selection is None:
         gpus = [dev for _, dev in devices if dev.type & cl.device_type.GPU]
@@ -159,6 +155,7 @@ def check_device(device):
     if problems:
         raise UnsupportedDeviceError(
             f"OpenCL device {name!r} cannot run Tessera's kernels: " + "; ".join(problems)
-            + f". Choose another device with the {ENV_VARIABLE} environment variable or "
-            "use another Tessera backend"
+            + ". Choose another device (the provider's device option, e.g. "
+            "('opencl', {'device': 'p:d'}), or TESSERA_OPENCL_DEVICE) or use another "
+            "Tessera backend"
         )

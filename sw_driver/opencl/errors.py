@@ -23,7 +23,7 @@ class NoPlatformError(OpenCLError):
 
 
 class DeviceNotFoundError(OpenCLError):
-    """The requested device (argument or ``TESSERA_OPENCL_DEVICE``) does not exist.
+    """The requested device (the ``device`` argument or option) does not exist.
 
     The message lists the devices that do, in the ``platform:device`` form accepted back.
     """

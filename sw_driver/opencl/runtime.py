@@ -117,9 +117,9 @@ class OpenCLRuntime:
     Parameters
     ----------
     device : str, pyopencl.Device or None
-        ``"platform:device"`` indices or part of a device name; None reads the
-        ``TESSERA_OPENCL_DEVICE`` environment variable, else takes the first GPU, else the
-        first device (see :mod:`sw_driver.opencl.device`).
+        ``"platform:device"`` indices or part of a device name; None takes the first GPU,
+        else the first device (see :mod:`sw_driver.opencl.device`; no environment variable
+        is read here).
 
     Raises
     ------

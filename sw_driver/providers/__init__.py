@@ -11,7 +11,14 @@ from .base import Concurrency, Cost, Provider, Refusal
 from .cpu import CPUProvider
 from .gpu import GPUProvider
 from .opencl import OpenCLProvider
-from .options import ENVIRONMENT, UnknownProviderOptionError, make_provider
+from .options import (
+    ENVIRONMENT,
+    UnknownProviderOptionError,
+    format_providers,
+    make_provider,
+    parse_providers,
+    provider_name,
+)
 from .pcie import PCIeProvider
 from .sim import SimProvider
 from .torch_provider import TorchProvider
@@ -20,7 +27,8 @@ from .uart import UartProvider, UartTwinProvider
 __all__ = ["ALIASES", "ENVIRONMENT", "PROVIDERS", "CPUProvider", "Concurrency", "Cost",
            "GPUProvider", "OpenCLProvider", "PCIeProvider", "Provider", "Refusal",
            "SimProvider", "TorchProvider", "UartProvider", "UartTwinProvider",
-           "UnknownProviderOptionError", "make_provider"]
+           "UnknownProviderOptionError", "format_providers", "make_provider", "parse_providers",
+           "provider_name"]
 
 #: Provider name -> class. Instances are created per session, from the options given with
 #: the name (none for a plain name) and the environment fallback (:mod:`.options`).

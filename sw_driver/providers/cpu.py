@@ -17,9 +17,9 @@ from models.requant import requantize
 from models.sequence import float_op, matmul_int
 
 from .. import graph as g
-from .. import planner
 from . import cpu_kernels
 from .base import Concurrency, Provider, Refusal
+from .costs import CostModel, cpu_estimate
 
 __all__ = ["CPUProvider"]
 
@@ -97,7 +97,7 @@ class CPUProvider(Provider):
         requantization where that is provably exact), Dense (float32 BLAS on exact integer
         partial sums) and Add (a table of the golden add over all int8 pairs), all
         bit-identical to the golden model, instead of the golden functions. Default True.
-    costs : sw_driver.planner.CostModel, optional
+    costs : sw_driver.providers.costs.CostModel, optional
         The rates of this provider's time estimate for Conv and Dense (default
         ``CostModel()``); the planner compares it with the accelerators'.
     """
@@ -110,9 +110,9 @@ class CPUProvider(Provider):
 
     def __init__(self, fast=True, *, costs=None):
         self.fast = bool(fast)
-        self.costs = planner.CostModel() if costs is None else costs
-        if not isinstance(self.costs, planner.CostModel):
-            raise TypeError(f"costs must be a sw_driver.planner.CostModel, not "
+        self.costs = CostModel() if costs is None else costs
+        if not isinstance(self.costs, CostModel):
+            raise TypeError(f"costs must be a sw_driver.providers.costs.CostModel, not "
                             f"{type(self.costs).__name__}")
 
     def supports(self, layer, shape=None):
@@ -124,9 +124,9 @@ class CPUProvider(Provider):
         return "the CPU provider runs every layer kind (golden model)"
 
     def estimate(self, layer, shape):
-        """Conv and Dense: :func:`~sw_driver.planner.cpu_estimate` at :attr:`costs`; other
-        layers None (no accelerator time to compare with)."""
-        return planner.cpu_estimate(layer, shape, self.costs)
+        """Conv and Dense: :func:`~sw_driver.providers.costs.cpu_estimate` at
+        :attr:`costs`; other layers None (no accelerator time to compare with)."""
+        return cpu_estimate(layer, shape, self.costs)
 
     def run(self, layer, inputs):
         runner = _RUNNERS[type(layer)]

@@ -25,13 +25,14 @@ import numpy as np
 from models.eltwise import add_multipliers
 
 from .. import graph as g
-from .. import planner, shapes
+from .. import shapes
 from ..accelerator import NO_ADD, Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
 from ..errors import ProviderUnavailableError, RefusedAtRunError
 from ..gap_lowering import gap_refusal
 from ..matmul_lowering import lower_matmul, matmul_refusal, matmul_work
 from ..transport.base import Transport, TransportError
+from . import costs
 from .base import Concurrency, Cost, Provider, Refusal
 from .fusion import POOL_WINDOW, PooledConvOutput, fusable_pairs
 
@@ -156,7 +157,7 @@ def engine_refusal(layer, config):
     2, dilation, padding above half the kernel, groups other than 1 or depthwise, a weight
     or parameter buffer too small, requantization values out of range), run on the
     smallest input the layer accepts; what depends on the input size (the activation
-    buffer) is checked by the planner with the real shape (:func:`planner.device_work`).
+    buffer) is checked by the planner with the real shape (:func:`costs.device_work`).
     """
     if isinstance(layer, g.MatMul):
         return matmul_refusal(layer, config)
@@ -249,7 +250,7 @@ class DeviceProvider(Provider):
         problem = engine_refusal(layer, self.config)
         if problem is None and shape is not None:
             try:
-                planner.device_work(layer, shape, self.config)
+                costs.device_work(layer, shape, self.config)
             except ValueError as exc:
                 problem = f"at input shape {list(shape)}: {exc}"
         return None if problem is None else Refusal(problem)
@@ -271,13 +272,13 @@ class DeviceProvider(Provider):
                     note=f"~{work.cycles:,} cycles in {work.passes} pass(es)")
 
     def device_work(self, layer, shape):
-        """:func:`planner.device_work` of ``layer`` on its first input's ``shape``; for a
+        """:func:`costs.device_work` of ``layer`` on its first input's ``shape``; for a
         MatMul, whose second operand's shape the planner does not know, that operand is
         taken as (..., K, M), the square score matrix of self-attention."""
         if isinstance(layer, g.MatMul):
             return matmul_work(layer, shape, (*shape[:-2], shape[-1], shape[-2]),
                                self.config)
-        return planner.device_work(layer, shape, self.config)
+        return costs.device_work(layer, shape, self.config)
 
     def run(self, layer, inputs):
         before = self.transport.moved
@@ -401,7 +402,7 @@ class DeviceProvider(Provider):
     def _dense_rows(self, layer, x, weight, bias, x_zero_point):
         """``x`` (P, K) through Dense passes of ``weight`` (O, K) with ``layer``'s
         requantization; ``((P, O) int8, cycles)``."""
-        chunk = planner.dense_chunk(x.shape[1], self.config)
+        chunk = costs.dense_chunk(x.shape[1], self.config)
         outputs, cycles = [], (0 if self.accelerator.has_counters else None)
         # One pass per chunk: the chunk is the pass's image width and must fit the buffer.
         for start in range(0, len(x), chunk):

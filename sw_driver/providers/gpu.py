@@ -58,8 +58,6 @@ class GPUProvider(OpenCLProvider):
             list_devices,
             select_device,
         )
-        from ..opencl.device import ENV_VARIABLE
-
         _, no_torch = torch_cuda_status()
         try:
             devices = list_devices()
@@ -77,7 +75,7 @@ class GPUProvider(OpenCLProvider):
         chosen = select_device(device)
         if not chosen.type & cl.device_type.GPU:
             raise unavailable(
-                self.name, f"the selected device {chosen.name.strip()!r} (argument or "
-                f"{ENV_VARIABLE}) is not a GPU; GPUs present: "
+                self.name, f"the selected device {chosen.name.strip()!r} (the device "
+                f"option) is not a GPU; GPUs present: "
                 f"{', '.join(repr(d.name.strip()) for d in gpus)}")
         return OpenCLRuntime(chosen)

@@ -110,9 +110,10 @@ class OpenCLProvider(Provider):
     Parameters
     ----------
     device : str, pyopencl.Device or None
-        ``"platform:device"`` indices or part of a device name. None reads the
-        ``TESSERA_OPENCL_DEVICE`` environment variable, else takes the first GPU, else the
-        first device (:func:`sw_driver.opencl.select_device`). In a session,
+        ``"platform:device"`` indices or part of a device name. None takes the first GPU,
+        else the first device (:func:`sw_driver.opencl.select_device`); built by name, the
+        session takes it from ``TESSERA_OPENCL_DEVICE`` when not given (:mod:`.options`). In a
+        session,
         ``("opencl", {"device": "gpu"})`` is the "gpu" provider instead.
 
     Raises

@@ -7,17 +7,17 @@ exist, cannot be opened, or no Tessera accelerator answers, constructing the pro
 raises :class:`~sw_driver.errors.ProviderUnavailableError`, so
 ``providers=["pcie", "cpu"]`` runs on the CPU with a warning.
 
-Unlike the twin, the card has a time model for the planner (:mod:`sw_driver.planner`):
+Unlike the twin, the card has a time model for the planner (:mod:`sw_driver.providers.costs`):
 modelled cycles at ``clock_hz`` plus the link's cost, so a layer whose transfers cost more
 than the CPU's time for it stays on the CPU.
 """
 
 import os
 
-from .. import planner
 from ..errors import ProviderUnavailableError
 from ..transport.base import TransportError
 from ..transport.xdma import XdmaTransport
+from . import costs
 from .base import Cost
 from .device import DeviceProvider
 
@@ -42,7 +42,7 @@ class PCIeProvider(DeviceProvider):
         Seconds a DMA read may wait.
     clock_hz : float, optional
         The engine's clock, for the planner's estimate (default 150 MHz).
-    link : sw_driver.planner.LinkModel, optional
+    link : sw_driver.providers.costs.LinkModel, optional
         Costs of the host link (default: XDMA on PCIe Gen3 x8).
     transport : sw_driver.transport.Transport, optional
         Use this transport instead of opening the devices (tests, other bridges).
@@ -60,7 +60,7 @@ class PCIeProvider(DeviceProvider):
         if not clock_hz > 0:
             raise ValueError(f"clock_hz must be positive, not {clock_hz!r}")
         self.clock_hz = float(clock_hz)
-        self.link = planner.LinkModel() if link is None else link
+        self.link = costs.LinkModel() if link is None else link
         if transport is None:
             prefix = prefix or DEFAULT_PREFIX
             transport = _open(prefix, channel, timeout)
@@ -77,7 +77,7 @@ class PCIeProvider(DeviceProvider):
         return Cost(
             seconds=compute + link, cycles=work.cycles, bytes=work.bytes,
             note=f"{work.cycles:,} cycles at {self.clock_hz / 1e6:g} MHz = "
-                 f"{planner.format_seconds(compute)} + link {planner.format_seconds(link)} for "
+                 f"{costs.format_seconds(compute)} + link {costs.format_seconds(link)} for "
                  f"{work.passes} pass(es), {work.bytes:,} bytes")
 
 

@@ -1,10 +1,13 @@
 """The "sim" provider: Tessera's layers on the Verilator twin of the accelerator.
 
-The twin (``sim/twin.py``, ``docs/twin.md``) is the whole accelerator compiled by
-Verilator, behind the same Transport as a board, so this provider runs exactly the driver
+The twin (``twin/dma.py``, ``docs/twin.md``) is the whole accelerator compiled by
+Verilator, behind the same Transport as a board
+(:class:`~sw_driver.transport.sim.SimTransport`), so this provider runs exactly the driver
 code a board runs and its outputs are the RTL's. The twin for a configuration is built on
 first use (one to two minutes for the default 8x8 engine) and cached under
-``build/twin/``; later sessions load it in milliseconds.
+``build/twin/``; later sessions load it in milliseconds. The driver does not name the twin:
+it is found through the ``tessera.twins`` entry point "sim" (:mod:`.simulated`), or passed in
+as a ``transport``.
 
 The twin has no time estimate for the planner: its wall time is a simulator's, not the
 device's, so when the user lists "sim" every layer it supports runs on it (the placement
@@ -13,7 +16,9 @@ reason still shows the modelled cycles). See :mod:`sw_driver.planner`.
 
 from contract.config_file import DEFAULT_PRESET, PRESETS
 
+from ..transport.sim import SimTransport
 from .device import DeviceProvider
+from .simulated import open_simulated
 
 __all__ = ["DEFAULT_CONFIG", "SimProvider"]
 
@@ -34,14 +39,16 @@ class SimProvider(DeviceProvider):
         Simulated cycles a pass may take before it is reported as hung.
     log : callable, optional
         Receives the twin's build messages (default ``print``).
+    transport : sw_driver.transport.Transport, optional
+        Drive this transport (a twin the caller opened) instead of building the twin of
+        ``config``; ``cycle_budget`` and ``log`` are then unused.
     """
 
     name = "sim"
 
-    def __init__(self, config=None, *, cycle_budget=20_000_000, log=print):
-        from sim.twin import Twin
-        from sw_driver.transport.sim import SimTransport
-
+    def __init__(self, config=None, *, cycle_budget=20_000_000, log=print, transport=None):
         self.engine = DEFAULT_CONFIG if config is None else config
-        transport = SimTransport(Twin(self.engine, log=log), cycle_budget=cycle_budget)
+        if transport is None:
+            transport = SimTransport(open_simulated(self.name, self.engine, log=log),
+                                     cycle_budget=cycle_budget)
         super().__init__(transport, where="Verilator twin")

@@ -5,7 +5,8 @@ its serial host link (``docs/uart.md``).
 fallback, :mod:`.options`), with
 :class:`~sw_driver.transport.uart.UartTransport`: a board's FTDI port such as
 ``/dev/ttyUSB0`` at 3 Mbaud. "uart-twin" runs the same transport over the serial twin
-(``sim.twin_serial``): the bridge RTL inside the Verilator model, so the whole link is
+(``twin/serial.py``, found through the ``tessera.twins`` entry point "uart-twin",
+:mod:`.simulated`): the bridge RTL inside the Verilator model, so the whole link is
 exercised with no board. Like "sim", neither gives the planner a time estimate, so every
 layer the engine supports runs on it.
 """
@@ -13,6 +14,7 @@ layer the engine supports runs on it.
 from ..errors import ProviderUnavailableError
 from ..transport.base import TransportError
 from .device import DeviceProvider
+from .simulated import open_simulated
 
 __all__ = ["UartProvider", "UartTwinProvider"]
 
@@ -67,18 +69,21 @@ class UartTwinProvider(DeviceProvider):
         Simulated line rate (bytes are paced as a UART at this rate would send them).
     log : callable
         Receives the twin's build messages.
+    transport : sw_driver.transport.Transport, optional
+        Drive this transport (for example a ``UartTransport`` over a serial twin the caller
+        opened) instead of building the serial twin of ``config``.
     """
 
     name = "uart-twin"
 
-    def __init__(self, config=None, *, baudrate=3_000_000, log=print):
-        from sim.twin_serial import TwinSerial
+    def __init__(self, config=None, *, baudrate=3_000_000, log=print, transport=None):
+        if transport is None:
+            from ..transport.uart import UartTransport
+            from .sim import DEFAULT_CONFIG
 
-        from ..transport.uart import UartTransport
-        from .sim import DEFAULT_CONFIG
-
-        port = TwinSerial(DEFAULT_CONFIG if config is None else config, baudrate=baudrate,
-                          log=log)
-        # Simulated seconds: 2 ms is 100 k cycles at the twin's 50 MHz, beyond the
-        # bridge's 65 k-cycle gap timeout, so a retry always finds it hunting for SYNC.
-        super().__init__(UartTransport(port, timeout=0.002), where="serial twin")
+            port = open_simulated(self.name, DEFAULT_CONFIG if config is None else config,
+                                  baudrate=baudrate, log=log)
+            # Simulated seconds: 2 ms is 100 k cycles at the twin's 50 MHz, beyond the
+            # bridge's 65 k-cycle gap timeout, so a retry always finds it hunting for SYNC.
+            transport = UartTransport(port, timeout=0.002)
+        super().__init__(transport, where="serial twin")

@@ -36,7 +36,7 @@ from .. import graph as g
 from ..accelerator import skip_strided_1x1
 from ..conv_lowering import lower_conv2d
 from ..errors import ResidentFitError
-from ..planner import add_work, pool_work
+from ..providers.costs import add_work, pool_work
 from ..shapes import infer_shapes
 from .image import DeviceImage, PassInfo, Port
 from .layout import Arena, Storage

@@ -1,4 +1,11 @@
-"""Transport over the Verilator twin (sim/twin.py): the same calls as a board, in-process."""
+"""Transport over a simulated accelerator (the Verilator twin, ``twin/dma.py``): the same
+calls as a board, in-process.
+
+The driver does not import the twin: :class:`SimTransport` drives any object with the twin's
+calls (``csr_read``, ``csr_write``, ``dma_write``, ``run``, ``dma_take``, ``dma_flush``,
+``irq``, ``close``), built by whoever composes the program (the "sim" provider finds it
+through an entry point, :mod:`sw_driver.providers.simulated`).
+"""
 
 import time
 
@@ -13,7 +20,7 @@ SLICE_CYCLES = 1 << 16
 
 
 class SimTransport(Transport):
-    """Drive a :class:`sim.twin.Twin` as if it were a board.
+    """Drive a simulated accelerator (a ``twin.dma.Twin``) as if it were a board.
 
     Simulated time only moves inside calls. Waits end at the first of three limits: the
     :class:`~.base.Deadline` the caller gives (cycles and wall-clock seconds, derived from
@@ -23,7 +30,8 @@ class SimTransport(Transport):
 
     Parameters
     ----------
-    twin : sim.twin.Twin
+    twin : object
+        The simulated device (``twin.dma.Twin``'s calls).
     cycle_budget : int
         Cycles a DMA read or a wait may simulate before :class:`TransportTimeout`, whatever
         the deadline.
@@ -36,13 +44,6 @@ class SimTransport(Transport):
     def __init__(self, twin, *, cycle_budget=20_000_000):
         self.twin = twin
         self.cycle_budget = cycle_budget
-
-    @classmethod
-    def open(cls, config=None, *, waves=None, **options):
-        """Build (or load the cached) twin for ``config`` and connect to it."""
-        from sim.twin import Twin
-
-        return cls(Twin(config, waves=waves), **options)
 
     def csr_read(self, offset):
         check_csr(offset)

@@ -1,6 +1,6 @@
 """Transport over a serial link to the UART host bridge (``hw/host_bridge.py``): a board's
 FTDI port (``/dev/ttyUSB0``), any pyserial URL (``loop://``, ``socket://host:port``), or
-the serial twin (``sim.twin_serial.TwinSerial``), which has pyserial's calls.
+the serial twin (``twin.serial.TwinSerial``), which has pyserial's calls.
 
 Every CSR access and every DMA chunk is one request frame of ``contract/link.py`` and one
 response; a request is resent with the same SEQ on a NAK or when no valid response comes

@@ -68,8 +68,9 @@ def add_commands(sub):
                    help="run these cases instead and print each in full, e.g. 4711 "
                         "or 3,17,40-49 (writes no JSON)")
     p.add_argument("--backends", "--providers", dest="backends",
-                   help="comma-separated providers (default: all of cpu, "
-                        "opencl, gpu, sim, pcie; unavailable ones are reported)")
+                   help="comma-separated providers, with options as run's --providers "
+                        "(default: all of cpu, opencl, gpu, sim, pcie; unavailable ones are "
+                        "reported)")
     p.add_argument("--no-onnxruntime", action="store_true",
                    help="skip the comparison with onnxruntime")
     add_ray_argument(p, "the configurations as Ray tasks")

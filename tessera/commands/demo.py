@@ -25,7 +25,7 @@ def cmd_demo_array(args):
     import json
     import tempfile
 
-    from sim.runner import SimBuildError, TestbenchFailed, run_testbench
+    from twin.runner import SimBuildError, TestbenchFailed, run_testbench
 
     config = array_config(args)
     m, k, n = args.m, args.k, args.n

@@ -16,9 +16,9 @@ from tessera.console import console
 
 
 def cmd_sim(args):
-    from sim.outcomes import read_outcomes
-    from sim.runner import SimBuildError, TestbenchFailed, run_testbench
-    from sim.testbenches import TESTBENCHES, find_testbench
+    from twin.outcomes import read_outcomes
+    from twin.runner import SimBuildError, TestbenchFailed, run_testbench
+    from twin.testbenches import TESTBENCHES, find_testbench
 
     benches = [find_testbench(args.tb)] if args.tb else list(TESTBENCHES.values())
     chosen = engine_config(args) if args.config else None
@@ -71,7 +71,7 @@ def _testbench_configs(bench, chosen):
     """The builds ``bench`` runs: its own list, or ``chosen`` (``--config``) in the form the
     testbench takes. The block testbenches take lane counts, not an engine: their own list."""
     from contract.config import ArrayConfig, ConvEngineConfig
-    from sim.system import TopBuild
+    from twin.system import TopBuild
 
     if chosen is None:
         return bench.configs

@@ -132,20 +132,26 @@ def _saturation_warning(session, name, x, source):
 
 
 def _configured_providers(names, spec):
-    """``names`` with the twin providers ("sim", "uart-twin") built for the engine of
-    ``--config`` (``spec``); a board's configuration is read from its own registers."""
+    """``names`` with the twin providers ("sim", "uart-twin") given the engine of
+    ``--config`` (``spec``) as their ``config`` option; a board's configuration is read from
+    its own registers."""
     if spec is None:
         return names
     from contract.config_file import load_config
-    from sw_driver.providers import SimProvider, UartTwinProvider
+    from sw_driver.providers import provider_name
 
     config = load_config(spec)
-    twins = {"sim": SimProvider, "uart-twin": UartTwinProvider}
-    if not twins.keys() & set(names):
+    twins = ("sim", "uart-twin")
+    if not set(twins) & {provider_name(entry) for entry in names}:
         raise _UsageError(f"--config builds the twin providers ({', '.join(twins)}); none is "
-                          f"in --providers {','.join(names)} (a board reports its own "
-                          f"configuration)")
-    return [twins[name](config) if name in twins else name for name in names]
+                          f"in --providers {','.join(map(provider_name, names))} (a board "
+                          f"reports its own configuration)")
+    return [(provider_name(entry), {"config": config, **_options(entry)})
+            if provider_name(entry) in twins else entry for entry in names]
+
+
+def _options(entry):
+    return dict(entry[1]) if isinstance(entry, tuple) else {}
 
 
 def _profile_table(totals, batches, full):
@@ -166,17 +172,18 @@ def cmd_run(args):
 
     from sw_driver import InferenceSession
     from sw_driver.errors import TesseraError
+    from sw_driver.providers import format_providers, parse_providers, provider_name
 
     try:
         if args.batch < 1:
             raise _UsageError(f"--batch must be a positive integer, not {args.batch}")
-        providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+        providers = parse_providers(args.providers)
         configured = _configured_providers(providers, args.config)
         if args.port:  # the "uart" provider's serial port (docs/uart.md)
-            configured = [("uart", {"port": args.port}) if p == "uart" else p
-                          for p in configured]
+            configured = [("uart", {"port": args.port, **_options(p)})
+                          if provider_name(p) == "uart" else p for p in configured]
         # The "sim" provider builds its Verilator twin on first use: up to a minute.
-        with console.status(f"opening {args.model} on {', '.join(providers)}"):
+        with console.status(f"opening {args.model} on {format_providers(providers)}"):
             session = InferenceSession(args.model, providers=configured,
                                        sequence_mode=args.sequence_mode)
         x, labels = _run_inputs(args, session)
@@ -228,6 +235,7 @@ def cmd_run_dataset(args):
     import numpy as np
 
     from sw_driver.errors import TesseraError
+    from sw_driver.providers import format_providers, parse_providers
     from tessera.batch import (
         BatchJobError,
         pyarrow_modules,
@@ -239,7 +247,10 @@ def cmd_run_dataset(args):
     # tessera.ray_cluster imports no Ray until connect() is called.
     from tessera.ray_cluster import LOCAL, RayClusterError, connect, parse_resources
 
-    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+    try:
+        providers = parse_providers(args.providers)
+    except TesseraError as error:
+        return fail(error)
     suffix = next((f for f in ("npy", "parquet") if args.out.endswith(f".{f}")), None)
     sharded = suffix is None
     if args.format is not None and suffix not in (None, args.format):
@@ -265,7 +276,7 @@ def cmd_run_dataset(args):
         started = time.perf_counter()
         if args.ray is None:
             with console.status(f"{len(x)} samples through {args.model} on "
-                                f"{', '.join(providers)}"):
+                                f"{format_providers(providers)}"):
                 result = run()
             where = "one local session"
         else:
@@ -374,7 +385,9 @@ def add_commands(sub):
     p = sub.add_parser("run", help="run an int8 QDQ model on Tessera's providers, profiled")
     p.add_argument("model", help="QDQ ONNX model")
     p.add_argument("--providers", default="cpu",
-                   help="comma-separated, tried in order per layer (default %(default)s)")
+                   help="comma-separated, tried in order per layer; options as "
+                        "name:key=value;key=value, e.g. uart:port=/dev/ttyUSB0, or a JSON "
+                        "list (docs/runtime.md; default %(default)s)")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--input", help=".npy array [N, ...] (or one sample without N)")
     source.add_argument("--dataset", help="a zoo data set's test split, with accuracy: digits")
@@ -408,7 +421,9 @@ def add_commands(sub):
     p.add_argument("--shard-size", type=int, default=4096,
                    help="samples per shard of a directory --out (default %(default)s)")
     p.add_argument("--providers", default="cpu",
-                   help="comma-separated, tried in order per layer (default %(default)s)")
+                   help="comma-separated, tried in order per layer; options as "
+                        "name:key=value;key=value, e.g. uart:port=/dev/ttyUSB0, or a JSON "
+                        "list (docs/runtime.md; default %(default)s)")
     p.add_argument("--batch", type=int, default=64, help="samples per run (default %(default)s)")
     p.add_argument("--actors", type=int, default=2,
                    help="sessions (Ray actors) with --ray (default %(default)s)")

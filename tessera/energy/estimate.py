@@ -51,9 +51,9 @@ class EnergyRun:
     """
 
     def __init__(self, config, *, log=print):
-        from sim.energy_twin import EnergyTwin
         from sw_driver.accelerator import Accelerator
         from sw_driver.transport.sim import SimTransport
+        from twin.energy import EnergyTwin
 
         self.config = config
         # The MACs (the report's ops) are read from PERF_MACS: a configuration built

@@ -127,7 +127,7 @@ def estimate(activity, device, clock_hz):
     Parameters
     ----------
     activity : dict
-        ``sim.energy_twin.Activity.as_dict()`` plus ``macs`` (array MACs issued).
+        ``twin.energy.Activity.as_dict()`` plus ``macs`` (array MACs issued).
     device : dict
         One entry of the coefficients' ``devices``.
     clock_hz : float

@@ -21,7 +21,7 @@ from pathlib import Path
 from sw_driver.errors import ProviderUnavailableError
 from sw_driver.providers import PROVIDERS
 from sw_driver.providers.device import DeviceProvider
-from sw_driver.providers.sim import SimProvider
+from sw_driver.providers.options import make_provider, parse_providers, provider_name
 
 from .runner import PLUGINS_VARIABLE
 
@@ -78,10 +78,12 @@ def load_plugins():
     return names
 
 
-def _make(name, log, sim_config):
+def _make(name, log, sim_config, options):
+    """Provider ``name`` built as a session builds it (options, then the environment
+    fallback); the "sim" twin is built for ``sim_config`` and reports to ``log``."""
     if name == "sim":
-        return SimProvider(sim_config, log=log)
-    return PROVIDERS[name]()
+        options = {"log": log, **({"config": sim_config} if sim_config else {}), **options}
+    return make_provider(name, PROVIDERS[name], options)
 
 
 class Backend:
@@ -95,16 +97,20 @@ class Backend:
         Receives build messages (the twin's first build takes a minute or two).
     sim_config : contract.config.ConvEngineConfig or None
         The engine the "sim" backend simulates (None: the provider's default, 8x8).
+    options : dict, optional
+        The provider's options (``--backends uart:port=/dev/ttyUSB0``), as a session takes
+        them.
     """
 
-    def __init__(self, name, log=print, sim_config=None):
+    def __init__(self, name, log=print, sim_config=None, options=None):
         self.name, self._log, self._sim_config = name, log, sim_config
+        self._options = dict(options or {})
         self.provider, self.unavailable = None, None
         self._open()
 
     def _open(self):
         try:
-            self.provider = _make(self.name, self._log, self._sim_config)
+            self.provider = _make(self.name, self._log, self._sim_config, self._options)
         except ProviderUnavailableError as exc:
             self.provider, self.unavailable = None, " ".join(str(exc).split())
 
@@ -139,7 +145,14 @@ class Backend:
 
 
 def parse_backends(text):
-    """Backend names from a comma-separated list (``"all"`` or None: every backend).
+    """Backends from a comma-separated list (``"all"`` or None: every backend), written as
+    ``--providers`` is (``sw_driver.providers.options.parse_providers``): names, and
+    ``name:key=value`` where a provider takes options.
+
+    Returns
+    -------
+    list
+        Names, and ``(name, options)`` pairs.
 
     Raises
     ------
@@ -149,16 +162,19 @@ def parse_backends(text):
     if text is None or text.strip() == "all":
         return list(BACKENDS)
     known = [*BACKENDS, *load_plugins()]
-    names = [part.strip() for part in text.split(",") if part.strip()]
+    entries = parse_providers(text)
+    names = [provider_name(entry) for entry in entries]
     unknown = [name for name in names if name not in known]
     if unknown or not names or len(set(names)) != len(names):
         raise ValueError(f"--backends must be 'all' or a comma-separated list of distinct "
                          f"names from {', '.join(known)}, not {text!r}")
-    return names
+    return entries
 
 
-def open_backends(names, log=print, sim_config=None):
-    """:class:`Backend` for each name, in :data:`BACKENDS` order then the plugins'
-    (arguments as for :class:`Backend`)."""
+def open_backends(entries, log=print, sim_config=None):
+    """:class:`Backend` for each entry of :func:`parse_backends`, in :data:`BACKENDS` order
+    then the plugins' (arguments as for :class:`Backend`)."""
+    options = {provider_name(entry): dict(entry[1]) if isinstance(entry, tuple) else {}
+               for entry in entries}
     order = [*BACKENDS, *load_plugins()]
-    return [Backend(name, log, sim_config) for name in order if name in names]
+    return [Backend(name, log, sim_config, options[name]) for name in order if name in options]

@@ -70,7 +70,7 @@ _OPENED = {}
 
 
 def _backends(names, sim_config):
-    key = (tuple(names), repr(sim_config))
+    key = (repr(names), repr(sim_config))  # entries may hold option dicts
     if key not in _OPENED:
         _OPENED[key] = open_backends(names, log=lambda message: None, sim_config=sim_config)
     return _OPENED[key]
@@ -104,8 +104,8 @@ class RaySoak:
     seed : int or sequence of int
         One seed, or several: each runs every index of ``indices``.
     indices : sequence of int
-    names : list of str
-        Backend names (:func:`~.backends.parse_backends`).
+    names : list
+        Backend names and ``(name, options)`` pairs (:func:`~.backends.parse_backends`).
     use_onnxruntime : bool
     sim_config : contract.config.ConvEngineConfig or None
 

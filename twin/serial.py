@@ -1,5 +1,5 @@
 """The serial twin: the accelerator behind its UART host bridge (``hw/uart_top.py``),
-compiled by Verilator with ``sim/twin/serial_harness.cpp``, seen from Python as a serial
+compiled by Verilator with ``twin/harness/serial_harness.cpp``, seen from Python as a serial
 port with pyserial's calls (``write``, ``read(n)``, ``timeout``), so that
 ``sw_driver.transport.uart.UartTransport`` drives it exactly as it drives a board's
 ``/dev/ttyUSB0``.
@@ -8,7 +8,7 @@ The twin exchanges bytes with the bridge directly (``UartTop(byte_port=True)``):
 bit-level UART is tested on its own (``tests/test_uart_hw.py``). Bytes are paced at the
 rate of a UART at :attr:`TwinSerial.baudrate` on a :attr:`TwinSerial.clock_hz` clock, and
 timeouts are simulated seconds at that clock, so runs are repeatable whatever the load of
-the machine. Builds are cached like the twin's (``sim/twin.py``): under
+the machine. Builds are cached like the twin's (``twin/dma.py``): under
 ``build/twin-serial/``, keyed by the sources, configuration, flags and tool versions.
 """
 
@@ -22,16 +22,16 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
 
+from .dma import FLAGS, config_folder_name, source_key, verilate
 from .runner import BUILD_ROOT
-from .twin import FLAGS, config_folder_name, source_key, verilate
 
 HERE = Path(__file__).resolve().parent
-HARNESS = HERE / "twin" / "serial_harness.cpp"
+HARNESS = HERE / "harness" / "serial_harness.cpp"
 
 
 class SerialTwinTop(wiring.Component):
     """``UartTop(byte_port=True)`` with registered inputs (the reason is in
-    ``sim/twin_top.py``) and ports ``clock``/``reset``. ``tx.valid`` is qualified by the
+    ``twin/top.py``) and ports ``clock``/``reset``. ``tx.valid`` is qualified by the
     registered ready: the harness takes every byte it shows."""
 
     def __init__(self, config):

@@ -2,8 +2,8 @@
 
 The design is the systolic array for an ``ArrayConfig``, the convolution engine for a
 ``ConvEngineConfig``; a build description with ``make_top()`` and ``top_name`` (e.g.
-``sim.system.TopBuild``) names its own top instead, and one with ``write_verilog`` also
-writes its own Verilog (``sim.twin_netlist.TwinNetlist``: the twin's netlist). The
+``twin.system.TopBuild``) names its own top instead, and one with ``write_verilog`` also
+writes its own Verilog (``twin.netlist.TwinNetlist``: the twin's netlist). The
 configuration's ``env()`` adds to the testbench environment. Each configuration gets its
 own Verilog and Verilator build folder, ``build/<config.name>/``; builds are serialised with
 a file lock so parallel pytest workers can share them.
@@ -83,7 +83,7 @@ def _write_verilog(config, build_root):
     """``build/<config.name>/<top>.v``, rewritten only when it changes (keeps builds cached).
 
     A build description with ``write_verilog(folder)`` writes its own Verilog there (the
-    twin's flattened netlist, ``sim.twin_netlist``) and returns its path."""
+    twin's flattened netlist, ``twin.netlist``) and returns its path."""
     if hasattr(config, "write_verilog"):
         return config.write_verilog(Path(build_root) / config.name)
     if not _names_its_top(config):
@@ -189,7 +189,7 @@ class TestbenchFailed(AssertionError):
 
 
 def check_outcomes(outcomes, where, sim_log=None, *, allow_all_skipped=False):
-    """Raise :class:`TestbenchFailed` unless ``outcomes`` (:func:`sim.outcomes.read_outcomes`
+    """Raise :class:`TestbenchFailed` unless ``outcomes`` (:func:`twin.outcomes.read_outcomes`
     of the run ``where`` names) show a pass: no test failed, some test ran and, unless
     ``allow_all_skipped``, not every test was skipped (a run that checked nothing)."""
     failures = failure_lines(outcomes)

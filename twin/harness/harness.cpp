@@ -1,4 +1,4 @@
-// The Verilator twin: the accelerator top behind a small C ABI, loaded by sim/twin.py.
+// The Verilator twin: the accelerator top behind a small C ABI, loaded by twin/dma.py.
 // Python calls in for whole operations (a CSR access, a DMA transfer, a run of many
 // cycles); every per-cycle step, including both DMA streams, happens here in C++.
 #include <cstdint>
@@ -130,7 +130,7 @@ void twin_reset(void* handle, int cycles) {
     twin->top->csr___05Fr_en = 0;
     for (int i = 0; i < cycles; ++i) twin->tick();
     twin->top->reset = 0;
-    twin->tick();  // the design registers its reset (sim/twin_top.py)
+    twin->tick();  // the design registers its reset (twin/top.py)
 }
 
 void twin_csr_write(void* handle, uint32_t offset, uint32_t value) {
@@ -176,7 +176,7 @@ void twin_dma_flush(void* handle) {
     auto* twin = static_cast<Twin*>(handle);
     twin->to_device.clear();
     twin->from_device.clear();
-    twin->top->flush = 1;  // and the word in the twin's input register (sim/twin_top.py)
+    twin->top->flush = 1;  // and the word in the twin's input register (twin/top.py)
     twin->tick();
     twin->top->flush = 0;
 }

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 
 from contract.config import ArrayConfig, ConvEngineConfig
-from sim.blocks import BlockBuild
-from sim.system import TopBuild
+from twin.blocks import BlockBuild
+from twin.system import TopBuild
 
 
 @dataclass(frozen=True)

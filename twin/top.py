@@ -5,7 +5,7 @@ twice a cycle, and Amaranth's synchronous reset makes every register's next-stat
 depend on the ``rst`` input. Registering the reset and the other inputs (CSR port, stream
 valid/payload/ready, fault line) leaves nothing for that per-``eval`` pass: all logic runs
 once per clock edge. The cost is one cycle of latency on each input, which the harness
-(``sim/twin/harness.cpp``) accounts for.
+(``twin/harness/harness.cpp``) accounts for.
 """
 
 from amaranth import ClockDomain, Module, Signal

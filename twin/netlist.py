@@ -1,12 +1,12 @@
-"""The twin's own netlist as a build for the cocotb runner (``sim/runner.py``), so that
-cocotb and the twin simulate the same Verilog: ``sim.twin_top.TwinTop`` (the accelerator
+"""The twin's own netlist as a build for the cocotb runner (``twin/runner.py``), so that
+cocotb and the twin simulate the same Verilog: ``twin.top.TwinTop`` (the accelerator
 top with registered inputs) flattened by Yosys with the twin's script
-(:func:`sim.twin.flatten_netlist`). ``bench/bench_twin.py`` times the two on it."""
+(:func:`twin.dma.flatten_netlist`). ``bench/bench_twin.py`` times the two on it."""
 
 from dataclasses import dataclass
 
+from .dma import TOP_NAME, config_folder_name, flatten_netlist
 from .system import TopBuild
-from .twin import TOP_NAME, config_folder_name, flatten_netlist
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class TwinNetlist(TopBuild):
     """The twin's flattened netlist of ``engine``, in ``build/twin-netlist-<config>/``.
 
     Its ports are the twin's: ``clock``, ``reset`` and ``flush`` beside the top's CSR port
-    and streams, every input registered (one cycle later at the core; ``sim/twin_top.py``).
+    and streams, every input registered (one cycle later at the core; ``twin/top.py``).
     """
 
     top_name = TOP_NAME
@@ -24,7 +24,7 @@ class TwinNetlist(TopBuild):
         return f"twin-netlist-{config_folder_name(self.engine)}"
 
     def make_top(self):
-        from .twin_top import TwinTop
+        from .top import TwinTop
 
         return TwinTop(self.engine)
 

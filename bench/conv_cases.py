@@ -1,10 +1,16 @@
-"""Random convolution layers for the engine's testbenches, and the largest one they can draw.
+"""Random convolution layers for the engine's testbenches, the largest one they can draw, and
+the layer the twin benchmark times.
 
 Plain NumPy (no cocotb), so tests/test_budgets.py can reason about the same draws the
-cocotb testbench (``sim/tb_conv.py``) makes.
+cocotb testbench (``sim/tb_conv.py``) makes. It lives with the benchmarks, below the
+testbenches, because ``bench/bench_twin.py`` and ``sim/tb_twin_bench.py`` must draw the same
+layer and a benchmark may not import a testbench.
 """
 
 import numpy as np
+
+from models.conv import conv2d
+from models.requant import requantize
 
 #: What ``draw_random_layer`` picks from (the output channels also take ``out_channels``).
 KERNELS = (1, 3, 5, 7)
@@ -85,3 +91,23 @@ def worst_random_layer(rng, cols):
     k = max(IN_CHANNELS) * kernel * kernel
     layer["shift"][:] = centre_shift(k) + SHIFT_SPREAD
     return layer
+
+
+#: The layer bench/bench_twin.py times on the twin and under cocotb (sim/tb_twin_bench.py):
+#: one definition, so both sides simulate the identical layer.
+BENCH_LAYER = {"kernel": 3, "stride": 1, "c_in": 32, "c_out": 32, "size": (16, 16)}
+
+
+def bench_layer(seed):
+    """The bench layer's tensors and parameters (:func:`make_layer`)."""
+    layer = make_layer(np.random.default_rng(seed), **BENCH_LAYER)
+    layer["padding"] = (BENCH_LAYER["kernel"] // 2,) * 4
+    return layer
+
+
+def golden(layer):
+    """The golden model's output for :func:`bench_layer`'s ``layer``."""
+    acc = conv2d(layer["x"], layer["w"], layer["bias"], x_zero_point=layer["zx"],
+                 stride=layer["stride"], padding=layer["padding"])
+    return requantize(acc, layer["multiplier"], layer["shift"], layer["zy"], layer["lo"],
+                      layer["hi"])

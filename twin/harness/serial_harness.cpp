@@ -1,5 +1,5 @@
 // The serial twin: the accelerator behind the UART host bridge (hw/uart_top.py, byte
-// port), driven through a byte-level C ABI by sim/twin_serial.py. Bytes are paced: the
+// port), driven through a byte-level C ABI by twin/serial.py. Bytes are paced: the
 // harness offers one host-to-device byte, and takes one device-to-host byte, at most every
 // `pace` cycles, as a UART at clock/pace*10 baud would.
 #include <cstdint>
