@@ -83,8 +83,8 @@ def test_shape_dependent_refusal_is_a_value_error():
     (conv_layer(4, 8, groups=2), "groups=2"),
     # 200 output channels are split into passes; one column tile's K = 9216 is not.
     (conv_layer(1024, 8), "more than the weight buffer's 8192"),
-    (g.AveragePool("pool", ("x",), "y"), "runs Conv, Dense, MatMul, 2x2 MaxPool and Add, "
-                                          "not AveragePool"),
+    (g.AveragePool("pool", ("x",), "y"), "runs Conv, Dense, MatMul, 2x2 MaxPool, "
+                                          "GlobalAveragePool and Add, not AveragePool"),
 ])
 def test_engine_refusals_name_the_limit(layer, message):
     assert message in engine_refusal(layer, DEFAULT_CONFIG)

@@ -29,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "tessera" / "serve" / "example.toml"
 
 #: Placement reasons as the planner words them for the digits CNN on ["sim", "cpu"].
-DECLINED = ("sim declined: the device runs Conv, Dense, MatMul, 2x2 MaxPool and Add, not "
-            "{op}; then cpu: the CPU provider runs every layer kind (golden model)")
+DECLINED = ("sim declined: the device runs Conv, Dense, MatMul, 2x2 MaxPool, "
+            "GlobalAveragePool and Add, not {op}; then cpu: the CPU provider runs every layer "
+            "kind (golden model)")
 ON_SIM = ("sim: {op} on the 8x8 engine (Verilator twin) (~2,120 cycles in 1 pass(es); "
           "placed by order: no time model)")
 DIGITS_LAYERS = [("input_QuantizeLinear", "Quantize", "cpu", None),

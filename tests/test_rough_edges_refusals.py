@@ -68,12 +68,14 @@ def test_device_refusal_of_a_float_add_says_its_operands_are_float(vit_layers):
 def test_device_refusals_of_float_layers_name_the_float(layer, says):
     why = str(PCIeProvider(transport=Registers()).supports(layer))
     assert why.startswith(says), why
-    assert why.endswith("the device runs int8 Conv, Dense, MatMul, 2x2 MaxPool and Add only")
+    assert why.endswith("the device runs int8 Conv, Dense, MatMul, 2x2 MaxPool, "
+                        "GlobalAveragePool and Add only")
 
 
 def test_int8_layers_the_device_lacks_keep_the_list():
     why = engine_refusal(g.AveragePool("pool", ("x",), "y"), DEFAULT_CONFIG)
-    assert why == "the device runs Conv, Dense, MatMul, 2x2 MaxPool and Add, not AveragePool"
+    assert why == ("the device runs Conv, Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and "
+                   "Add, not AveragePool")
 
 
 def test_build_search_gives_the_same_reason_for_a_float_add(vit_layers):

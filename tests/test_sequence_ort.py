@@ -191,7 +191,7 @@ def test_accelerators_refuse_sequence_layers_with_a_reason(tmp_path):
     assert engine_refusal(matmul, DEFAULT_CONFIG) is None
     assert engine_refusal(norm, DEFAULT_CONFIG) == (
         "this LayerNormalization computes in float32: its operands are float, not int8; the "
-        "device runs int8 Conv, Dense, MatMul, 2x2 MaxPool and Add only")
+        "device runs int8 Conv, Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add only")
 
 
 #: op -> (inputs, attributes, a fragment the message must hold)

@@ -299,7 +299,8 @@ def test_sim_alone_gets_the_cpu_for_what_the_engine_cannot_run(sim, digits):
     assert {name for name, e in profile.items() if e["provider"] == "sim"} == DEVICE_LAYERS
     assert profile["input_QuantizeLinear"]["fell_back_from"] == [
         {"provider": "sim", "why": "Quantize reads a float operand, not int8; the device runs "
-                                   "int8 Conv, Dense, MatMul, 2x2 MaxPool and Add only"}]
+                                   "int8 Conv, Dense, MatMul, 2x2 MaxPool, "
+                                   "GlobalAveragePool and Add only"}]
 
 
 @pytest.mark.slow

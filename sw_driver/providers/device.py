@@ -185,8 +185,8 @@ class _Run:
 
 
 class DeviceProvider(Provider):
-    """Runs Conv, Dense, MatMul, 2x2 MaxPool and Add layers on the accelerator behind
-    ``transport`` (see the module docstring for what it refuses).
+    """Runs Conv, Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add layers on the
+    accelerator behind ``transport`` (see the module docstring for what it refuses).
 
     Parameters
     ----------

@@ -29,8 +29,8 @@ DEFAULT_CLOCK_HZ = 150e6
 
 
 class PCIeProvider(DeviceProvider):
-    """Runs Conv (incl. depthwise), Dense, MatMul, 2x2 MaxPool and Add layers on the card,
-    bit-identical to "cpu" (see :mod:`.device`).
+    """Runs Conv (incl. depthwise), Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add
+    layers on the card, bit-identical to "cpu" (see :mod:`.device`).
 
     Parameters
     ----------

@@ -28,8 +28,9 @@ DEFAULT_CONFIG = PRESETS[DEFAULT_PRESET]
 
 
 class SimProvider(DeviceProvider):
-    """Runs Conv (incl. depthwise), Dense, MatMul, 2x2 MaxPool and Add layers on a Verilator
-    twin, bit-identical to the "cpu" provider; other layers fall back to the next provider.
+    """Runs Conv (incl. depthwise), Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add
+    layers on a Verilator twin, bit-identical to the "cpu" provider; other layers fall back
+    to the next provider.
 
     Parameters
     ----------
