@@ -27,7 +27,7 @@ import numpy as np
 from .errors import DeviceError, LayerError, LayerFaultError, RefusedAtRunError
 from .providers.base import Concurrency
 
-__all__ = ["PlannedLayer", "plan_layers", "run_layer", "run_locks"]
+__all__ = ["PlannedLayer", "plan_layers", "run_layer", "run_locks", "run_segment"]
 
 #: Runs of a layer on one device before it moves on: the first, and one after a reset.
 ATTEMPTS_PER_DEVICE = 2
@@ -185,6 +185,61 @@ def run_layer(step, inputs, broken, source):
     story = "; ".join(f"{d['provider']}: {d['why']}" for d in fell_back)
     raise LayerFaultError(f"{_describe(layer, source)}: no provider could finish it; {story}",
                           faults)
+
+
+def run_segment(segment, env, broken, steps):
+    """Run a resident segment (:class:`~sw_driver.resident.plan.ResidentSegment`) whole;
+    returns its profile entries, one per layer, with its outputs put in ``env``; or None
+    when the device met faults on both attempts (``broken`` then says so, and the caller
+    runs the segment's layers one by one, on their planned providers and fallbacks).
+
+    ``steps`` maps each layer name of the segment to its :class:`PlannedLayer`.
+    """
+    provider = segment.provider
+    if provider in broken:
+        return None
+    faults = []
+    # int8 at the device's boundary: the segment's inputs are tensors of earlier layers.
+    feeds = {name: np.asarray(env[name]) for name in segment.inputs}
+    with _guard(provider):
+        for attempt in range(1, ATTEMPTS_PER_DEVICE + 1):
+            start = time.perf_counter()
+            try:
+                if attempt > 1:
+                    provider.reset()
+                outputs, (moved, cycles) = provider.run_resident(segment, feeds)
+            except DeviceError as exc:
+                faults.append({"provider": provider.name, "attempt": attempt,
+                               "error": str(exc), "seconds": time.perf_counter() - start})
+                continue
+            seconds = time.perf_counter() - start
+            break
+        else:
+            broken[provider] = (f"skipped: it failed resident segment {segment.index} on "
+                                f"all {len(faults)} attempts earlier in this run")
+            return None
+    env.update(outputs)
+    first = segment.layers[0]
+    entries = []
+    for layer in segment.layers:
+        step = steps[layer.name]
+        entry = {"layer": layer.name, "op": layer.op, "provider": provider.name,
+                 "seconds": seconds if layer is first else 0.0,
+                 "bytes": moved if layer is first else 0}
+        if layer is first:
+            entry["reason"] = f"{provider.name}: {segment.describe()}"
+            if step.provider is not provider:
+                entry["reason"] += f"; planned: {step.reason}"
+            entry["segment"] = segment.profile()
+            if cycles is not None:
+                entry["cycles"] = cycles
+        else:
+            entry["reason"] = (f"{provider.name}: in resident segment {segment.index}, "
+                               f"counted on {first.name!r}")
+        if faults and layer is first:
+            entry["faults"] = faults
+        entries.append(entry)
+    return entries
 
 
 def _reason(step, provider, faults, fell_back):

@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 
-from .dispatch import plan_layers, run_layer, run_locks
+from .dispatch import plan_layers, run_layer, run_locks, run_segment
 from .errors import (
     InputError,
     ProviderUnavailableError,
@@ -149,6 +149,13 @@ class InferenceSession:
         outputs = {o.name for o in self._graph.outputs}
         for provider in self._providers:
             provider.prepare(placed, outputs)
+        # Runs of a device's layers that it runs whole from its own memory: keyed by the
+        # first layer's name.
+        self._segments = {}
+        for provider in self._providers:
+            for segment in provider.resident_segments(self._graph, placed, outputs):
+                segment.index = len(self._segments)
+                self._segments[segment.layers[0].name] = segment
         self._last_profile = []  # the last run's, whichever thread ran it
         self._thread = threading.local()  # .profile: the calling thread's last run's
 
@@ -255,10 +262,25 @@ class InferenceSession:
                 [step.layer for step in planned], output_names)}
             planned = [step for step in planned if id(step.layer) in needed]
         profile, broken = [], {}
+        steps = {step.layer.name: step for step in planned}
+        skip = set()
         with self._hold_run_locks():
             for done, step in enumerate(planned):
+                if step.layer.name in skip:
+                    continue
                 stop_if_terminated(options, self._graph.source, step.layer, done,
                                    len(planned))
+                segment = self._segments.get(step.layer.name)
+                if segment is not None and segment.names <= steps.keys():
+                    entries = run_segment(segment, env, broken, steps)
+                    if entries is not None:
+                        for entry in entries:
+                            semantics = self._graph.semantics.get(entry["layer"])
+                            if semantics is not None:
+                                entry["semantics"], entry["semantics_why"] = semantics
+                        profile.extend(entries)
+                        skip |= segment.names
+                        continue
                 inputs = [env[name] for name in step.layer.inputs]
                 env[step.layer.output], entry = run_layer(step, inputs, broken,
                                                           self._graph.source)

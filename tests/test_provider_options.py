@@ -79,7 +79,7 @@ def test_an_unknown_name_in_a_pair_is_refused():
 
 def test_real_constructors_take_the_documented_options():
     assert option_names(providers_module.UartProvider) == ["port", "baudrate", "timeout",
-                                                           "retries"]
+                                                           "retries", "resident"]
     assert "prefix" in option_names(providers_module.PCIeProvider)
     assert option_names(providers_module.OpenCLProvider) == ["device"]
     for name, options in ENVIRONMENT.items():

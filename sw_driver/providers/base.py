@@ -152,6 +152,17 @@ class Provider(abc.ABC):
         """
         return None  # a hook: nothing to do by default
 
+    def resident_segments(self, graph, placement, outputs):
+        """Runs of this provider's layers it will run whole, from its own memory, as
+        :class:`~sw_driver.resident.plan.ResidentSegment` (default: none). Called once, when
+        the session is created, after :meth:`prepare`."""
+        return []
+
+    def run_resident(self, segment, feeds):
+        """Run one of :meth:`resident_segments` on int8 ``feeds``; returns ``(outputs,
+        (bytes moved, cycles or None))``."""
+        raise NotImplementedError(f"provider {self.name!r} runs no resident segments")
+
     def bytes_moved(self, layer, inputs, output):
         """Bytes transferred to and from the device for one run (0 for host providers)."""
         return 0

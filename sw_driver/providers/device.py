@@ -28,9 +28,12 @@ from .. import graph as g
 from .. import shapes
 from ..accelerator import NO_ADD, Accelerator, AcceleratorError
 from ..conv_lowering import lower_conv2d
-from ..errors import ProviderUnavailableError, RefusedAtRunError
+from ..errors import ProviderUnavailableError, RefusedAtRunError, ResidentFitError
 from ..gap_lowering import gap_refusal
 from ..matmul_lowering import lower_matmul, matmul_refusal, matmul_work
+from ..resident.compiler import compile_layers
+from ..resident.plan import ResidentSegment, placed_runs
+from ..resident.runner import RES, ResidentRunner
 from ..transport.base import Transport, TransportError
 from . import costs
 from .base import Concurrency, Cost, Provider, Refusal
@@ -210,8 +213,15 @@ class DeviceProvider(Provider):
     #: estimates count them so).
     fuse = True
 
-    def __init__(self, transport, *, where):
+    def __init__(self, transport, *, where, resident=True):
+        if not isinstance(resident, bool):
+            raise ValueError(f"provider {self.name!r}: option resident must be true or false "
+                             f"(run whole segments of the model from on-chip memory when "
+                             f"the device can), not {resident!r}")
         self.where = where
+        #: Run runs of this device's layers resident (:mod:`sw_driver.resident`) when the
+        #: device has the player and the run fits; otherwise layer at a time.
+        self.resident = resident
         self.transport = CountingTransport(transport)
         try:
             self.accelerator = Accelerator(self.transport)
@@ -339,6 +349,49 @@ class DeviceProvider(Provider):
         except ValueError:  # bands of an even row count do not fit the buffer
             return None
         return PooledConvOutput(y, layer, pool, x, shape), cycles
+
+    # ------------------------------------------------------------ resident segments
+
+    def resident_memory(self):
+        """``(data words, program words)`` of the device's resident player; (0, 0) when it
+        has none (its ``RES_DATA_WORDS`` register reads 0, as unmapped words do)."""
+        read = self.transport.csr_read
+        return read(RES["DATA_WORDS"]), read(RES["PROGRAM_WORDS"])
+
+    def resident_segments(self, graph, placement, outputs):
+        """Compile each run of this device's layers into a resident image; a run that does
+        not fit stays layer at a time, and :attr:`resident_notes` says why."""
+        self.resident_notes = []
+        if not self.resident:
+            return []
+        data_words, program_words = self.resident_memory()
+        if not data_words:
+            return []
+        sizes = shapes.infer_shapes(graph, 1)
+        segments = []
+        for layers, segment_outputs in placed_runs(graph, placement, self):
+            try:
+                image = compile_layers(layers, sizes, self.config, outputs=segment_outputs,
+                                       data_words=data_words, program_words=program_words,
+                                       pool_max_width=self.accelerator.pool_max_width)
+            except ResidentFitError as exc:
+                self.resident_notes.append(f"layers {layers[0].name!r}..{layers[-1].name!r} "
+                                           f"run layer at a time: {exc}")
+                continue
+            runner = ResidentRunner(self.transport, image)
+            segments.append(ResidentSegment(self, layers, image, runner))
+        return segments
+
+    def run_resident(self, segment, feeds):
+        """Run ``segment`` on int8 ``feeds`` (``{input: (N, ...)}``); returns its outputs
+        and ``(bytes moved, cycles or None)``. Called with :attr:`lock` held."""
+        before = self.transport.moved
+        counters = self.accelerator.counters() if self.accelerator.has_counters else None
+        outputs = segment.runner.run(feeds)
+        cycles = None
+        if counters is not None:
+            cycles = (self.accelerator.counters() - counters).cycles
+        return outputs, (self.transport.moved - before, cycles)
 
     def finish_profile(self, profile):
         """Say in the reason of each MaxPool that ran inside its Conv's pass."""

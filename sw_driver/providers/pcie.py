@@ -56,7 +56,7 @@ class PCIeProvider(DeviceProvider):
     name = "pcie"
 
     def __init__(self, prefix=None, *, channel=0, timeout=1.0, clock_hz=DEFAULT_CLOCK_HZ,
-                 link=None, transport=None):
+                 link=None, transport=None, resident=True):
         if not clock_hz > 0:
             raise ValueError(f"clock_hz must be positive, not {clock_hz!r}")
         self.clock_hz = float(clock_hz)
@@ -67,7 +67,7 @@ class PCIeProvider(DeviceProvider):
             where = prefix
         else:
             where = prefix or type(transport).__name__
-        super().__init__(transport, where=where)
+        super().__init__(transport, where=where, resident=resident)
 
     def estimate(self, layer, shape):
         """Seconds on the card: modelled cycles at :attr:`clock_hz` plus the link's cost."""

@@ -43,13 +43,17 @@ class SimProvider(DeviceProvider):
     transport : sw_driver.transport.Transport, optional
         Drive this transport (a twin the caller opened) instead of building the twin of
         ``config``; ``cycle_budget`` and ``log`` are then unused.
+    resident : bool, optional
+        Run whole runs of the device's layers from on-chip memory when the device has the
+        resident player and they fit (``docs/resident.md``); False: always layer at a time.
     """
 
     name = "sim"
 
-    def __init__(self, config=None, *, cycle_budget=20_000_000, log=print, transport=None):
+    def __init__(self, config=None, *, cycle_budget=20_000_000, log=print, transport=None,
+                 resident=True):
         self.engine = DEFAULT_CONFIG if config is None else config
         if transport is None:
             transport = SimTransport(open_simulated(self.name, self.engine, log=log),
                                      cycle_budget=cycle_budget)
-        super().__init__(transport, where="Verilator twin")
+        super().__init__(transport, where="Verilator twin", resident=resident)

@@ -42,7 +42,8 @@ class UartProvider(DeviceProvider):
 
     name = "uart"
 
-    def __init__(self, port=None, *, baudrate=3_000_000, timeout=0.05, retries=8):
+    def __init__(self, port=None, *, baudrate=3_000_000, timeout=0.05, retries=8,
+                 resident=True):
         from ..transport.uart import UartTransport
 
         if not port:
@@ -55,7 +56,7 @@ class UartProvider(DeviceProvider):
                                       retries=retries)
         except TransportError as exc:
             raise ProviderUnavailableError(f"provider 'uart': {exc}") from exc
-        super().__init__(transport, where=f"UART {port}")
+        super().__init__(transport, where=f"UART {port}", resident=resident)
 
 
 class UartTwinProvider(DeviceProvider):
@@ -76,7 +77,8 @@ class UartTwinProvider(DeviceProvider):
 
     name = "uart-twin"
 
-    def __init__(self, config=None, *, baudrate=3_000_000, log=print, transport=None):
+    def __init__(self, config=None, *, baudrate=3_000_000, log=print, transport=None,
+                 resident=True):
         if transport is None:
             from ..transport.uart import UartTransport
             from .sim import DEFAULT_CONFIG
@@ -86,4 +88,4 @@ class UartTwinProvider(DeviceProvider):
             # Simulated seconds: 2 ms is 100 k cycles at the twin's 50 MHz, beyond the
             # bridge's 65 k-cycle gap timeout, so a retry always finds it hunting for SYNC.
             transport = UartTransport(port, timeout=0.002)
-        super().__init__(transport, where="serial twin")
+        super().__init__(transport, where="serial twin", resident=resident)
