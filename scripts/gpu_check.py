@@ -18,7 +18,9 @@ Usage: ``python scripts/gpu_check.py [--out PATH] [--quick]`` (``--quick``: fewe
 """
 
 import argparse
+import dataclasses
 import json
+import os
 import platform
 import statistics
 import sys
@@ -288,17 +290,29 @@ def main(argv=None):
         report["error"] = f"PyTorch does not import ({exc}): pip install 'tessera[gpu]'"
         return _write(report, args.out, 1)
     from sw_driver.providers import TorchProvider
+    from sw_driver.providers.torch_provider import ALWAYS_CHOSEN, measure_costs
 
     report["device"] = _device_info(torch)
-    provider = TorchProvider()
+    threads = os.environ.get("OPENBLAS_NUM_THREADS")
+    if threads and not torch.cuda.is_available():
+        # PyTorch's CPU path on the cpu provider's thread count (bench_torch does the same):
+        # its default, every core, spins against other jobs on a shared machine.
+        torch.set_num_threads(int(threads))
+    # Every layer it can run goes to the provider under test, whatever is faster here.
+    provider = TorchProvider(costs=ALWAYS_CHOSEN)
     report["provider_device"] = str(provider.device)
+    try:  # the planner's calibration on this device (what a session measures on CUDA)
+        report["costs"] = dataclasses.asdict(measure_costs(TorchProvider(provider.device)))
+    except Exception:
+        report["costs"] = {"error": traceback.format_exc()}
     if provider.device.type != "cuda":
         report["gpu_figures"] = ("missing: PyTorch sees no CUDA device here, so every figure "
                                  "below is PyTorch's CPU path")
     status = 0
     with tempfile.TemporaryDirectory() as tmp:
         for key, run in (("exact_models", lambda: _exact_models(
-                              ("torch", {"device": str(provider.device)}), Path(tmp),
+                              ("torch", {"device": str(provider.device),
+                                         "costs": ALWAYS_CHOSEN}), Path(tmp),
                               64 if provider.device.type == "cuda" else 16)),
                          ("exact_layers", lambda: _exact_layers(provider)),
                          ("speed", lambda: _speed(torch, provider, Path(tmp), args.quick))):

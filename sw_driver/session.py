@@ -1,6 +1,7 @@
 """``InferenceSession``: onnxruntime's API over Tessera's integer layers and providers."""
 
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -14,7 +15,7 @@ from .errors import (
 from .importer import import_model
 from .integer_mode import SEQUENCE_MODES
 from .planner import Planner
-from .providers import ALIASES, PROVIDERS, CPUProvider, Provider
+from .providers import ALIASES, PROVIDERS, CPUProvider, OpenCLGPUProvider, Provider
 from .providers.options import make_provider
 from .run_options import check_run_options, needed_layers, stop_if_terminated
 
@@ -32,8 +33,11 @@ def _make_providers(providers):
             made.append(item)
             continue
         name, options = _name_and_options(item)
+        # ("opencl", {"device": "gpu"}) asks for OpenCL on a GPU, even where "gpu" alone
+        # would be PyTorch on CUDA.
+        cls = OpenCLGPUProvider if _opencl_gpu(item) else PROVIDERS[name]
         try:
-            made.append(make_provider(name, PROVIDERS[name], options))
+            made.append(make_provider(name, cls, options))
         except ProviderUnavailableError as exc:
             unavailable.append((name, exc))
     if unavailable and not made:
@@ -46,6 +50,11 @@ def _make_providers(providers):
         raise UnknownProviderError(
             f"providers must name at least one of: {', '.join(sorted(PROVIDERS))}")
     return made
+
+
+def _opencl_gpu(item):
+    return (isinstance(item, tuple) and len(item) == 2 and item[0] == "opencl"
+            and isinstance(item[1], dict) and item[1].get("device") == "gpu")
 
 
 def _name_and_options(item):
@@ -156,6 +165,10 @@ class InferenceSession:
             for segment in provider.resident_segments(self._graph, placed, outputs):
                 segment.index = len(self._segments)
                 self._segments[segment.layers[0].name] = segment
+        # One provider running every layer may run the whole model as one function.
+        only = {id(provider): provider for _, provider in placed}
+        self._whole = (next(iter(only.values())).whole_model(self._graph, placed)
+                       if len(only) == 1 else None)
         self._last_profile = []  # the last run's, whichever thread ran it
         self._thread = threading.local()  # .profile: the calling thread's last run's
 
@@ -261,6 +274,10 @@ class InferenceSession:
             needed = {id(layer) for layer in needed_layers(
                 [step.layer for step in planned], output_names)}
             planned = [step for step in planned if id(step.layer) in needed]
+        if self._whole is not None:
+            result = self._run_whole(env, options)
+            if result is not None:
+                return [result[name] for name in output_names]
         profile, broken = [], {}
         steps = {step.layer.name: step for step in planned}
         skip = set()
@@ -292,6 +309,41 @@ class InferenceSession:
                 provider.finish_profile(profile)  # device times, known once the queue drained
         self._thread.profile = self._last_profile = profile
         return [env[name] for name in output_names]
+
+    def _run_whole(self, feeds, options):
+        """The outputs from the provider's whole-model function, with a profile row per
+        layer (the run's time shared out: ``whole_model`` says so), or None when that
+        function failed: it is then dropped and the run goes layer by layer."""
+        planned = self._planned
+        stop_if_terminated(options, self._graph.source, planned[0].layer, 0, len(planned))
+        whole = self._whole
+        with self._hold_run_locks():
+            started = time.perf_counter()
+            try:
+                values = whole(feeds)
+            except Exception:  # the layer-by-layer path reports the error, if any
+                self._whole = None
+                return None
+            seconds = time.perf_counter() - started
+            profile = []
+            for step in planned:
+                entry = {"layer": step.layer.name, "op": step.layer.op,
+                         "provider": step.provider.name, "seconds": seconds / len(planned),
+                         "bytes": 0, "reason": step.reason,
+                         "whole_model": "the model ran as one device function; seconds "
+                                        "are the run's, shared equally among its layers"}
+                if step.declined:
+                    entry["fell_back_from"] = [dict(d) for d in step.declined]
+                semantics = self._graph.semantics.get(step.layer.name)
+                if semantics is not None:
+                    entry["semantics"], entry["semantics_why"] = semantics
+                profile.append(entry)
+            profile[0]["bytes"] += sum(v.nbytes for v in feeds.values())
+            profile[-1]["bytes"] += sum(v.nbytes for v in values.values())
+            for provider in self._providers:
+                provider.finish_profile(profile)
+        self._thread.profile = self._last_profile = profile
+        return values
 
     def profile(self):
         """Per-layer record of the last :meth:`run` made by the calling thread (or, if it

@@ -26,8 +26,16 @@ from sw_driver.opencl import (
     NoPlatformError,
     OpenCLRuntime,
 )
-from sw_driver.providers import GPUProvider, OpenCLProvider, Refusal, make_provider
+from sw_driver.providers import (
+    GPUProvider,
+    OpenCLGPUProvider,
+    OpenCLProvider,
+    Refusal,
+    TorchProvider,
+    make_provider,
+)
 from sw_driver.providers import opencl as opencl_module
+from sw_driver.providers.torch_provider import torch_cuda_status
 
 MODEL_SEEDS = {"lenet": 101, "residual": 202, "separable": 303}
 FLOAT_EDGE = {"Quantize", "Dequantize", "Softmax"}
@@ -219,8 +227,9 @@ def test_device_option_overrides_the_environment(monkeypatch):
 # ------------------------------------------------------------------ gpu
 
 def _gpu_or_reason():
+    # The OpenCL path by name: where PyTorch sees CUDA, GPUProvider() is the torch provider.
     try:
-        return GPUProvider(), None
+        return OpenCLGPUProvider(), None
     except ProviderUnavailableError as exc:
         return None, str(exc)
 
@@ -232,6 +241,9 @@ def test_gpu_without_a_gpu_says_so(built):
         return
     assert "no GPU" in reason
     _, path, _ = built["lenet"]
+    if torch_cuda_status()[0]:  # "gpu" in a session is the torch provider on CUDA here
+        assert isinstance(GPUProvider(), TorchProvider)
+        return
     with pytest.raises(ProviderUnavailableError, match="no GPU"):
         InferenceSession(path, providers=["gpu"])
     with pytest.warns(RuntimeWarning, match="no GPU"):

@@ -107,6 +107,34 @@ def test_conv_saturation(provider, case, seed):
         assert {-128, 127} & set(np.unique(np.asarray(y)).tolist())
 
 
+@pytest.mark.parametrize("path", ["float64", "int64"])
+def test_both_requantization_paths_identical_to_golden(monkeypatch, path, seed):
+    """Requantization runs in float64 where the bound allows it, else in int64: each path
+    alone, forced, on layers the other would take, gives the golden result."""
+    taken = []
+    real = tk.Requant.uses_float
+
+    def forced(self, t):
+        if path == "int64":
+            taken.append(False)
+            return False
+        exact = real(self, t)
+        taken.append(exact)
+        return exact
+
+    monkeypatch.setattr(tk.Requant, "uses_float", forced)
+    rng = np.random.default_rng(seed)
+    provider = TorchProvider("cpu")
+    for case in ("3x3 stride 2 padded", "grouped 4", "K=1025 1x1", "7x7 stem"):
+        c, o, kernel, kwargs, (h, w) = CONV_CASES[case]
+        for extreme in (False, True):
+            layer = _conv(rng, c, o, kernel, extreme=extreme, **kwargs)
+            x = _inputs(rng, (2, c, h, w), extreme=extreme)
+            _check(provider, layer, [x], f"conv {case} {path} extreme={extreme} seed={seed}")
+    # The float64 path is taken where the bound holds, and refused where it does not.
+    assert (True in taken and False in taken) if path == "float64" else not any(taken)
+
+
 @pytest.mark.parametrize("k", [1, 1024, 1025, 3000])
 def test_dense_identical_to_golden(provider, k, seed):
     rng = np.random.default_rng(seed)
@@ -166,6 +194,39 @@ def test_quantize_and_dequantize_identical(provider, seed):
         y = _check(provider, q, [x], f"quantize scale={scale} zp={zp} seed={seed}")
         d = g.Dequantize("d", ("y",), "z", scale=scale, zero_point=zp)
         _check(provider, d, [np.asarray(y)], f"dequantize scale={scale} zp={zp}")
+
+
+@pytest.mark.parametrize("x_scale", [1e-3, 0.05, 2.0])
+def test_integer_only_layers_identical_to_golden(provider, x_scale, seed):
+    """IntSoftmax (both axes conventions, int8 and uint8 codes), IntGelu over every int8
+    value, IntLayerNorm with signed gammas, constant rows (variance 0) and clamps."""
+    from models import intonly
+
+    rng = np.random.default_rng(seed)
+    x = _inputs(rng, (2, 3, 5, 17))
+    x[0, 0, 0] = 127      # one-hot row
+    x[0, 0, 1] = -128     # constant row: uniform softmax, zero variance
+    x[0, 0, 2, 3] = 127
+    for out_dtype, axis, coerce in (("int8", -1, False), ("uint8", 1, False),
+                                    ("int8", 2, True)):
+        params = intonly.softmax_params(x_scale, out_dtype=out_dtype)
+        layer = g.IntSoftmax("sm", ("x",), "y", axis=axis, coerce_2d=coerce, params=params)
+        _check(provider, layer, [x], f"IntSoftmax {out_dtype} axis={axis} "
+               f"coerce={coerce} x_scale={x_scale} seed={seed}")
+    every = np.arange(-128, 128, dtype=np.int8).reshape(2, 8, 16)
+    for zx, zy, lo in ((0, 0, -128), (-128, 5, -3), (127, -128, -128)):
+        params = intonly.gelu_params(x_scale, zx, 0.02, zy)
+        layer = g.IntGelu("gelu", ("x",), "y", params=params, lo=lo)
+        _check(provider, layer, [every], f"IntGelu zx={zx} zy={zy} x_scale={x_scale}")
+    gamma = rng.uniform(0.2, 2.0, 17) * rng.choice([-1, 1], 17)
+    beta = rng.uniform(-1, 1, 17)
+    for eps, lo in ((1e-5, -128), (1e-1, -20)):
+        params = intonly.layernorm_params(x_scale, gamma, beta, 0.03, -7, eps=eps)
+        layer = g.IntLayerNorm("ln", ("x",), "y", params=params, lo=lo)
+        _check(provider, layer, [x], f"IntLayerNorm eps={eps} x_scale={x_scale} seed={seed}")
+    bad = g.IntLayerNorm("ln", ("x",), "y", params=params)
+    with pytest.raises(ValueError, match="gamma and beta expect 17"):
+        provider.run(bad, [x[..., :5]])  # the golden model's error
 
 
 def _sequential_mm(a, b):
@@ -246,14 +307,46 @@ def test_zoo_models_identical_to_cpu(zoo, name, seed):
     else:
         x = random_models.random_inputs(rng, 4)
     (want,) = InferenceSession(str(zoo[name]), providers=["cpu"]).run(None, {"input": x})
-    session = InferenceSession(str(zoo[name]), providers=[("torch", {"device": "cpu"})])
+    # Alone (no CPU appended): on the CPU the cpu provider would win the heavy layers.
+    session = InferenceSession(str(zoo[name]), providers=[("torch", {"device": "cpu"})],
+                               cpu_fallback=False)
     (got,) = session.run(None, {"input": x})
     assert_exact(got, want, f"zoo {name} seed={seed}", names=("torch", "cpu"),
                  same_dtype=True)
     profile = session.profile()
     assert {e["provider"] for e in profile} == {"torch"}
+    # Every layer here: the session ran the model as one device function (a CUDA graph on
+    # CUDA, the same function eagerly here).
+    assert all("one device function" in e["whole_model"] for e in profile)
     # Only the float input and the float output cross: every other tensor stays put.
     assert sum(e["bytes"] for e in profile) == x.nbytes + got.nbytes
+
+
+def test_whole_model_that_fails_runs_layer_by_layer(zoo, monkeypatch, seed):
+    """A whole-model function that raises (here: every kernel call of it) is dropped, and
+    the request, and the ones after it, run layer by layer with the same answer."""
+    from models.zoo import random_models
+
+    x = random_models.random_inputs(np.random.default_rng(seed), 2)
+    (want,) = InferenceSession(str(zoo["resnet8"]), providers=["cpu"]).run(None, {"input": x})
+    session = InferenceSession(str(zoo["resnet8"]), providers=[("torch", {"device": "cpu"})],
+                               cpu_fallback=False)
+    real = tp.graph_runner(session._providers[0], session.graph)
+    calls = []
+
+    def broken(x):
+        calls.append(1)
+        raise RuntimeError("pretend the captured graph failed")
+
+    monkeypatch.setattr(session, "_whole", lambda feeds: broken(feeds))
+    for _ in range(2):
+        (got,) = session.run(None, {"input": x})
+        assert_exact(got, want, f"resnet8 layer by layer seed={seed}", names=("torch", "cpu"),
+                     same_dtype=True)
+        assert not any("whole_model" in e for e in session.profile())
+    assert len(calls) == 1
+    (y,) = real(session._providers[0].kernels.upload(x))
+    assert_exact(y.numpy(), want, "graph_runner", names=("torch", "cpu"), same_dtype=True)
 
 
 @pytest.mark.parametrize("path,mode", [("models/zoo/vit_qdq.onnx", "ort"),
@@ -268,7 +361,8 @@ def test_sequence_models_identical_to_cpu(path, mode, seed):
     name = cpu.get_inputs()[0].name
     x = x.reshape(16, 1, 8, 8)
     (want,) = cpu.run(None, {name: x})
-    session = InferenceSession(path, providers=[("torch", {"device": "cpu"}), "cpu"],
+    session = InferenceSession(path, providers=[("torch", {"device": "cpu",
+                                                           "costs": tp.ALWAYS_CHOSEN}), "cpu"],
                                sequence_mode=mode)
     (got,) = session.run(None, {name: x})
     assert_exact(got, want, f"{path} {mode} seed={seed}", names=("torch", "cpu"),
@@ -277,6 +371,62 @@ def test_sequence_models_identical_to_cpu(path, mode, seed):
     assert {"Dense", "Quantize", "Dequantize"} <= on_torch
     if "vit" in path:
         assert "MatMul" in on_torch
+    if mode == "integer":
+        assert {"IntSoftmax", "IntLayerNorm", "IntGelu"} <= on_torch
+
+
+#: A fake calibration with a GPU's figures (no timing involved): a fixed 30 us per layer,
+#: then 500 GMAC/s and 50 G elements/s.
+GPU_LIKE = tp.TorchCostModel(macs_per_second=5e11, layer_seconds=30e-6,
+                             elements_per_second=5e10, source="fake GPU calibration")
+
+
+def _placed(path, providers, batch):
+    from sw_driver.importer import import_model
+    from sw_driver.planner import Planner
+
+    placement = Planner(batch=batch).place(import_model(str(path)), providers)
+    return {layer.name: (layer.op, provider, reason) for layer, provider, reason in placement}
+
+
+def test_calibrated_gpu_takes_the_heavy_layers(zoo):
+    """providers=["gpu", "cpu"] on CUDA, with the calibration faked: every convolution of
+    ResNet-8 goes to the GPU, and a layer too small to pay its fixed cost stays on the
+    CPU."""
+    gpu = TorchProvider("cpu", costs=GPU_LIKE)
+    gpu.name = "gpu"
+    placed = _placed(zoo["resnet8"], [gpu, CPUProvider()], batch=64)
+    for name, (op, chosen, reason) in placed.items():
+        if op == "Conv":
+            assert chosen is gpu, f"{name}: {reason}"
+            assert "fake GPU calibration" in reason and "beats cpu est." in reason
+    # The 10x64 Dense at batch 1: 640 MACs, 20.3 us on the CPU against 30 us here.
+    placed = _placed(zoo["resnet8"], [gpu, CPUProvider()], batch=1)
+    assert placed["fc"][1].name == "cpu", placed["fc"][2]
+    assert placed["b3_conv2"][1] is gpu
+
+
+def test_torch_on_the_cpu_does_not_beat_the_cpu_provider(zoo):
+    """With its default (CPU) figures the torch provider, even listed first, loses every
+    layer the cpu provider has an estimate for; a faster calibration wins them."""
+    torch_cpu = TorchProvider("cpu")
+    assert torch_cpu.costs is tp.CPU_COSTS
+    placed = _placed(zoo["resnet8"], [torch_cpu, CPUProvider()], batch=64)
+    ops = {op for op, chosen, _ in placed.values() if chosen.name == "cpu"}
+    assert {"Conv", "Add", "Dense"} <= ops
+    faster = TorchProvider("cpu", costs=tp.TorchCostModel(4e9, 10e-6, 2e9, "fake"))
+    placed = _placed(zoo["resnet8"], [faster, CPUProvider()], batch=64)
+    assert all(chosen is faster for op, chosen, _ in placed.values() if op == "Conv")
+
+
+def test_measured_costs_are_rates(provider):
+    costs = tp.measure_costs(provider, repeats=1)
+    assert costs.macs_per_second > 0 and costs.elements_per_second > 0
+    assert costs.layer_seconds > 0 and costs.source == "measured on cpu"
+    with pytest.raises(ValueError, match="macs_per_second must be a positive number"):
+        tp.TorchCostModel(0, 1e-6, 1e9)
+    with pytest.raises(TypeError, match="TorchCostModel"):
+        TorchProvider("cpu", costs={"macs_per_second": 1e9})
 
 
 def test_refusals_say_why(provider):

@@ -9,7 +9,7 @@ holds the one table of environment variables read as a fallback.
 
 from .base import Concurrency, Cost, Provider, Refusal
 from .cpu import CPUProvider
-from .gpu import GPUProvider
+from .gpu import GPUProvider, OpenCLGPUProvider
 from .opencl import OpenCLProvider
 from .options import (
     ENVIRONMENT,
@@ -25,8 +25,8 @@ from .torch_provider import TorchProvider
 from .uart import UartProvider, UartTwinProvider
 
 __all__ = ["ALIASES", "ENVIRONMENT", "PROVIDERS", "CPUProvider", "Concurrency", "Cost",
-           "GPUProvider", "OpenCLProvider", "PCIeProvider", "Provider", "Refusal",
-           "SimProvider", "TorchProvider", "UartProvider", "UartTwinProvider",
+           "GPUProvider", "OpenCLGPUProvider", "OpenCLProvider", "PCIeProvider", "Provider",
+           "Refusal", "SimProvider", "TorchProvider", "UartProvider", "UartTwinProvider",
            "UnknownProviderOptionError", "format_providers", "make_provider", "parse_providers",
            "provider_name"]
 

@@ -163,6 +163,17 @@ class Provider(abc.ABC):
         (bytes moved, cycles or None))``."""
         raise NotImplementedError(f"provider {self.name!r} runs no resident segments")
 
+    def whole_model(self, graph, placement):
+        """A function that runs all of ``graph`` at once, or None (the default).
+
+        Asked once, when the session is created, of the provider that ``placement`` (as in
+        :meth:`prepare`) gives every layer to. The function takes the checked feeds
+        (``{input name: array}``) and returns ``{output name: array}``; the session calls
+        it instead of running layer by layer, and if it raises, runs that request (and the
+        later ones) layer by layer instead.
+        """
+        return None
+
     def bytes_moved(self, layer, inputs, output):
         """Bytes transferred to and from the device for one run (0 for host providers)."""
         return 0

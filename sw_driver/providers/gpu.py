@@ -19,7 +19,7 @@ exactness.)
 from .opencl import OpenCLProvider, cl, unavailable
 from .torch_provider import torch_cuda_provider, torch_cuda_status
 
-__all__ = ["GPUProvider"]
+__all__ = ["GPUProvider", "OpenCLGPUProvider"]
 
 
 class GPUProvider(OpenCLProvider):
@@ -79,3 +79,11 @@ class GPUProvider(OpenCLProvider):
                 f"option) is not a GPU; GPUs present: "
                 f"{', '.join(repr(d.name.strip()) for d in gpus)}")
         return OpenCLRuntime(chosen)
+
+
+class OpenCLGPUProvider(GPUProvider):
+    """The "gpu" provider's OpenCL path, even where PyTorch sees a CUDA device (where
+    ``GPUProvider()`` is the torch provider): for code that means OpenCL on a GPU.
+
+    Parameters and errors are :class:`GPUProvider`'s.
+    """

@@ -16,23 +16,35 @@ In short:
   (cuBLAS with float32 output and accumulation).
 - Longer reductions are split into chunks of at most ``CHUNK`` products; each chunk's
   float32 result is converted to int64 and the chunks are added exactly.
-- Zero points, bias, requantization, pooling and add run in int64 on the device, as
-  :mod:`models.requant` defines them (round half to even by the same shift formula).
+- Zero points and bias fold into one int64 per output channel, ``c0 = bias - z_x * sum(w)``
+  (padding holds ``z_x``, as in the golden model). Requantization (:class:`Requant`) runs
+  in float64 where that is exact, by :func:`~.cpu_kernels.conv2d_requant`'s argument: with
+  ``|t| + |c0| < 2**21`` and ``n <= 52`` every intermediate of ``(t * M + c0 * M) * 2**-n``
+  is an integer (or a power-of-two scaling of one) below ``2**53``, and ``round`` rounds
+  half to even as :func:`models.requant.rounding_shift` does. The bound comes from the
+  weights when they give it; else, on the CPU, from the data (one pass, no cost of a
+  device synchronization); otherwise the golden shift formula runs in int64.
+- Convolutions with one group run on NHWC storage (the output is an NCHW view of it, so
+  the next layer's im2col reads it without a transpose): im2col is one strided view of the
+  padded input, copied once.
 """
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from models import intonly
 from models.conv import _output_shape
 from models.pool import avg_pool_multipliers
 from models.requant import INT32_MAX, INT32_MIN
 
-from .cpu_kernels import CHUNK, _add_table
+from .cpu_kernels import ACC_FLOAT_MAX, CHUNK, SHIFT_FLOAT_MAX, _add_table
 
 __all__ = ["CHUNK", "POOL_WINDOW_MAX", "AccumulatorOverflow", "DeviceArray", "Kernels",
-           "exact_settings"]
+           "Requant", "exact_settings"]
 
+#: Output positions per block of a convolution on the CPU (whole images, at least one).
+BLOCK_ROWS = 2048
 #: Largest average-pool window whose float32 sum of ``x - z_x`` (each at most 255 in
 #: magnitude) stays below ``2**24``, so is exact.
 POOL_WINDOW_MAX = (1 << 24) // 255
@@ -45,12 +57,15 @@ class AccumulatorOverflow(ValueError):
 
 def exact_settings(device):
     """Switch off every PyTorch setting that would let a float matmul round its inputs or
-    partial sums (process-wide flags, so they are set again before every layer)."""
+    partial sums. They are process-wide flags that other code may change, so the provider
+    checks them before every layer: reading them costs a few hundred nanoseconds."""
     if torch.get_float32_matmul_precision() != "highest":
         torch.set_float32_matmul_precision("highest")
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+        matmul = torch.backends.cuda.matmul
+        if matmul.allow_tf32 or matmul.allow_fp16_reduced_precision_reduction:
+            matmul.allow_tf32 = False
+            matmul.allow_fp16_reduced_precision_reduction = False
         torch.backends.cudnn.allow_tf32 = False
 
 
@@ -86,23 +101,140 @@ class DeviceArray:
         return f"<DeviceArray {self.shape} {self.tensor.dtype} on {self.tensor.device}>"
 
 
-def _rounding_shift(value, multiplier, shift, half):
-    """:func:`models.requant.rounding_shift` on int64 tensors; ``half = 2**(n-1) - 1``."""
-    product = value * multiplier
-    odd = torch.bitwise_and(product >> shift, 1)
-    return (product + half + odd) >> shift
-
-
 def _q_params(multiplier, shift, shape):
-    """``(M, n, 2**(n-1) - 1)`` as int64 NumPy arrays of ``shape``."""
+    """``(M, n)`` as int64 NumPy arrays of ``shape``."""
     def fit(value):
         arr = np.asarray(value, dtype=np.int64)
         if arr.size == int(np.prod(shape)):
             return arr.reshape(shape)
         return np.broadcast_to(arr.reshape(()), shape).copy()  # per tensor
 
-    m, n = fit(multiplier), fit(shift)
-    return m, n, (np.int64(1) << (n - 1)) - 1
+    return fit(multiplier), fit(shift)
+
+
+def _rnd(value, multiplier, shift):
+    """:func:`models.requant.rounding_shift` of int64 tensors (``multiplier`` and ``shift``
+    ints or int64 tensors that broadcast)."""
+    if not torch.is_tensor(multiplier):
+        multiplier = int(multiplier)
+    product = value * multiplier
+    if not torch.is_tensor(shift):
+        shift = int(shift)
+        half = (1 << (shift - 1)) - 1
+    else:
+        half = torch.bitwise_left_shift(torch.ones_like(shift), shift - 1) - 1
+    odd = torch.bitwise_right_shift(product, shift) & 1
+    return torch.bitwise_right_shift(product + half + odd, shift)
+
+
+def _requant_int64(acc, multiplier, shift, zero_point, lo, hi):
+    """:func:`models.requant.requantize` of an int64 tensor already in the int32 range,
+    the constants per tensor or per channel along the last axis."""
+    return torch.clamp(_rnd(acc, multiplier, shift) + int(zero_point), int(lo),
+                       int(hi)).to(torch.int8)
+
+
+def _isqrt(value):
+    """:func:`models.intonly.isqrt` (31 restoring steps) of int64 tensors."""
+    rem = value
+    root = torch.zeros_like(rem)
+    bit = 1 << 60
+    for _ in range(31):
+        trial = root + bit
+        take = rem >= trial
+        rem = torch.where(take, rem - trial, rem)
+        root = torch.where(take, (root >> 1) + bit, root >> 1)
+        bit >>= 2
+    return root
+
+
+def _bit_length(value):
+    """:func:`models.intonly._bit_length` of positive int64 tensors below ``2**62``."""
+    bits = torch.zeros_like(value)
+    rest = value
+    for step in (32, 16, 8, 4, 2, 1):
+        big = rest >= (1 << step)
+        bits = torch.where(big, bits + step, bits)
+        rest = torch.where(big, rest >> step, rest)
+    return bits + (rest > 0).to(torch.int64)
+
+
+class Requant:
+    """``clamp(z_y + rounding_shift(t + c0, M, n), lo, hi)`` as int8, on the device.
+
+    Parameters
+    ----------
+    kernels : Kernels
+    multiplier, shift : array_like
+        Per tensor or with ``shape``'s size (per channel, per window).
+    shape : tuple of int
+        The shape the constants broadcast from against ``t`` (e.g. ``(O,)`` for (P, O)
+        rows, ``(O, 1)`` for (O, P) columns).
+    c0 : numpy.ndarray of int64, optional
+        Added to ``t`` first (``bias - z_x * sum(w)``), of ``shape``'s size.
+    t_bound : int, optional
+        A bound on ``|t|`` known without the data (from the weights), if any.
+    zy, lo, hi : int
+    check : bool
+        The int32 range of ``t + c0`` is not implied by ``t_bound``: the int64 path checks
+        it (a synchronization) and raises :class:`AccumulatorOverflow`.
+    """
+
+    def __init__(self, kernels, multiplier, shift, shape, *, c0=None, t_bound=None, zy, lo,
+                 hi, check=False):
+        m, n = _q_params(multiplier, shift, shape)
+        c0 = np.zeros(shape, np.int64) if c0 is None else np.asarray(c0, np.int64)
+        c0 = c0.reshape(shape)
+        self.zy, self.lo, self.hi, self.check = int(zy), int(lo), int(hi), bool(check)
+        self.cpu = kernels.device.type == "cpu"
+        self.c0_max = int(np.abs(c0).max()) if c0.size else 0
+        # |t| + |c0| < 2**21 and n <= 52 (with M < 2**31) make the float64 path exact.
+        self.float_ok = bool(m.size == 0 or (
+            int(n.max()) <= SHIFT_FLOAT_MAX and int(n.min()) >= 1
+            and int(np.abs(m).max()) < 1 << 31 and self.c0_max < ACC_FLOAT_MAX))
+        self.static = self.float_ok and t_bound is not None and (
+            t_bound + self.c0_max < ACC_FLOAT_MAX)
+        up = kernels.upload
+        self.any_c0 = bool(self.c0_max)
+        self.c0 = up(c0)
+        self.m, self.n = up(m), up(n)
+        self.half = up((np.int64(1) << (n - 1)) - 1)
+        if self.float_ok:
+            self.mf = up(m.astype(np.float64))
+            self.const = up((c0 * m).astype(np.float64))         # |.| < 2**52: exact
+            self.scale = up(np.ldexp(1.0, -n))
+
+    def uses_float(self, t):
+        """Whether ``t`` goes the float64 way: the weights bound it, or (on the CPU, where
+        reading a value back costs no device synchronization) its own range does."""
+        if self.static:
+            return True
+        if not (self.float_ok and self.cpu) or not t.numel():
+            return False
+        lo, hi = torch.aminmax(t)
+        return max(-float(lo), float(hi)) + self.c0_max < ACC_FLOAT_MAX
+
+    def __call__(self, t):
+        """``t``: integer values (float32, float64 or int64) broadcasting with the
+        constants. Returns int8."""
+        if self.uses_float(t):
+            # t * M + c0 * M, exact; * 2**-n exact; round: ties to even, as golden.
+            y = torch.addcmul(self.const, t, self.mf) if self.any_c0 else t * self.mf
+            y.mul_(self.scale).round_()
+            y.clamp_(self.lo - self.zy, self.hi - self.zy).add_(self.zy)
+            return y.to(torch.int8)
+        acc = t.to(torch.int64)
+        if acc is t:
+            acc = acc.clone()
+        if self.any_c0:
+            acc.add_(self.c0)
+        if self.check and acc.numel() and bool(((acc < INT32_MIN) | (acc > INT32_MAX)).any()):
+            raise AccumulatorOverflow("the accumulator leaves the int32 range")
+        # models.requant.rounding_shift, in place: (p + 2**(n-1) - 1 + odd) >> n.
+        acc.mul_(self.m)
+        odd = torch.bitwise_right_shift(acc, self.n).bitwise_and_(1)
+        acc.add_(self.half).add_(odd).bitwise_right_shift_(self.n)
+        return acc.add_(self.zy).clamp_(self.lo, self.hi).to(torch.int8)
 
 
 class Kernels:
@@ -122,8 +254,9 @@ class Kernels:
         tensor = torch.from_numpy(array).to(self.device)
         return tensor if dtype is None else tensor.to(dtype)
 
-    def requant_params(self, multiplier, shift, shape):
-        return tuple(self.upload(a) for a in _q_params(multiplier, shift, shape))
+    def requant(self, multiplier, shift, shape, **kwargs):
+        """A :class:`Requant` on this device."""
+        return Requant(self, multiplier, shift, shape, **kwargs)
 
     # ---------------------------------------------------------------- GEMM, exact
 
@@ -136,26 +269,33 @@ class Kernels:
         return torch.matmul(a, b)
 
     def exact_matmul(self, a, b):
-        """Exact int64 ``a @ b`` for compute-dtype tensors of int8 values, the reduction
-        split into chunks of at most :data:`CHUNK` products."""
+        """Exact ``a @ b`` for compute-dtype tensors of int8 values: float32 when the
+        reduction is at most :data:`CHUNK` products, else float64, the sum of exact float32
+        chunks of at most :data:`CHUNK` products (exact below ``2**53``)."""
         k = a.shape[-1]
         if k <= CHUNK:
-            return self._mm(a, b).to(torch.int64)
+            return self._mm(a, b)
         total = None
         for k0 in range(0, k, CHUNK):
-            part = self._mm(a[..., k0:k0 + CHUNK], b[..., k0:k0 + CHUNK, :]).to(torch.int64)
-            total = part if total is None else total + part
+            part = self._mm(a[..., k0:k0 + CHUNK], b[..., k0:k0 + CHUNK, :])
+            if total is None:
+                total = part.to(torch.float64)
+            else:
+                total.add_(part)
         return total
 
     # ---------------------------------------------------------------- layers
 
-    def conv(self, x, w_mat, c0, q, *, kernel, stride, padding, dilation, groups, zx, zy,
-             lo, hi, check=False):
-        """Requantized convolution of int8 NCHW ``x``.
+    def conv(self, x, w, rq, *, kernel, stride, padding, dilation, groups, zx):
+        """Requantized convolution of int8 NCHW ``x`` (any strides).
 
-        ``w_mat``: (G, O/G, K) compute-dtype weights; ``c0``: (O, 1) int64,
-        ``bias - z_x * sum(w)``; ``q``: requantization tensors of shape (O, 1).
+        ``w``: compute-dtype weights, (K, O) with K ordered (kh, kw, c) for one group, else
+        (G, O/G, K) with K ordered (c, kh, kw); ``rq``: the layer's :class:`Requant`, of
+        shape (O,) for one group, else (O, 1).
         """
+        if groups == 1:
+            return self._conv_nhwc(x, w, rq, kernel=kernel, stride=stride, padding=padding,
+                                   dilation=dilation, zx=zx)
         n, c, h, wd = x.shape
         (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
         top, left, bottom, right = padding
@@ -167,7 +307,6 @@ class Kernels:
             xf = F.pad(xf, (left, right, top, bottom), value=float(zx))
         # im2col as one stack of kh * kw strided views, laid out (C, kh*kw, N, OH, OW) so
         # that it reshapes for free to (G, K, N * L) with K ordered as the weights' (c, u, v).
-        # (F.unfold is the same matrix, but 8x slower on the CPU.)
         xt = xf.transpose(0, 1)
         taps = [xt[:, :, u * dh:u * dh + sh * (oh - 1) + 1:sh,
                    v * dw:v * dw + sw * (ow - 1) + 1:sw]
@@ -175,45 +314,84 @@ class Kernels:
         cols = torch.stack(taps, dim=1) if len(taps) > 1 else taps[0].contiguous()
         k = c // groups * kh * kw
         cols = cols.reshape(groups, k, n * oh * ow)
-        if groups == 1:
-            t = self.exact_matmul(w_mat[0], cols[0])              # (O, N*L)
-        else:
-            t = self.exact_matmul(w_mat, cols).reshape(-1, n * oh * ow)
-        y = self._requant(self._checked(t + c0, check), q, zy, lo, hi)   # (O, N*L) int8
-        return y.reshape(-1, n, oh, ow).permute(1, 0, 2, 3)
+        t = self.exact_matmul(w, cols).reshape(-1, n * oh * ow)          # (O, N*L)
+        return rq(t).reshape(-1, n, oh, ow).permute(1, 0, 2, 3)
 
-    def dense(self, x, w_t, c0, q, *, zy, lo, hi, check=False):
+    def _conv_nhwc(self, x, w, rq, *, kernel, stride, padding, dilation, zx):
+        n, c, h, wd = x.shape
+        (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+        top, left, bottom, right = padding
+        oh, ow = _output_shape((h, wd), kernel, stride, padding, dilation)
+        hp, wp = h + top + bottom, wd + left + right
+        # On the CPU, blocks of whole images of about BLOCK_ROWS output positions: the
+        # buffers are reused from block to block and stay in cache (a fresh 40 MB im2col
+        # matrix per layer costs more in page faults than its GEMM). A GPU takes the batch
+        # at once.
+        nb = n if self.device.type != "cpu" else max(1, min(n, BLOCK_ROWS // (oh * ow)))
+        # The padded input in NHWC; the border holds z_x (c0 removes its contribution) and
+        # is never overwritten.
+        xp = torch.empty((nb, hp, wp, c), dtype=self.compute, device=self.device)
+        if top:
+            xp[:, :top].fill_(zx)
+        if bottom:
+            xp[:, top + h:].fill_(zx)
+        if left:
+            xp[:, top:top + h, :left].fill_(zx)
+        if right:
+            xp[:, top:top + h, left + wd:].fill_(zx)
+        s0, s1, s2, s3 = xp.stride()
+        direct = (kh, kw, sh, sw) == (1, 1, 1, 1)
+        if not direct:
+            cols = torch.empty((nb, oh, ow, kh, kw, c), dtype=self.compute,
+                               device=self.device)
+        x_nhwc = x.permute(0, 2, 3, 1)
+        out = None
+        for b0 in range(0, n, nb):
+            bn = min(nb, n - b0)
+            xb = xp[:bn]
+            xb[:, top:top + h, left:left + wd].copy_(x_nhwc[b0:b0 + bn])
+            if direct:
+                a = xb.view(bn * oh * ow, c)
+            else:
+                # im2col: for one kernel row u the kw * c values of a window are one
+                # strided view of the NHWC input (runs of kw * c values when dw == 1).
+                cb = cols[:bn]
+                for u in range(kh):
+                    cb[:, :, :, u].copy_(xb[:, u * dh:].as_strided(
+                        (bn, oh, ow, kw, c), (s0, sh * s1, sw * s2, dw * s2, s3)))
+                a = cb.view(bn * oh * ow, kh * kw * c)
+            y = rq(self.exact_matmul(a, w))                               # (bn*OH*OW, O)
+            if nb == n:
+                out = y
+                break
+            if out is None:
+                out = torch.empty((n * oh * ow, y.shape[1]), dtype=torch.int8,
+                                  device=self.device)
+            out[b0 * oh * ow:(b0 + bn) * oh * ow].copy_(y)
+        return out.view(n, oh, ow, -1).permute(0, 3, 1, 2)
+
+    def dense(self, x, w_t, rq):
         """Requantized dense layer of int8 (M, K) ``x``; ``w_t`` (K, O) compute dtype,
-        ``c0`` and ``q`` of shape (1, O)."""
-        t = self.exact_matmul(x.to(self.compute), w_t)
-        return self._requant(self._checked(t + c0, check), q, zy, lo, hi)
+        ``rq`` of shape (O,)."""
+        return rq(self.exact_matmul(x.to(self.compute), w_t))
 
-    def matmul(self, a, b, *, za, zb, q, zy, lo, hi, check=False):
+    def matmul(self, a, b, *, za, zb, rq):
         """``requantize((a - z_a) @ (b - z_b))`` of two int8 activations, by
-        ``a @ b - z_b * rowsum(a) - z_a * colsum(b) + K * z_a * z_b`` (all exact)."""
+        ``a @ b - z_b * rowsum(a) - z_a * colsum(b) + K * z_a * z_b`` (all exact in int64)."""
         shape = torch.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         a = a.expand(*shape, *a.shape[-2:])
         b = b.expand(*shape, *b.shape[-2:])
         m, k, nn = a.shape[-2], a.shape[-1], b.shape[-1]
         af = a.reshape(-1, m, k).to(self.compute)
         bf = b.reshape(-1, k, nn).to(self.compute)
-        t = self.exact_matmul(af, bf).reshape(*shape, m, nn)
-        rows = a.to(torch.int64).sum(-1, keepdim=True)
-        cols = b.to(torch.int64).sum(-2, keepdim=True)
-        acc = t - zb * rows - za * cols + k * za * zb
-        return self._requant(self._checked(acc, check), q, zy, lo, hi)
-
-    @staticmethod
-    def _checked(acc, check):
-        """``acc``, after a host-side range check where the weights alone cannot bound it
-        (a sync, so only for such layers)."""
-        if check and acc.numel() and bool(((acc < INT32_MIN) | (acc > INT32_MAX)).any()):
-            raise AccumulatorOverflow("the accumulator leaves the int32 range")
-        return acc
-
-    def _requant(self, acc, q, zy, lo, hi):
-        m, n, half = q
-        return torch.clamp(_rounding_shift(acc, m, n, half) + zy, lo, hi).to(torch.int8)
+        acc = self.exact_matmul(af, bf).reshape(*shape, m, nn).to(torch.int64)
+        if zb:
+            acc.sub_(a.to(torch.int64).sum(-1, keepdim=True), alpha=zb)
+        if za:
+            acc.sub_(b.to(torch.int64).sum(-2, keepdim=True), alpha=za)
+        if za and zb:
+            acc.add_(k * za * zb)
+        return rq(acc)
 
     def max_pool(self, x, *, kernel, stride, padding):
         top, left, bottom, right = padding
@@ -221,24 +399,80 @@ class Kernels:
         xf = F.pad(x.to(self.compute), (left, right, top, bottom), value=-129.0)
         return F.max_pool2d(xf, kernel, stride).to(torch.int8)
 
-    def avg_pool(self, x, q, *, kernel, stride, padding, zx, zy, lo, hi):
-        """``q``: requantization tensors of shape (OH, OW), one per window count."""
+    def avg_pool(self, x, rq, *, kernel, stride, padding, zx):
+        """``rq``: a :class:`Requant` of shape (OH, OW), one multiplier per window count."""
         top, left, bottom, right = padding
         d = F.pad(x.to(torch.float32) - zx, (left, right, top, bottom))
         # divisor_override=1: the window sum, exact in float32 below 2**24.
-        total = F.avg_pool2d(d, kernel, stride, divisor_override=1).to(torch.int64)
-        return self._requant(total, q, zy, lo, hi)
+        return rq(F.avg_pool2d(d, kernel, stride, divisor_override=1))
 
-    def global_avg_pool(self, x, q, *, zx, zy, lo, hi):
+    def global_avg_pool(self, x, rq, *, zx):
         hw = x.shape[2] * x.shape[3]
-        total = x.to(torch.int64).sum(dim=(2, 3), keepdim=True) - hw * zx
-        return self._requant(total, q, zy, lo, hi)
+        return rq(x.to(torch.int64).sum(dim=(2, 3), keepdim=True) - hw * zx)
 
     def add(self, a, b, table):
         """The golden add by look-up in its 65536-entry table (see
         :func:`~.cpu_kernels.add`), broadcasting ``a`` and ``b``."""
-        index = (a.to(torch.int32) + 128) * 256 + (b.to(torch.int32) + 128)
-        return table[index.to(torch.int64)]
+        if a.dim() == 4 and a.shape == b.shape and a.stride() == b.stride() and \
+                a.is_contiguous(memory_format=torch.channels_last):
+            # NHWC storage (a convolution's output): look up in that order, and keep it.
+            return self.add(a.permute(0, 2, 3, 1), b.permute(0, 2, 3, 1),
+                            table).permute(0, 3, 1, 2)
+        index = a.to(torch.int32).mul_(256)
+        if a.shape == b.shape:
+            index.add_(b)
+        else:
+            index = index + b
+        return table[index.add_(128 * 256 + 128)]
+
+    # ------------------------------------------------ integer-only sequence layers
+    # models.intonly's recipes, operation for operation, in int64 on the device.
+
+    def int_softmax(self, x, params):
+        """:func:`models.intonly.softmax` over the last axis of int8 ``x``."""
+        d = x.to(torch.int64)
+        d = d - d.amax(dim=-1, keepdim=True)
+        t = _rnd(d, params.exp_multiplier, params.exp_shift)
+        k = -(t >> intonly.EXP_FRAC_BITS)
+        f = t & ((1 << intonly.EXP_FRAC_BITS) - 1)
+        c0, c1, c2 = intonly.EXP2_COEFFS
+        frac = c0 + (((c1 + ((c2 * f) >> intonly.EXP_FRAC_BITS)) * f) >> intonly.EXP_FRAC_BITS)
+        e = frac >> torch.clamp(k, max=31)
+        recip = (1 << intonly.SOFTMAX_RECIP_BITS) // e.sum(dim=-1, keepdim=True)
+        prob = _rnd(e, recip, intonly.SOFTMAX_RECIP_BITS - intonly.SOFTMAX_PROB_BITS)
+        scaled = _rnd(prob, params.out_multiplier, params.out_shift)
+        dtype = {"int8": torch.int8, "uint8": torch.uint8}[params.out_dtype]
+        info = torch.iinfo(dtype)
+        return torch.clamp(scaled + params.y_zero_point, info.min, info.max).to(dtype)
+
+    def int_gelu(self, x, params, lo, hi):
+        """:func:`models.intonly.gelu` of int8 ``x``, element-wise."""
+        one = 1 << intonly.GELU_FRAC_BITS
+        d = x.to(torch.int64) - params.x_zero_point
+        v = _rnd(d, params.erf_multiplier, params.erf_shift)
+        t = torch.clamp(v.abs(), max=one)
+        a = _rnd(t, 2 * one - t, intonly.GELU_FRAC_BITS)
+        g = d * (one + torch.sign(v) * a)
+        return _requant_int64(g, params.out_multiplier, params.out_shift, params.y_zero_point,
+                              lo, hi)
+
+    def int_layernorm(self, x, consts, params, lo, hi):
+        """:func:`models.intonly.layernorm` over the last axis of int8 ``x``; ``consts``:
+        the per-channel int64 tensors ``(sign, bias, multiplier, shift)``."""
+        sign, bias, multiplier, shift = consts
+        length = x.shape[-1]
+        x = x.to(torch.int64)
+        s1 = x.sum(dim=-1, keepdim=True)
+        s2 = (x * x).sum(dim=-1, keepdim=True)
+        c = length * x - s1
+        w = length * s2 - s1 * s1
+        big_x = torch.clamp((w << intonly.LAYERNORM_EPS_BITS) + params.eps_term, min=1)
+        j = (62 - _bit_length(big_x)) // 2
+        root = _isqrt(big_x << (2 * j))
+        recip = (1 << 62) // root
+        n = _rnd(c, recip, 62 - intonly.LAYERNORM_NORM_BITS
+                 - intonly.LAYERNORM_EPS_BITS // 2 - j)
+        return _requant_int64(sign * n + bias, multiplier, shift, params.y_zero_point, lo, hi)
 
     def quantize(self, x, scale, zero_point):
         # ``scale`` is a 0-d tensor on the device: PyTorch's CUDA division by a host
@@ -255,36 +489,41 @@ class Kernels:
 # -------------------------------------------------------------------- per-layer constants
 
 def conv_constants(kernels, layer):
-    """Device tensors for a Conv layer: ``(w_mat, c0, q, bound)``; ``bound`` bounds
-    ``|acc|`` from the weights alone."""
+    """``(weights, Requant)`` of a Conv layer on the device (see :meth:`Kernels.conv`)."""
     w = layer.weight
-    o = w.shape[0]
-    g = layer.groups
-    w_mat = kernels.upload(w.reshape(g, o // g, -1)).to(kernels.compute)
-    c0, bound = _c0_and_bound(w.reshape(o, -1), layer.bias, layer.x_zero_point)
-    return (w_mat, kernels.upload(c0.reshape(o, 1)),
-            kernels.requant_params(layer.multiplier, layer.shift, (o, 1)), bound)
+    o, g = w.shape[0], layer.groups
+    if g == 1:
+        w_dev = kernels.upload(w.transpose(2, 3, 1, 0).reshape(-1, o)).to(kernels.compute)
+        shape = (o,)
+    else:
+        w_dev = kernels.upload(w.reshape(g, o // g, -1)).to(kernels.compute)
+        shape = (o, 1)
+    return w_dev, _layer_requant(kernels, layer, w.reshape(o, -1), shape)
 
 
 def dense_constants(kernels, layer):
+    """``(w_t, Requant)`` of a Dense layer on the device."""
     w = layer.weight
-    o = w.shape[0]
     w_t = kernels.upload(np.ascontiguousarray(w.T)).to(kernels.compute)
-    c0, bound = _c0_and_bound(w, layer.bias, layer.x_zero_point)
-    return (w_t, kernels.upload(c0.reshape(1, o)),
-            kernels.requant_params(layer.multiplier, layer.shift, (1, o)), bound)
+    return w_t, _layer_requant(kernels, layer, w, (w.shape[0],))
 
 
-def _c0_and_bound(w2, bias, zx):
-    """``bias - z_x * sum(w)`` per output (int64) and a bound on ``|acc|``: every
-    ``|x - z_x|`` is at most ``max(127 - z_x, z_x + 128)``."""
-    sums = w2.sum(axis=1, dtype=np.int64)
-    c0 = -int(zx) * sums
-    biases = np.zeros_like(c0) if bias is None else bias.astype(np.int64)
+def _layer_requant(kernels, layer, w2, shape):
+    """The :class:`Requant` of a Conv or Dense layer with (O, K) weights ``w2``: ``c0 =
+    bias - z_x * sum(w)`` per output; ``|t| <= 128 * sum|w|`` (raw int8 inputs); the int32
+    check only where ``|acc|`` is not bounded below ``2**31`` from the weights (every
+    ``|x - z_x|`` is at most ``max(127 - z_x, z_x + 128)``)."""
+    zx = int(layer.x_zero_point)
+    w64 = w2.astype(np.int64)
+    c0 = -zx * w64.sum(axis=1)
+    biases = np.zeros_like(c0) if layer.bias is None else layer.bias.astype(np.int64)
     c0 = c0 + biases
-    widest = max(127 - int(zx), int(zx) + 128)
-    bound = int((np.abs(w2.astype(np.int64)).sum(axis=1) * widest + np.abs(biases)).max())
-    return c0, bound
+    absum = np.abs(w64).sum(axis=1)
+    widest = max(127 - zx, zx + 128)
+    bound = int((absum * widest + np.abs(biases)).max())
+    return kernels.requant(layer.multiplier, layer.shift, shape, c0=c0.reshape(shape),
+                           t_bound=int(128 * absum.max()), zy=layer.y_zero_point,
+                           lo=layer.lo, hi=layer.hi, check=bound > INT32_MAX)
 
 
 def matmul_bound(k, za, zb):
@@ -293,7 +532,7 @@ def matmul_bound(k, za, zb):
 
 
 def avg_pool_params(kernels, layer, h, w):
-    """Requantization tensors (OH, OW) of an AveragePool at input size ``h`` x ``w``: one
+    """The :class:`Requant` (OH, OW) of an AveragePool at input size ``h`` x ``w``: one
     multiplier per window's element count, as :func:`models.pool.avg_pool2d` makes them."""
     kernel, stride, padding = layer.kernel, layer.stride, layer.padding
     oh, ow = _output_shape((h, w), kernel, stride, padding, (1, 1))
@@ -311,12 +550,12 @@ def avg_pool_params(kernels, layer, h, w):
     table_m, table_n = avg_pool_multipliers(layer.x_scale, layer.y_scale, distinct)
     m = table_m[index].reshape(oh, ow)
     n = table_n[index].reshape(oh, ow)
-    return kernels.requant_params(m, n, (oh, ow))
+    return kernels.requant(m, n, (oh, ow), zy=layer.y_zero_point, lo=layer.lo, hi=layer.hi)
 
 
 def global_pool_params(kernels, layer, hw):
     (m,), (n,) = avg_pool_multipliers(layer.x_scale, layer.y_scale, [hw])
-    return kernels.requant_params(m, n, ())
+    return kernels.requant(m, n, (), zy=layer.y_zero_point, lo=layer.lo, hi=layer.hi)
 
 
 def add_table(kernels, layer):
