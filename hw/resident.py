@@ -241,7 +241,9 @@ class ResidentPlayer(wiring.Component):
                 with m.Else():
                     fail(bad_record)
 
-            # --- PASS: register writes, 3 cycles each (offset, value, bus write) ---------
+            # --- PASS: register writes, 2 cycles each once under way (the read port
+            # gives a word a cycle: the offset, then the value while the next offset is
+            # read) ----------------------------------------------------------------------
             with m.State("CSR_OFFSET"):
                 m.d.comb += main_addr.eq(cursor)
                 m.next = "CSR_VALUE"
@@ -250,10 +252,11 @@ class ResidentPlayer(wiring.Component):
                 m.d.sync += offset.eq(self.prog_rd_data)
                 m.next = "CSR_WRITE"
             with m.State("CSR_WRITE"):
+                m.d.comb += main_addr.eq(cursor + 2)
                 m.d.sync += [bus.addr.eq(offset), bus.w_data.eq(self.prog_rd_data),
                              bus.w_en.eq(1), cursor.eq(cursor + 2),
                              counts["csr"].eq(counts["csr"] - 1)]
-                m.next = "CSR_OFFSET"
+                m.next = "CSR_VALUE"
                 with m.If(counts["csr"] == 1):
                     m.next = "STREAM_START"
             with m.State("STREAM_START"):
