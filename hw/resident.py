@@ -117,18 +117,19 @@ class ResidentPlayer(wiring.Component):
         ]
 
         # --- the fetcher: a segment's words from the program memory into the engine that
-        # asked (the reader first), one word a cycle --------------------------------------
+        # asked, one word a cycle: an engine with nothing to walk first, then the reader ---
         fetching, for_writer = Signal(), Signal()
         fetch_addr, fetch_index = Signal(32), Signal(range(SEGMENT_WORDS + 1))
         arrived, arrived_index = Signal(), Signal(range(SEGMENT_WORDS))
         m.d.sync += [arrived.eq(fetching & (fetch_index < SEGMENT_WORDS)),
                      arrived_index.eq(fetch_index)]
         with m.If(~fetching):
+            writer_first = writer.starved & ~reader.starved | ~reader.need_segment
             with m.If(reader.need_segment | writer.need_segment):
-                m.d.sync += [fetching.eq(1), for_writer.eq(~reader.need_segment),
+                m.d.sync += [fetching.eq(1), for_writer.eq(writer_first),
                              fetch_index.eq(0),
-                             fetch_addr.eq(Mux(reader.need_segment, reader.segment_ptr,
-                                               writer.segment_ptr))]
+                             fetch_addr.eq(Mux(writer_first, writer.segment_ptr,
+                                               reader.segment_ptr))]
         with m.Elif(fetch_index < SEGMENT_WORDS):
             m.d.sync += [fetch_addr.eq(fetch_addr + 1), fetch_index.eq(fetch_index + 1)]
         done_fetch = fetching & (fetch_index == SEGMENT_WORDS) & ~arrived

@@ -9,7 +9,7 @@ checked against the memory's depth before it is used; a bad one stops the engine
 ``error`` set instead of wrapping onto another word.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -29,7 +29,7 @@ READ_FIFO_DEPTH = 4
 
 class SegmentWalker(wiring.Component):
     """The addresses of one segment, one item per ``step``: ``addr`` for a chunk word or
-    ``gap`` for a gap word, ``final`` on the segment's last item.
+    ``gap`` for a gap word.
 
     ``start`` copies nothing: the walker reads ``segment`` throughout, so it must hold
     still until ``active`` falls. An empty segment (a count of 0) is never ``active``.
@@ -41,7 +41,6 @@ class SegmentWalker(wiring.Component):
     active: Out(1)
     addr: Out(32)
     gap: Out(1)
-    final: Out(1)
 
     def elaborate(self, platform):
         m = Module()
@@ -52,8 +51,7 @@ class SegmentWalker(wiring.Component):
         addr, chunk_base, row_base = Signal(32), Signal(32), Signal(32)
         gap = chunk_left == 0
         unit_end = Mux(gap, gap_left == 1, (chunk_left == 1) & (gap_left == 0))
-        final = unit_end & (inner_left == 1) & (outer_left == 1)
-        m.d.comb += [self.addr.eq(addr), self.gap.eq(gap), self.final.eq(final)]
+        m.d.comb += [self.addr.eq(addr), self.gap.eq(gap)]
 
         with m.If(self.start):
             empty = ((seg.outer_count == 0) | (seg.inner_count == 0)
@@ -97,9 +95,11 @@ def _engine_ports():
         "seg_count": In(range(HEADER_COUNT_MAX + 1)),
         "busy": Out(1),
         "error": Out(1),
-        # The fetcher: ``need_segment`` asks for the segment at ``segment_ptr``; its words
-        # arrive one by one (``seg_word_valid``/``_index``), then ``seg_loaded``.
+        # The fetcher: ``need_segment`` asks for the segment at ``segment_ptr`` (``starved``:
+        # the engine waits for it, having none to walk); its words arrive one by one
+        # (``seg_word_valid``/``_index``), then ``seg_loaded``.
         "need_segment": Out(1),
+        "starved": Out(1),
         "segment_ptr": Out(32),
         "seg_word_valid": In(1),
         "seg_word_index": In(range(SEGMENT_WORDS)),
@@ -109,60 +109,81 @@ def _engine_ports():
 
 
 def _engine_control(m, engine, walker, *, on_walk, drained):
-    """The command FSM both engines share: take a command, fetch each segment, walk it
-    (``on_walk(m)`` inside the walking state), then wait for ``drained``. Returns the
-    ``last_segment`` signal (the segment being walked is the command's last)."""
-    segment = Signal(SEGMENT_LAYOUT)
-    segs_left = Signal(range(HEADER_COUNT_MAX + 1))
+    """The command FSM both engines share: take a command, walk its segments one after the
+    other (``on_walk(m)`` inside the walking state), then wait for ``drained``. The next
+    segment is fetched while the current one is walked, so that only the first fetch
+    delays the stream. Returns ``(segment, draining)``: the segment being walked, and
+    whether every segment has been walked (what is issued is still on its way)."""
+    segment, pending = Signal(SEGMENT_LAYOUT), Signal(SEGMENT_LAYOUT)
+    pending_valid = Signal()
+    segs_left = Signal(range(HEADER_COUNT_MAX + 1))  # to walk
+    fetch_left = Signal(range(HEADER_COUNT_MAX + 1))  # to fetch
     ptr = Signal(32)
     m.d.comb += [walker.segment.eq(segment), engine.segment_ptr.eq(ptr)]
     with m.If(engine.seg_word_valid):
         with m.Switch(engine.seg_word_index):
             for index in range(SEGMENT_WORDS):
                 with m.Case(index):
-                    m.d.sync += segment.as_value()[32 * index:32 * (index + 1)].eq(
+                    m.d.sync += pending.as_value()[32 * index:32 * (index + 1)].eq(
                         engine.seg_word)
+    with m.If(engine.seg_loaded):
+        m.d.sync += [pending_valid.eq(1), fetch_left.eq(fetch_left - 1),
+                     ptr.eq(ptr + SEGMENT_WORDS)]
     last_segment = segs_left == 1
+
+    def take_pending():
+        m.d.sync += [segment.eq(pending), pending_valid.eq(0)]
+        m.next = "LOADED"
+
     with m.FSM(name="engine") as fsm:
         with m.State("IDLE"):
             with m.If(engine.start):
+                m.d.sync += pending_valid.eq(0)
                 with m.If(engine.direct):
                     m.d.sync += [segment.as_value().eq(0), segment.base.eq(engine.direct_base),
                                  segment.outer_count.eq(1), segment.inner_count.eq(1),
                                  segment.chunk_words.eq(engine.direct_count),
-                                 segs_left.eq(1)]
+                                 segs_left.eq(1), fetch_left.eq(0)]
                     m.next = "LOADED"
                 with m.Elif(engine.seg_count != 0):
-                    m.d.sync += [segs_left.eq(engine.seg_count), ptr.eq(engine.seg_ptr)]
-                    m.next = "FETCH"
-        with m.State("FETCH"):
-            m.d.comb += engine.need_segment.eq(1)
-            with m.If(engine.seg_loaded):
-                m.next = "LOADED"
+                    m.d.sync += [segs_left.eq(engine.seg_count),
+                                 fetch_left.eq(engine.seg_count), ptr.eq(engine.seg_ptr)]
+                    m.next = "WAIT"
+        with m.State("WAIT"):
+            m.d.comb += engine.starved.eq(1)
+            with m.If(pending_valid):
+                take_pending()
         with m.State("LOADED"):
             m.d.comb += walker.start.eq(1)
             m.next = "WALK"
         with m.State("WALK"):
             on_walk(m)
             with m.If(~walker.active):
-                m.d.sync += [ptr.eq(ptr + SEGMENT_WORDS), segs_left.eq(segs_left - 1)]
-                m.next = "DRAIN" if drained is not None else "IDLE"
-                with m.If(~last_segment):
-                    m.next = "FETCH"
+                m.d.sync += segs_left.eq(segs_left - 1)
+                with m.If(last_segment):
+                    m.next = "DRAIN" if drained is not None else "IDLE"
+                with m.Elif(pending_valid):
+                    take_pending()
+                with m.Else():
+                    m.next = "WAIT"
         if drained is not None:
             with m.State("DRAIN"):
                 with m.If(drained):
                     m.next = "IDLE"
         with m.State("ERROR"):
             m.d.comb += engine.error.eq(1)
+    m.d.comb += engine.need_segment.eq(~fsm.ongoing("IDLE") & ~fsm.ongoing("ERROR")
+                                       & (fetch_left != 0) & ~pending_valid)
     m.d.comb += engine.busy.eq(~fsm.ongoing("IDLE"))
-    return segment, last_segment
+    return segment, fsm.ongoing("DRAIN") if drained is not None else None
 
 
 class SegmentReader(wiring.Component):
     """Streams segments of a memory out on ``output``, a word a cycle (the read port's
     cycle of latency hidden by a small FIFO), ``last`` on the command's final word when
-    ``mark_last`` was set with ``start``.
+    ``mark_last`` was set with ``start``. The final word is known only once every segment
+    has been walked (the last ones may be empty), so each word waits in an output register
+    until the next one is there or the command is over.
 
     Parameters
     ----------
@@ -184,20 +205,17 @@ class SegmentReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.walker = walker = SegmentWalker()
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS + 1,
-                                                    depth=READ_FIFO_DEPTH)
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS, depth=READ_FIFO_DEPTH)
         mark_last = Signal()
         with m.If(self.start & ~self.busy):
             m.d.sync += mark_last.eq(self.mark_last)
         # Stage 1: the word read (or the gap's fill) arrives the cycle after its issue.
-        in_flight, s1_gap, s1_last, s1_fill = Signal(), Signal(), Signal(), Signal(32)
+        in_flight, s1_gap, s1_fill = Signal(), Signal(), Signal(32)
         issue = Signal()
         m.d.sync += [in_flight.eq(issue), s1_gap.eq(walker.gap)]
         m.d.comb += [fifo.w_en.eq(in_flight),
-                     fifo.w_data.eq(Cat(Mux(s1_gap, s1_fill, self.rd_data), s1_last)),
+                     fifo.w_data.eq(Mux(s1_gap, s1_fill, self.rd_data)),
                      self.rd_addr.eq(walker.addr), self.rd_en.eq(issue & ~walker.gap)]
-        m.d.comb += [self.output.valid.eq(fifo.r_rdy), self.output.payload.eq(fifo.r_data),
-                     fifo.r_en.eq(self.output.ready)]
         # Issue only what the FIFO has room for, counting the word in flight.
         room = (fifo.level + in_flight) < READ_FIFO_DEPTH
 
@@ -209,10 +227,24 @@ class SegmentReader(wiring.Component):
                 with m.Elif(room):
                     m.d.comb += [issue.eq(1), walker.step.eq(1)]
 
-        segment, last_segment = _engine_control(
-            m, self, walker, on_walk=on_walk, drained=~in_flight & ~fifo.r_rdy)
-        m.d.sync += [s1_fill.eq(segment.fill),
-                     s1_last.eq(walker.final & last_segment & mark_last)]
+        held, held_valid = Signal(WORD_BITS), Signal()
+        draining = Signal()
+        segment, draining_now = _engine_control(
+            m, self, walker, on_walk=on_walk,
+            drained=~in_flight & ~fifo.r_rdy & ~held_valid)
+        m.d.comb += draining.eq(draining_now)
+        m.d.sync += s1_fill.eq(segment.fill)
+        # The output register: its word is the command's last when nothing follows.
+        over = draining & ~in_flight & ~fifo.r_rdy
+        out = self.output
+        m.d.comb += [out.valid.eq(held_valid & (fifo.r_rdy | over)),
+                     out.payload.data.eq(held), out.payload.last.eq(over & mark_last)]
+        taken = out.valid & out.ready
+        m.d.comb += fifo.r_en.eq(~held_valid | taken)
+        with m.If(fifo.r_rdy & fifo.r_en):
+            m.d.sync += [held.eq(fifo.r_data), held_valid.eq(1)]
+        with m.Elif(taken):
+            m.d.sync += held_valid.eq(0)
         return m
 
 
