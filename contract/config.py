@@ -21,6 +21,11 @@ MAX_ARRAY_SIDE = 64
 MAX_ACT_DEPTH = 1 << 24
 MAX_WEIGHT_DEPTH = 1 << 20
 MAX_COL_TILES = 1 << 12
+#: Upper bounds of the resident block's memories (32-bit words): the data memory (weights,
+#: parameters, activation arena) and the program memory (``contract.resident``). 4 MiB and
+#: 256 KiB: past any FPGA's block RAM, so a typo is refused before Yosys runs out of memory.
+MAX_RESIDENT_WORDS = 1 << 20
+MAX_PROGRAM_WORDS = 1 << 16
 #: Bits per beat the host link's DMA streams carry (h2c/c2h of ``hw/top.py``). Only the
 #: width the top is built with is accepted: the generators do not yet take another, and a
 #: configuration that claims one would describe a netlist that does not exist.
@@ -89,6 +94,13 @@ OPTIONAL_BLOCKS = {
         "1: built for a slow clock without the registers that only buy clock speed; a layer "
         "takes more cycles than the cycle model counts"),
 }
+
+
+def check_count(name, value, *, maximum):
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is an int in [0, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
+        raise ValueError(f"{name} must be an integer from 0 to {maximum}, not {value!r}")
+    return value
 
 
 def check_bool(name, value, *, meaning=None):
@@ -195,6 +207,8 @@ class ConvEngineConfig:
     perf_counters: bool = True
     csr_readback: bool = True
     pipelined: bool = True
+    resident_words: int = 0
+    program_words: int = 0
 
     def __post_init__(self):
         if not isinstance(self.array, ArrayConfig):
@@ -212,6 +226,13 @@ class ConvEngineConfig:
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
         for name, block in OPTIONAL_BLOCKS.items():
             check_bool(name, getattr(self, name), meaning=block.meaning)
+        check_count("resident_words", self.resident_words, maximum=MAX_RESIDENT_WORDS)
+        check_count("program_words", self.program_words, maximum=MAX_PROGRAM_WORDS)
+        if bool(self.resident_words) != bool(self.program_words):
+            raise ValueError(
+                f"resident_words and program_words are both 0 (no resident execution) or "
+                f"both positive (a data memory and a program memory), not "
+                f"{self.resident_words!r} and {self.program_words!r}")
         if self.array.acc_width != ACC_WIDTH:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "
@@ -241,7 +262,13 @@ class ConvEngineConfig:
         return (f"{self.top_name}-{self.array.name}-x{self.act_depth}-w{self.weight_depth}"
                 f"-t{self.max_col_tiles}"
                 + "".join(block.suffix for name, block in OPTIONAL_BLOCKS.items()
-                          if not getattr(self, name)))
+                          if not getattr(self, name))
+                + (f"-m{self.resident_words}p{self.program_words}" if self.resident else ""))
+
+    @property
+    def resident(self):
+        """Whether the build has the resident block (its memories and player)."""
+        return self.resident_words > 0
 
     def features(self):
         """Which optional blocks this build has: ``{field: bool}`` over
@@ -251,11 +278,16 @@ class ConvEngineConfig:
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
+        # The resident depths only when there is a resident block: the environment of a
+        # build without one stays what it was.
+        resident = ({"TESSERA_RESIDENT_WORDS": str(self.resident_words),
+                     "TESSERA_PROGRAM_WORDS": str(self.program_words)}
+                    if self.resident else {})
         return {"TESSERA_ACT_DEPTH": str(self.act_depth),
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
                 "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
                 **{f"TESSERA_{block.upper()}": str(int(getattr(self, block)))
-                   for block in OPTIONAL_BLOCKS}}
+                   for block in OPTIONAL_BLOCKS}, **resident}
 
     @classmethod
     def from_env(cls, environ):
@@ -265,6 +297,8 @@ class ConvEngineConfig:
         return cls(array=array, act_depth=int(environ["TESSERA_ACT_DEPTH"]),
                    weight_depth=int(environ["TESSERA_WEIGHT_DEPTH"]),
                    max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]),
+                   resident_words=int(environ.get("TESSERA_RESIDENT_WORDS", "0")),
+                   program_words=int(environ.get("TESSERA_PROGRAM_WORDS", "0")),
                    **{block: environ.get(f"TESSERA_{block.upper()}", "1") == "1"
                       for block in OPTIONAL_BLOCKS})
 

@@ -22,6 +22,8 @@ from .config import (
     MAX_ARRAY_SIDE,
     MAX_CLOCK_MHZ,
     MAX_COL_TILES,
+    MAX_PROGRAM_WORDS,
+    MAX_RESIDENT_WORDS,
     MAX_WEIGHT_DEPTH,
     MIN_CLOCK_MHZ,
     STREAM_WIDTHS,
@@ -44,8 +46,11 @@ class ConfigFileError(ValueError):
 #: board presets are what ``make bitstream BOARD=...`` builds by default (``hw/boards/``
 #: reads them; ``docs/boards.md`` gives what each uses of its device).
 PRESETS = {
+    # With the resident block: a 128 KiB data memory (ResNet-8's int8 weights, 78 KB, and
+    # its largest activation, 16 KB) and a 16 KiB program memory.
     "default": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
-                                weight_depth=8192, max_col_tiles=16),
+                                weight_depth=8192, max_col_tiles=16, resident_words=32768,
+                                program_words=4096),
     # The cheapest engine that still runs every kind of layer: quick twin and netlist builds
     # for tests and first experiments.
     "tiny": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=2048,
@@ -84,6 +89,9 @@ FIELDS = {
     "perf_counters": ("bool", (True, False)),
     "csr_readback": ("bool", (True, False)),
     "pipelined": ("bool", (True, False)),
+    # 0 and 0: no resident block; both positive: its memories' depths in 32-bit words.
+    "resident_words": ("int", range(0, MAX_RESIDENT_WORDS + 1)),
+    "program_words": ("int", range(0, MAX_PROGRAM_WORDS + 1)),
 }
 _TABLES = {"array"}
 

@@ -16,8 +16,9 @@ from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
 # Minor 2: RW registers store only their fields' bits (the rest read 0). Minor 3:
-# CONFIG.no_perf. Minor 4: CONFIG.no_readback. Minor 5: CONFIG.no_pipeline.
-MAP_VERSION = (0 << 16) | 5
+# CONFIG.no_perf. Minor 4: CONFIG.no_readback. Minor 5: CONFIG.no_pipeline. Minor 6: the
+# resident block's RES_* registers (reading 0 on a build without it, as on older builds).
+MAP_VERSION = (0 << 16) | 6
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
@@ -154,7 +155,42 @@ REGISTERS = (
                f"Residual add: {meaning} ({'signed ' if signed else ''}{width} bits)",
                _low(width, signed, name))
       for index, (name, width, signed, meaning) in enumerate(ADD_PARAM_FIELDS)),
+    # The resident block (hw/resident.py, contract/resident.py): on a build without it
+    # these words read 0, so RES_DATA_WORDS = 0 says "layer at a time only".
+    Register("RES_DATA_WORDS", 0x200, "RO", "Resident data memory depth in 32-bit words "
+             "(0: no resident execution)", _whole("words")),
+    Register("RES_PROGRAM_WORDS", 0x204, "RO", "Resident program memory depth in 32-bit "
+             "words", _whole("words")),
+    Register("RES_CTRL", 0x208, "W1P", "Resident control strobes", (
+        Field("run", 0, 1, "run the program RES_LOOPS times"),
+        Field("load_data", 1, 1, "load RES_COUNT words from the host stream into the data "
+              "memory at RES_ADDR"),
+        Field("load_program", 2, 1, "the same into the program memory"),
+        Field("read_data", 3, 1, "send RES_COUNT data memory words from RES_ADDR to the "
+              "host stream"),
+        Field("clear_checksum", 4, 1, "set RES_CHECKSUM_A and _B to 0"))),
+    Register("RES_STATUS", 0x20C, "W1C", "Resident status (busy is read-only)", (
+        Field("busy", 0, 1, "a run, load or read-back is under way; the player owns the "
+              "accelerator's registers and streams"),
+        Field("done", 1, 1, "the last run, load or read-back finished; write 1 to clear"),
+        Field("error", 2, 1, "it failed (RES_ERROR, RES_PC); write 1 to clear"))),
+    Register("RES_ADDR", 0x210, "RW", "First word address of a load or read-back",
+             _whole("word address")),
+    Register("RES_COUNT", 0x214, "RW", "Words of a load or read-back", _whole("words")),
+    Register("RES_LOOPS", 0x218, "RW", "Program iterations per run (0 counts as 1)",
+             _whole("iterations")),
+    Register("RES_CHECKSUM_A", 0x21C, "RO", "Sum of the words loaded since clear_checksum "
+             "(contract.resident.checksum_step)", _whole("sum")),
+    Register("RES_CHECKSUM_B", 0x220, "RO", "Sum of the running RES_CHECKSUM_A",
+             _whole("sum")),
+    Register("RES_PC", 0x224, "RO", "Program word address of the record being run",
+             _whole("word address")),
+    Register("RES_ERROR", 0x228, "RO", "Why the last resident run failed: 0, an ERROR_CODE "
+             "of the accelerator's, or a resident one", _whole("code")),
 )
+
+#: The name prefix of the resident block's registers (a build without it leaves them out).
+RESIDENT_PREFIX = "RES_"
 
 # Layer operations, shared by the hardware's `m.Case`s and the driver's descriptors.
 # Depthwise and dense layers are lowered to CONV by the driver (sw_driver.conv_lowering).
@@ -168,6 +204,9 @@ ERROR_CODES = {
     "BAD_OPCODE": (1, "unknown opcode"),
     "BAD_DESCRIPTOR": (2, "bad descriptor"),
     "FORCED": (0xEE, "error flag raised"),  # the twin's fault injection (dbg_force_error)
+    # The resident player's own (RES_ERROR; the accelerator's codes above pass through).
+    "BAD_RECORD": (0x10, "resident: unknown record operation"),
+    "BAD_ADDRESS": (0x11, "resident: an address past the end of its memory"),
 }
 
 
@@ -197,17 +236,25 @@ def _present(caller, flags):
     return {name: flags.get(name, True) for name in OPTIONAL_BLOCKS}
 
 
-def implemented_registers(**flags):
+def resident_registers():
+    """The resident block's registers (``RES_*``), which its own bank holds."""
+    return tuple(reg for reg in REGISTERS if reg.name.startswith(RESIDENT_PREFIX))
+
+
+def implemented_registers(*, resident=False, **flags):
     """The registers a build implements: all of :data:`REGISTERS`, less those of each
     optional block it leaves out (``flags``: ``contract.config.OPTIONAL_BLOCKS`` field ->
     present, true when not named; ``ConvEngineConfig.features()`` gives them): the
     residual add's parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``),
-    the performance counters (``PERF_*``) on one without them (``CONFIG.no_perf``). Those
-    words read zero like unmapped ones and writes to them are dropped."""
+    the performance counters (``PERF_*``) on one without them (``CONFIG.no_perf``), and the
+    resident block's (``RES_*``) unless ``resident`` (``ConvEngineConfig.resident``; the
+    accelerator core never holds them: the resident block has its own bank). Those words
+    read zero like unmapped ones and writes to them are dropped."""
     present = _present("implemented_registers", flags)
     return tuple(reg for reg in REGISTERS
                  if all(present[name] or not reg.name.startswith(block.registers)
-                        for name, block in OPTIONAL_BLOCKS.items() if block.registers))
+                        for name, block in OPTIONAL_BLOCKS.items() if block.registers)
+                 and (resident or not reg.name.startswith(RESIDENT_PREFIX)))
 
 
 def _fields(register_name):

@@ -98,14 +98,14 @@ class XdmaWrapper(wiring.Component):
         super().__init__()
 
     def elaborate(self, platform):
-        from .top import AcceleratorTop
+        from .resident import accelerator_top
 
         m = Module()
         # XDMA's user clock and reset drive everything; no clk/rst ports of our own.
         m.domains.sync = sync = ClockDomain("sync")
         m.d.comb += [sync.clk.eq(self.axi_aclk), sync.rst.eq(~self.axi_aresetn)]
 
-        m.submodules.top = top = AcceleratorTop(self.config)
+        m.submodules.top = top = accelerator_top(self.config)
         m.d.comb += [top.dbg_force_error.eq(0), self.usr_irq_req.eq(top.irq)]
 
         # --- AXI4-Stream: host to card ----------------------------------------------------

@@ -16,7 +16,7 @@ from contract.config import ConvEngineConfig
 
 from .host_bridge import HostBridge
 from .pipeline import skid_between
-from .top import AcceleratorTop
+from .resident import accelerator_top
 from .uart import UartRx, UartTx
 
 
@@ -49,7 +49,7 @@ class UartTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.core = core = AcceleratorTop(self.config)
+        m.submodules.core = core = accelerator_top(self.config)
         m.submodules.bridge = bridge = HostBridge()
         wiring.connect(m, bridge.csr, core.csr)
         # Both word streams pass a skid buffer: the bridge's framing and retry logic and the

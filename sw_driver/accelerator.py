@@ -271,6 +271,10 @@ class Accelerator:
         self.config = ConvEngineConfig(array=array, act_depth=read(Reg.ACT_DEPTH),
                                        weight_depth=read(Reg.WEIGHT_DEPTH),
                                        max_col_tiles=read(Reg.PARAM_DEPTH),
+                                       # 0 and 0 on a build without resident execution (and
+                                       # on one from before the registers).
+                                       resident_words=read(Reg.RES_DATA_WORDS),
+                                       program_words=read(Reg.RES_PROGRAM_WORDS),
                                        **unpack_features(config_word))
         #: Widest feature map the device's 2x2 max pool takes.
         self.pool_max_width = read(Reg.POOL_MAX_WIDTH)

@@ -6,7 +6,7 @@ Generated from contract/regmap.py by `python -m contract.regmap`; do not edit.
 import enum
 
 ID_VALUE = 0x54455353
-MAP_VERSION = 0x5
+MAP_VERSION = 0x6
 
 
 class Reg(enum.IntEnum):
@@ -142,6 +142,29 @@ class Reg(enum.IntEnum):
     ADD_Y_MULTIPLIER = 0x1a4
     # RW: Residual add: n_y (6 bits)
     ADD_Y_SHIFT = 0x1a8
+    # RO: Resident data memory depth in 32-bit words (0: no resident execution)
+    RES_DATA_WORDS = 0x200
+    # RO: Resident program memory depth in 32-bit words
+    RES_PROGRAM_WORDS = 0x204
+    # W1P: Resident control strobes
+    RES_CTRL = 0x208
+    # W1C: Resident status (busy is read-only)
+    RES_STATUS = 0x20c
+    # RW: First word address of a load or read-back
+    RES_ADDR = 0x210
+    # RW: Words of a load or read-back
+    RES_COUNT = 0x214
+    # RW: Program iterations per run (0 counts as 1)
+    RES_LOOPS = 0x218
+    # RO: Sum of the words loaded since clear_checksum (contract.resident.checksum_step)
+    RES_CHECKSUM_A = 0x21c
+    # RO: Sum of the running RES_CHECKSUM_A
+    RES_CHECKSUM_B = 0x220
+    # RO: Program word address of the record being run
+    RES_PC = 0x224
+    # RO: Why the last resident run failed: 0, an ERROR_CODE of the accelerator's, or a resident
+    # one
+    RES_ERROR = 0x228
 
 
 VERSION_MINOR_SHIFT = 0
@@ -238,6 +261,22 @@ ADD_Y_MULTIPLIER_VALUE_SHIFT = 0
 ADD_Y_MULTIPLIER_VALUE_MASK = 0x7fffffff
 ADD_Y_SHIFT_VALUE_SHIFT = 0
 ADD_Y_SHIFT_VALUE_MASK = 0x3f
+RES_CTRL_RUN_SHIFT = 0
+RES_CTRL_RUN_MASK = 0x1
+RES_CTRL_LOAD_DATA_SHIFT = 1
+RES_CTRL_LOAD_DATA_MASK = 0x2
+RES_CTRL_LOAD_PROGRAM_SHIFT = 2
+RES_CTRL_LOAD_PROGRAM_MASK = 0x4
+RES_CTRL_READ_DATA_SHIFT = 3
+RES_CTRL_READ_DATA_MASK = 0x8
+RES_CTRL_CLEAR_CHECKSUM_SHIFT = 4
+RES_CTRL_CLEAR_CHECKSUM_MASK = 0x10
+RES_STATUS_BUSY_SHIFT = 0
+RES_STATUS_BUSY_MASK = 0x1
+RES_STATUS_DONE_SHIFT = 1
+RES_STATUS_DONE_MASK = 0x2
+RES_STATUS_ERROR_SHIFT = 2
+RES_STATUS_ERROR_MASK = 0x4
 
 
 class Opcode(enum.IntEnum):
@@ -256,6 +295,8 @@ class ErrorCode(enum.IntEnum):
     BAD_OPCODE = 0x1  # unknown opcode
     BAD_DESCRIPTOR = 0x2  # bad descriptor
     FORCED = 0xee  # error flag raised
+    BAD_RECORD = 0x10  # resident: unknown record operation
+    BAD_ADDRESS = 0x11  # resident: an address past the end of its memory
 
 
 ERROR_MEANINGS = {
@@ -263,4 +304,6 @@ ERROR_MEANINGS = {
     ErrorCode.BAD_OPCODE: 'unknown opcode',
     ErrorCode.BAD_DESCRIPTOR: 'bad descriptor',
     ErrorCode.FORCED: 'error flag raised',
+    ErrorCode.BAD_RECORD: 'resident: unknown record operation',
+    ErrorCode.BAD_ADDRESS: 'resident: an address past the end of its memory',
 }

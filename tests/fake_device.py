@@ -18,7 +18,9 @@ class Registers(Transport):
                                                **config.features()),
                        Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
                        Reg.PARAM_DEPTH: config.max_col_tiles,
-                       Reg.POOL_MAX_WIDTH: pool_max_width}
+                       Reg.POOL_MAX_WIDTH: pool_max_width,
+                       Reg.RES_DATA_WORDS: config.resident_words,
+                       Reg.RES_PROGRAM_WORDS: config.program_words}
 
     def csr_read(self, offset):
         return self.values.get(offset, 0)

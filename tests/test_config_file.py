@@ -64,7 +64,8 @@ def test_round_trip_with_every_field_set(tmp_path):
     config = ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=777,
                               weight_depth=99, max_col_tiles=3, clock_mhz=62.5,
                               residual_add=False, perf_counters=False,
-                              csr_readback=False, pipelined=False)
+                              csr_readback=False, pipelined=False, resident_words=5000,
+                              program_words=300)
     assert parse_config(json.loads(dumps_json(config))) == config
     (tmp_path / "c.toml").write_text(dumps_toml(config))
     assert load_config(tmp_path / "c.toml") == config
@@ -72,6 +73,7 @@ def test_round_trip_with_every_field_set(tmp_path):
                                       "stream_width": 32, "clock_mhz": 62.5,
                                       "residual_add": False, "perf_counters": False,
                                       "csr_readback": False, "pipelined": False,
+                                      "resident_words": 5000, "program_words": 300,
                                       "array": {"rows": 3, "cols": 5, "acc_width": 32}}
     # An unset clock is left out of the file rather than written as a value TOML lacks.
     assert "clock_mhz" not in config_to_dict(PRESETS["default"])
@@ -113,6 +115,11 @@ BAD_TOML = [
                   "array.acc_width, not 4"),
     ('base = "huge"', "base must be a preset name, one of default, tiny, ulx3s-85f"),
     ("act_depth = ", "not valid TOML ("),
+    ("resident_words = -1", "resident_words must be an integer from 0 to 1048576, not -1"),
+    ("program_words = 65537", "program_words must be an integer from 0 to 65536, not 65537"),
+    # The default preset has both memories: one without the other is refused.
+    ("resident_words = 0", "resident_words and program_words are both 0 (no resident "
+                           "execution) or both positive"),
 ]
 
 

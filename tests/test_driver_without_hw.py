@@ -58,7 +58,7 @@ CHILD = textwrap.dedent("""
         # Only what discovery reads: the ID and configuration registers.
         values = {Reg.ID: 0x54455353, Reg.VERSION: int(version), Reg.CONFIG: int(config_word),
                   Reg.ACT_DEPTH: 4096, Reg.WEIGHT_DEPTH: 1024, Reg.PARAM_DEPTH: 16,
-                  Reg.POOL_MAX_WIDTH: 128}
+                  Reg.POOL_MAX_WIDTH: 128, Reg.RES_DATA_WORDS: 0, Reg.RES_PROGRAM_WORDS: 0}
 
         def csr_read(self, offset):
             return self.values[offset]

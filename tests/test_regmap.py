@@ -222,7 +222,8 @@ def test_config_word_refuses_values_its_fields_cannot_hold():
 
 def test_error_codes_reach_the_driver_and_the_c_header():
     assert {code.name: int(code) for code in regs.ErrorCode} == {
-        "NONE": 0, "BAD_OPCODE": 1, "BAD_DESCRIPTOR": 2, "FORCED": 0xEE}
+        "NONE": 0, "BAD_OPCODE": 1, "BAD_DESCRIPTOR": 2, "FORCED": 0xEE, "BAD_RECORD": 0x10,
+        "BAD_ADDRESS": 0x11}
     assert regs.ERROR_MEANINGS[2] == "bad descriptor"
     header = (ROOT / "twin/harness/tessera_regs.h").read_text()
     assert "#define TESSERA_ERROR_FORCED 0xeeu" in header
@@ -299,7 +300,9 @@ class _Registers:
         self.values = {regs.Reg.ID: ID_VALUE, regs.Reg.VERSION: regs.MAP_VERSION,
                        regs.Reg.CONFIG: pack_config(rows=4, cols=8, acc_width=32),
                        regs.Reg.ACT_DEPTH: 2048, regs.Reg.WEIGHT_DEPTH: 512,
-                       regs.Reg.PARAM_DEPTH: 8, regs.Reg.POOL_MAX_WIDTH: 64}
+                       regs.Reg.PARAM_DEPTH: 8, regs.Reg.POOL_MAX_WIDTH: 64,
+                       # A build without the resident block reads 0 there.
+                       regs.Reg.RES_DATA_WORDS: 0, regs.Reg.RES_PROGRAM_WORDS: 0}
         self.values.update({regs.Reg[name]: value for name, value in overrides.items()})
 
     def csr_read(self, offset):

@@ -12,11 +12,12 @@ from amaranth import ClockDomain, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
-from hw.top import AcceleratorTop
+from hw.resident import accelerator_top
 
 
 class TwinTop(wiring.Component):
-    """``AcceleratorTop`` with registered inputs and ports ``clock``/``reset``.
+    """``AcceleratorTop`` (behind the resident block on a configuration with one:
+    ``hw.resident.accelerator_top``) with registered inputs and ports ``clock``/``reset``.
 
     What changes at the ports: a CSR access reaches the core one cycle after it is driven;
     ``h2c`` is a pipeline register (full throughput, ``ready`` from flip-flops);
@@ -26,7 +27,7 @@ class TwinTop(wiring.Component):
     """
 
     def __init__(self, config):
-        self.core = AcceleratorTop(config)
+        self.core = accelerator_top(config)
         super().__init__({**dict(self.core.signature.members), "clock": In(1), "reset": In(1),
                           "flush": In(1)})
 

@@ -1,0 +1,455 @@
+"""Resident execution: a data memory, a program memory and a player in front of the
+accelerator, so that one start runs a whole model (``contract/resident.py`` defines the
+program; ``docs/resident.md`` the host's protocol).
+
+The player replays, for each engine pass, what the host does in layer-at-a-time mode: the
+pass's register writes on the accelerator's CSR bus (the player is its bus master while it
+runs), then the host-to-device stream read from the data memory by segments while the
+device-to-host stream is written back into it. The accelerator core (``hw/top.py``) is the
+one the layer-at-a-time mode uses, unchanged: :func:`accelerator_top` returns it alone on a
+build without resident memories, so those netlists stay what they were.
+
+```
+host csr ─┬─ 0x200.. ─► CsrBank (RES_*) ─► ResidentPlayer (m.FSM) ─ fetch ◄─ program memory
+          └─ else ────────────────────────► AcceleratorTop.csr ◄── the player while busy
+host h2c ──► AcceleratorTop.h2c  (idle)      │ SegmentReader ◄── data memory (read port)
+         └─► SegmentWriter (load, RECV)      │ SegmentWriter ──► data memory (write port)
+host c2h ◄── AcceleratorTop.c2h  (idle)      │ reader ──► AcceleratorTop.h2c (PASS)
+         ◄── SegmentReader (read-back, SEND) │ AcceleratorTop.c2h ──► writer (PASS)
+```
+"""
+
+from amaranth import Module, Mux, ResetInserter, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from contract.config import ConvEngineConfig
+from contract.regmap import ERROR_CODES, by_name, resident_registers
+from contract.resident import HEADER_FIELDS, OPS, SEGMENT_WORDS
+from contract.streams import WORD_BITS
+
+from .csr import CsrBank, csr_bus_signature, word_layout
+from .resident_segments import SegmentReader, SegmentWriter
+from .top import AcceleratorTop
+
+__all__ = ["ResidentPlayer", "ResidentTop", "accelerator_top"]
+
+_REG = by_name()
+_CSR_STATUS, _CSR_ERROR_CODE, _CSR_CTRL = (_REG[name].offset
+                                           for name in ("STATUS", "ERROR_CODE", "CTRL"))
+_STATUS_DONE, _STATUS_ERROR = (1 << {f.name: f for f in _REG["STATUS"].fields}[name].lsb
+                               for name in ("done", "error"))
+_CTRL_SOFT_RESET = 1 << {f.name: f for f in _REG["CTRL"].fields}["soft_reset"].lsb
+_RES_CTRL = {f.name: f.lsb for f in _REG["RES_CTRL"].fields}
+#: Cycles from the player's read strobe on the accelerator's bus to the answer it samples.
+_POLL_PERIOD = 3
+
+
+def accelerator_top(config):
+    """The accelerator as a host link's top instantiates it: ``AcceleratorTop`` alone, or
+    behind the resident block when ``config`` has resident memories."""
+    return ResidentTop(config) if config.resident else AcceleratorTop(config)
+
+
+class ResidentPlayer(wiring.Component):
+    """Runs the program of the program memory, loads the memories from the host's stream
+    and reads the data memory back to it (``contract.resident``).
+
+    Commands (one-cycle strobes, taken only when idle): ``run``, ``load_data``,
+    ``load_program``, ``read_data``. ``busy`` lasts until the command is over; then
+    ``set_done`` or ``set_error`` pulses, with ``error_code`` and ``pc`` saying why and
+    where. ``loading`` marks the writes of a load (the checksum's words).
+
+    Parameters
+    ----------
+    data_words, program_words : int
+        Depths of the data memory and of the program memory (32-bit words).
+    """
+
+    def __init__(self, *, data_words, program_words):
+        self.data_words, self.program_words = data_words, program_words
+        word = stream.Signature(word_layout())
+        super().__init__({
+            "run": In(1), "load_data": In(1), "load_program": In(1), "read_data": In(1),
+            "addr": In(32), "count": In(32), "loops": In(32),
+            "busy": Out(1), "set_done": Out(1), "set_error": Out(1),
+            "pc": Out(32), "error_code": Out(32), "loading": Out(1),
+            # Master of the accelerator's registers while busy.
+            "accel_csr": Out(csr_bus_signature()),
+            "to_accel": Out(word), "from_accel": In(word),
+            "to_host": Out(word), "from_host": In(word),
+            "data_rd_addr": Out(32), "data_rd_en": Out(1), "data_rd_data": In(WORD_BITS),
+            "prog_rd_addr": Out(32), "prog_rd_data": In(WORD_BITS),
+            # The writer's registered write, to the data memory (target 0) or the
+            # program memory (target 1).
+            "w_addr": Out(32), "w_data": Out(WORD_BITS), "w_en": Out(1), "w_target": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        engine_reset = Signal()
+        m.submodules.reader = reader = ResetInserter(engine_reset)(
+            SegmentReader(depth=self.data_words))
+        m.submodules.writer = writer = ResetInserter(engine_reset)(
+            SegmentWriter(depths=(self.data_words, self.program_words)))
+        m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), self.data_rd_en.eq(reader.rd_en),
+                     reader.rd_data.eq(self.data_rd_data),
+                     self.w_addr.eq(writer.w_addr), self.w_data.eq(writer.w_data),
+                     self.w_en.eq(writer.w_en), self.w_target.eq(writer.target_now)]
+
+        # --- streams: the reader feeds the accelerator or the host, the writer takes
+        # from either; the choice is made when the engine starts -------------------------
+        sink_host, source_host = Signal(), Signal()
+        out = reader.output
+        m.d.comb += [
+            self.to_host.payload.eq(out.payload), self.to_accel.payload.eq(out.payload),
+            self.to_host.valid.eq(out.valid & sink_host),
+            self.to_accel.valid.eq(out.valid & ~sink_host),
+            out.ready.eq(Mux(sink_host, self.to_host.ready, self.to_accel.ready)),
+            writer.input.payload.eq(Mux(source_host, self.from_host.payload,
+                                        self.from_accel.payload)),
+            writer.input.valid.eq(Mux(source_host, self.from_host.valid,
+                                      self.from_accel.valid)),
+            self.from_host.ready.eq(writer.input.ready & source_host),
+            self.from_accel.ready.eq(writer.input.ready & ~source_host),
+        ]
+
+        # --- the fetcher: a segment's words from the program memory into the engine that
+        # asked, one word a cycle: an engine with nothing to walk first, then the reader ---
+        fetching, for_writer = Signal(), Signal()
+        fetch_addr, fetch_index = Signal(32), Signal(range(SEGMENT_WORDS + 1))
+        arrived, arrived_index = Signal(), Signal(range(SEGMENT_WORDS))
+        m.d.sync += [arrived.eq(fetching & (fetch_index < SEGMENT_WORDS)),
+                     arrived_index.eq(fetch_index)]
+        with m.If(~fetching):
+            writer_first = writer.starved & ~reader.starved | ~reader.need_segment
+            with m.If(reader.need_segment | writer.need_segment):
+                m.d.sync += [fetching.eq(1), for_writer.eq(writer_first),
+                             fetch_index.eq(0),
+                             fetch_addr.eq(Mux(writer_first, writer.segment_ptr,
+                                               reader.segment_ptr))]
+        with m.Elif(fetch_index < SEGMENT_WORDS):
+            m.d.sync += [fetch_addr.eq(fetch_addr + 1), fetch_index.eq(fetch_index + 1)]
+        done_fetch = fetching & (fetch_index == SEGMENT_WORDS) & ~arrived
+        with m.If(done_fetch):
+            m.d.sync += fetching.eq(0)
+        for engine, mine in ((reader, ~for_writer), (writer, for_writer)):
+            m.d.comb += [engine.seg_word_valid.eq(arrived & mine),
+                         engine.seg_word_index.eq(arrived_index),
+                         engine.seg_word.eq(self.prog_rd_data),
+                         engine.seg_loaded.eq(done_fetch & mine)]
+
+        # --- the program's state ---------------------------------------------------------
+        pc, cursor, record_end = self.pc, Signal(32), Signal(32)
+        op = Signal(8)
+        counts = {name: Signal(8, name=f"count_{name}") for name, _ in HEADER_FIELDS}
+        loops_left = Signal(32)
+        offset = Signal(32)
+        accel_done = Signal()
+        poll = Signal(range(_POLL_PERIOD + 1))
+        bus = self.accel_csr
+        m.d.sync += [bus.w_en.eq(0), bus.r_en.eq(0), self.set_done.eq(0),
+                     self.set_error.eq(0), engine_reset.eq(0)]
+        main_addr = Signal(32)
+        m.d.comb += self.prog_rd_addr.eq(Mux(fetching, fetch_addr, main_addr))
+
+        def fail(code):
+            m.d.sync += self.error_code.eq(code)
+            m.next = "FAIL"
+
+        def start_reader(**options):
+            m.d.comb += reader.start.eq(1)
+            m.d.sync += sink_host.eq(options.pop("host"))
+            for name, value in options.items():
+                m.d.comb += getattr(reader, name).eq(value)
+
+        def start_writer(**options):
+            m.d.comb += writer.start.eq(1)
+            m.d.sync += source_host.eq(options.pop("host"))
+            for name, value in options.items():
+                m.d.comb += getattr(writer, name).eq(value)
+
+        bad_address, bad_record = ERROR_CODES["BAD_ADDRESS"][0], ERROR_CODES["BAD_RECORD"][0]
+        with m.FSM(name="player") as fsm:
+            with m.State("IDLE"):
+                with m.If(self.run):
+                    m.d.sync += [pc.eq(0), self.error_code.eq(0),
+                                 loops_left.eq(Mux(self.loops == 0, 1, self.loops))]
+                    m.next = "FETCH"
+                with m.Elif(self.load_data | self.load_program):
+                    start_writer(host=1, direct=1, direct_base=self.addr,
+                                 direct_count=self.count, target=self.load_program)
+                    m.d.sync += [self.loading.eq(1), self.error_code.eq(0)]
+                    m.next = "LOAD"
+                with m.Elif(self.read_data):
+                    start_reader(host=1, direct=1, direct_base=self.addr,
+                                 direct_count=self.count, mark_last=1)
+                    m.d.sync += self.error_code.eq(0)
+                    m.next = "READ"
+            with m.State("LOAD"):
+                with m.If(writer.error):
+                    fail(bad_address)
+                with m.Elif(~writer.busy):
+                    m.next = "SETTLE"
+            with m.State("SETTLE"):  # the checksum takes the last word two cycles later
+                m.d.sync += self.loading.eq(0)
+                m.next = "OK"
+            with m.State("READ"):
+                with m.If(reader.error):
+                    fail(bad_address)
+                with m.Elif(~reader.busy):
+                    m.next = "OK"
+
+            # --- records ---------------------------------------------------------------
+            with m.State("FETCH"):
+                m.d.comb += main_addr.eq(pc)
+                with m.If(pc >= self.program_words):
+                    fail(bad_address)
+                with m.Else():
+                    m.next = "HEADER"
+            with m.State("HEADER"):
+                word = self.prog_rd_data
+                fields = {name: word[lsb:lsb + 8] for name, lsb in HEADER_FIELDS}
+                m.d.sync += [op.eq(word[:8]), cursor.eq(pc + 1),
+                             record_end.eq(pc + 1 + (fields["csr"] << 1)
+                                           + ((fields["reads"] + fields["writes"])
+                                              * SEGMENT_WORDS))]
+                m.d.sync += [counts[name].eq(value) for name, value in fields.items()]
+                m.next = "DISPATCH"
+            with m.State("DISPATCH"):
+                with m.If(record_end > self.program_words):
+                    fail(bad_address)
+                with m.Elif(op == OPS["END"]):
+                    with m.If(loops_left == 1):
+                        m.next = "OK"
+                    with m.Else():
+                        m.d.sync += [loops_left.eq(loops_left - 1), pc.eq(0)]
+                        m.next = "FETCH"
+                with m.Elif(op == OPS["PASS"]):
+                    m.next = "CSR_OFFSET"
+                    with m.If(counts["csr"] == 0):
+                        m.next = "STREAM_START"
+                with m.Elif(op == OPS["RECV"]):
+                    start_writer(host=1, direct=0, seg_ptr=cursor, seg_count=counts["writes"],
+                                 target=0)
+                    m.next = "WAIT_WRITER"
+                with m.Elif(op == OPS["SEND"]):
+                    start_reader(host=1, direct=0, seg_ptr=cursor, seg_count=counts["reads"],
+                                 mark_last=1)
+                    m.next = "WAIT_READER"
+                with m.Else():
+                    fail(bad_record)
+
+            # --- PASS: register writes, 2 cycles each once under way (the read port
+            # gives a word a cycle: the offset, then the value while the next offset is
+            # read) ----------------------------------------------------------------------
+            with m.State("CSR_OFFSET"):
+                m.d.comb += main_addr.eq(cursor)
+                m.next = "CSR_VALUE"
+            with m.State("CSR_VALUE"):
+                m.d.comb += main_addr.eq(cursor + 1)
+                m.d.sync += offset.eq(self.prog_rd_data)
+                m.next = "CSR_WRITE"
+            with m.State("CSR_WRITE"):
+                m.d.comb += main_addr.eq(cursor + 2)
+                m.d.sync += [bus.addr.eq(offset), bus.w_data.eq(self.prog_rd_data),
+                             bus.w_en.eq(1), cursor.eq(cursor + 2),
+                             counts["csr"].eq(counts["csr"] - 1)]
+                m.next = "CSR_VALUE"
+                with m.If(counts["csr"] == 1):
+                    m.next = "STREAM_START"
+            with m.State("STREAM_START"):
+                start_reader(host=0, direct=0, seg_ptr=cursor, seg_count=counts["reads"],
+                             mark_last=1)
+                start_writer(host=0, direct=0, seg_count=counts["writes"], target=0,
+                             seg_ptr=cursor + counts["reads"] * SEGMENT_WORDS)
+                m.d.sync += [accel_done.eq(0), poll.eq(0)]
+                m.next = "STREAM"
+            with m.State("STREAM"):
+                # The accelerator's STATUS, read every few cycles over its bus: done ends
+                # the pass once both engines are through, error stops the program.
+                m.d.sync += poll.eq(Mux(poll == _POLL_PERIOD - 1, 0, poll + 1))
+                with m.If(poll == 0):
+                    m.d.sync += [bus.addr.eq(_CSR_STATUS), bus.r_en.eq(1)]
+                status = bus.r_data
+                with m.If(reader.error | writer.error):
+                    fail(bad_address)
+                with m.Elif((poll == _POLL_PERIOD - 1) & (status & _STATUS_ERROR).any()):
+                    m.d.sync += poll.eq(0)
+                    m.next = "ERROR_CODE"
+                with m.Else():
+                    with m.If((poll == _POLL_PERIOD - 1) & (status & _STATUS_DONE).any()):
+                        m.d.sync += accel_done.eq(1)
+                    with m.If(accel_done & ~reader.busy & ~writer.busy):
+                        m.d.sync += pc.eq(record_end)
+                        m.next = "FETCH"
+            with m.State("ERROR_CODE"):
+                m.d.sync += poll.eq(poll + 1)
+                with m.If(poll == 0):
+                    m.d.sync += [bus.addr.eq(_CSR_ERROR_CODE), bus.r_en.eq(1)]
+                with m.If(poll == _POLL_PERIOD - 1):
+                    fail(bus.r_data)
+
+            # --- RECV, SEND ------------------------------------------------------------
+            with m.State("WAIT_WRITER"):
+                with m.If(writer.error):
+                    fail(bad_address)
+                with m.Elif(~writer.busy):
+                    m.d.sync += pc.eq(record_end)
+                    m.next = "FETCH"
+            with m.State("WAIT_READER"):
+                with m.If(reader.error):
+                    fail(bad_address)
+                with m.Elif(~reader.busy):
+                    m.d.sync += pc.eq(record_end)
+                    m.next = "FETCH"
+
+            with m.State("OK"):
+                m.d.sync += self.set_done.eq(1)
+                m.next = "IDLE"
+            with m.State("FAIL"):
+                m.d.sync += [self.set_error.eq(1), engine_reset.eq(1), self.loading.eq(0)]
+                m.next = "IDLE"
+        # Busy until set_done / set_error is visible, so a host that sees busy clear also
+        # sees why.
+        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") | self.set_done | self.set_error)
+        return m
+
+
+class ResidentTop(wiring.Component):
+    """``AcceleratorTop`` behind the resident block, with its ports (``csr``, ``h2c``,
+    ``c2h``, ``irq``, ``dbg_force_error``): what a host link's top instantiates for a
+    configuration with resident memories (:func:`accelerator_top`).
+
+    While the player is busy it owns the accelerator's registers and streams: the host's
+    accesses below ``0x200`` are dropped (reads answer 0), except a ``CTRL.soft_reset``
+    write, which resets the accelerator and aborts the player as well; the host's
+    ``h2c`` goes to the player's writer (loads, ``RECV``), its ``c2h`` comes from the
+    player's reader (read-back, ``SEND``). The accelerator's interrupt is masked meanwhile
+    (each pass would raise it).
+    """
+
+    def __init__(self, config):
+        if not isinstance(config, ConvEngineConfig) or not config.resident:
+            self._MustUse__silence = True  # refused: nothing to elaborate
+            raise ValueError(f"ResidentTop needs a configuration with resident memories "
+                             f"(resident_words > 0), not {config!r}")
+        self.config = config
+        self.core = AcceleratorTop(config)
+        super().__init__(dict(self.core.signature.members))
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        m.submodules.core = core = self.core
+        m.submodules.bank = bank = CsrBank(resident_registers(), readback=cfg.csr_readback)
+        data_memory = Memory(shape=WORD_BITS, depth=cfg.resident_words, init=[])
+        program_memory = Memory(shape=WORD_BITS, depth=cfg.program_words, init=[])
+        m.submodules.data_memory, m.submodules.program_memory = data_memory, program_memory
+        data_read, data_write = data_memory.read_port(), data_memory.write_port()
+        program_read, program_write = program_memory.read_port(), program_memory.write_port()
+
+        # The host's soft reset aborts the player too (a cycle later, as the core's).
+        host = self.csr
+        resident_side = host.addr >= _REG["RES_DATA_WORDS"].offset
+        soft_reset = (host.w_en & ~resident_side & (host.addr == _CSR_CTRL)
+                      & (host.w_data & _CTRL_SOFT_RESET).any())
+        abort = Signal()
+        m.d.sync += abort.eq(soft_reset)
+        m.submodules.player = player = ResetInserter(abort)(ResidentPlayer(
+            data_words=cfg.resident_words, program_words=cfg.program_words))
+
+        # --- memories --------------------------------------------------------------------
+        data_bits, program_bits = ceil_log2(cfg.resident_words), ceil_log2(cfg.program_words)
+        m.d.comb += [
+            data_read.addr.eq(player.data_rd_addr[:data_bits]),
+            data_read.en.eq(player.data_rd_en), player.data_rd_data.eq(data_read.data),
+            data_write.addr.eq(player.w_addr[:data_bits]), data_write.data.eq(player.w_data),
+            data_write.en.eq(player.w_en & (player.w_target == 0)),
+            program_read.addr.eq(player.prog_rd_addr[:program_bits]),
+            player.prog_rd_data.eq(program_read.data),
+            program_write.addr.eq(player.w_addr[:program_bits]),
+            program_write.data.eq(player.w_data),
+            program_write.en.eq(player.w_en & (player.w_target == 1)),
+        ]
+
+        # --- registers: the resident bank, the commands, the checksum -------------------
+        ctrl = bank.res_ctrl
+        commanded = ctrl[:4].any()
+        m.d.comb += [
+            bank.res_data_words.eq(cfg.resident_words),
+            bank.res_program_words.eq(cfg.program_words),
+            player.run.eq(ctrl[_RES_CTRL["run"]]),
+            player.load_data.eq(ctrl[_RES_CTRL["load_data"]]),
+            player.load_program.eq(ctrl[_RES_CTRL["load_program"]]),
+            player.read_data.eq(ctrl[_RES_CTRL["read_data"]]),
+            player.addr.eq(bank.res_addr), player.count.eq(bank.res_count),
+            player.loops.eq(bank.res_loops),
+            # Busy from the command's strobe on, so that a read right after it says so.
+            bank.res_status_live.eq(player.busy | commanded),
+            bank.res_status_set.eq((player.set_done << 1) | (player.set_error << 2)),
+            bank.res_pc.eq(player.pc), bank.res_error.eq(player.error_code),
+        ]
+        # Fletcher's sums over the loaded words (contract.resident.checksum_step), in two
+        # steps so that no cycle chains two 32-bit adders: A takes the word, then B the new A.
+        sum_a, sum_b, added = bank.res_checksum_a, bank.res_checksum_b, Signal()
+        word_in = player.w_en & player.loading
+        m.d.sync += added.eq(word_in)
+        with m.If(ctrl[_RES_CTRL["clear_checksum"]]):
+            m.d.sync += [sum_a.eq(0), sum_b.eq(0), added.eq(0)]
+        with m.Else():
+            with m.If(word_in):
+                m.d.sync += sum_a.eq(sum_a + player.w_data)
+            with m.If(added):
+                m.d.sync += sum_b.eq(sum_b + sum_a)
+
+        # --- the CSR port: the resident bank above 0x200, the core below (the player's
+        # while it is busy) ----------------------------------------------------------------
+        owned = player.busy
+        to_core = ~owned | soft_reset
+        m.d.comb += [bank.bus.addr.eq(host.addr), bank.bus.w_data.eq(host.w_data),
+                     bank.bus.w_en.eq(host.w_en & resident_side),
+                     bank.bus.r_en.eq(host.r_en & resident_side),
+                     player.accel_csr.r_data.eq(core.csr.r_data)]
+        with m.If(to_core):
+            m.d.comb += [core.csr.addr.eq(host.addr), core.csr.w_data.eq(host.w_data),
+                         core.csr.w_en.eq(host.w_en & ~resident_side),
+                         core.csr.r_en.eq(host.r_en & ~resident_side)]
+        with m.Else():
+            m.d.comb += [core.csr.addr.eq(player.accel_csr.addr),
+                         core.csr.w_data.eq(player.accel_csr.w_data),
+                         core.csr.w_en.eq(player.accel_csr.w_en),
+                         core.csr.r_en.eq(player.accel_csr.r_en)]
+        from_bank, from_core = Signal(), Signal()
+        with m.If(host.r_en):
+            m.d.sync += [from_bank.eq(resident_side), from_core.eq(~resident_side & ~owned)]
+        m.d.comb += host.r_data.eq(Mux(from_bank, bank.bus.r_data,
+                                       Mux(from_core, core.csr.r_data, 0)))
+
+        # --- streams ---------------------------------------------------------------------
+        with m.If(owned):
+            m.d.comb += [core.h2c.payload.eq(player.to_accel.payload),
+                         core.h2c.valid.eq(player.to_accel.valid),
+                         player.to_accel.ready.eq(core.h2c.ready),
+                         player.from_accel.payload.eq(core.c2h.payload),
+                         player.from_accel.valid.eq(core.c2h.valid),
+                         core.c2h.ready.eq(player.from_accel.ready),
+                         self.c2h.payload.eq(player.to_host.payload),
+                         self.c2h.valid.eq(player.to_host.valid),
+                         player.to_host.ready.eq(self.c2h.ready),
+                         player.from_host.payload.eq(self.h2c.payload),
+                         player.from_host.valid.eq(self.h2c.valid),
+                         self.h2c.ready.eq(player.from_host.ready)]
+        with m.Else():
+            m.d.comb += [core.h2c.payload.eq(self.h2c.payload),
+                         core.h2c.valid.eq(self.h2c.valid), self.h2c.ready.eq(core.h2c.ready),
+                         self.c2h.payload.eq(core.c2h.payload),
+                         self.c2h.valid.eq(core.c2h.valid), core.c2h.ready.eq(self.c2h.ready)]
+
+        # The interrupt says "a layer ended": not while the player runs layers, nor in the
+        # cycle its command is on its way (a host waiting on the line would stop early).
+        m.d.comb += [core.dbg_force_error.eq(self.dbg_force_error),
+                     self.irq.eq(core.irq & ~owned & ~commanded)]
+        return m

@@ -1,0 +1,400 @@
+"""The resident block under Amaranth's simulator (``hw/resident.py``): loads and their
+checksum, read-back, bad programs, the soft reset, and whole engine passes (a 3x3
+convolution, an ADD, a POOL) replayed by the player from on-chip memory, bit-exact with the
+engine's reference and the golden models."""
+
+from collections import deque
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from amaranth.sim import Simulator
+from resident_images import single_pass_image, words_of
+
+from contract.config import ArrayConfig, ConvEngineConfig
+from contract.regmap import ERROR_CODES, by_name
+from contract.resident import Segment, header, image_checksum
+from hw.resident import ResidentTop, accelerator_top
+from hw.top import AcceleratorTop
+from models.conv import conv2d
+from models.eltwise import add, add_multipliers
+from models.pool import max_pool2d
+from models.requant import requantize
+from sim.streams import csr_read, csr_write, run_bounded
+from sw_driver import regs
+from sw_driver.accelerator import add_program, pass_program, pool_program
+from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
+
+#: A small engine with a small resident block: quick to simulate.
+CONFIG = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=512, weight_depth=256,
+                          max_col_tiles=4, resident_words=1024, program_words=256)
+REG = by_name()
+RES_CTRL = {f.name: 1 << f.lsb for f in REG["RES_CTRL"].fields}
+DONE, ERROR = regs.STATUS_DONE_MASK, regs.STATUS_ERROR_MASK
+
+
+class Host:
+    """The host's side of the top in a testbench: registers by name, a host-to-device
+    queue that a background process feeds in, and every device-to-host word collected."""
+
+    def __init__(self, dut):
+        self.dut = dut
+        self.queue = deque()
+        self.received = []  # (word, last)
+
+    def bind(self, sim):
+        dut = self.dut
+
+        async def feeder(ctx):
+            # One word offered at a time, held until taken (a loop of ticks rather than
+            # ``stream_put``, so that the simulation may end while a word waits).
+            offered = False
+            async for _, _, ready in ctx.tick().sample(dut.h2c.ready):
+                if offered and ready:
+                    offered = False
+                if not offered and self.queue:
+                    word, last = self.queue.popleft()
+                    ctx.set(dut.h2c.payload, {"data": int(word), "last": last})
+                    offered = True
+                ctx.set(dut.h2c.valid, offered)
+
+        async def collector(ctx):
+            ctx.set(dut.c2h.ready, 1)
+            async for _, _, valid, data, last in ctx.tick().sample(
+                    dut.c2h.valid, dut.c2h.payload.data, dut.c2h.payload.last):
+                if valid:
+                    self.received.append((int(data), int(last)))
+
+        sim.add_testbench(feeder, background=True)
+        sim.add_testbench(collector, background=True)
+
+    def dma_write(self, words):
+        words = [int(w) for w in words]
+        self.queue.extend((w, int(i + 1 == len(words))) for i, w in enumerate(words))
+
+    async def write(self, ctx, name, value):
+        await csr_write(ctx, self.dut.csr, REG[name].offset, int(value))
+
+    async def read(self, ctx, name):
+        return await csr_read(ctx, self.dut.csr, REG[name].offset)
+
+    async def finish(self, ctx, *, limit=200_000):
+        """RES_STATUS once busy is clear (done or error set), polled."""
+        for _ in range(limit):
+            status = await self.read(ctx, "RES_STATUS")
+            if not status & regs.RES_STATUS_BUSY_MASK:
+                return status
+            await ctx.tick().repeat(8)
+        raise AssertionError(f"the player is still busy after {limit} polls")
+
+    async def load(self, ctx, words, *, address=0, program=False, send=None):
+        await self.write(ctx, "RES_ADDR", address)
+        await self.write(ctx, "RES_COUNT", len(words))
+        await self.write(ctx, "RES_STATUS", DONE | ERROR)
+        await self.write(ctx, "RES_CTRL", RES_CTRL["load_program" if program else "load_data"])
+        self.dma_write(words[:send])
+        return await self.finish(ctx)
+
+    async def run(self, ctx, *, loops=1):
+        await self.write(ctx, "RES_STATUS", DONE | ERROR)
+        await self.write(ctx, "RES_LOOPS", loops)
+        await self.write(ctx, "RES_CTRL", RES_CTRL["run"])
+
+
+def simulate(bench, *, cycles=400_000):
+    dut = ResidentTop(CONFIG)
+    host = Host(dut)
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    host.bind(sim)
+
+    async def main(ctx):
+        await bench(ctx, host)
+
+    sim.add_testbench(main)
+    assert run_bounded(sim, cycles * 1e-8), f"the testbench hung for {cycles} cycles"
+    return host
+
+
+def test_only_a_resident_configuration_gets_the_resident_top():
+    tops = [accelerator_top(CONFIG), accelerator_top(ConvEngineConfig())]
+    for top in tops:  # looked at, never elaborated: tell Amaranth so
+        top._MustUse__silence = True
+        getattr(top, "core", top)._MustUse__silence = True
+    assert isinstance(tops[0], ResidentTop) and type(tops[1]) is AcceleratorTop
+    plain = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2))
+    with pytest.raises(ValueError, match="resident_words > 0"):
+        ResidentTop(plain)
+
+
+def test_the_configuration_names_and_carries_the_resident_memories():
+    assert CONFIG.name == "conv_engine-r2c2a32-x512-w256-t4-m1024p256"
+    plain = replace(CONFIG, resident_words=0, program_words=0)
+    assert plain.name == "conv_engine-r2c2a32-x512-w256-t4" and not plain.resident
+    assert "TESSERA_RESIDENT_WORDS" not in plain.env()
+    for config in (CONFIG, plain):
+        environ = {**config.env(), "TESSERA_ROWS": "2", "TESSERA_COLS": "2"}
+        assert ConvEngineConfig.from_env(environ) == config
+    with pytest.raises(ValueError, match="program_words must be an integer from 0 to 65536"):
+        replace(CONFIG, program_words=1 << 17)
+    with pytest.raises(ValueError, match="not 1024 and 0"):
+        replace(CONFIG, program_words=0)
+
+
+def test_load_checksum_and_read_back(rng, seed):
+    data = rng.integers(0, 1 << 32, 37, dtype=np.uint64).astype(np.uint32)
+    program = rng.integers(0, 1 << 32, 11, dtype=np.uint64).astype(np.uint32)
+    seen = {}
+
+    async def bench(ctx, host):
+        seen["discovery"] = (await host.read(ctx, "RES_DATA_WORDS"),
+                             await host.read(ctx, "RES_PROGRAM_WORDS"))
+        await host.write(ctx, "RES_CTRL", RES_CTRL["clear_checksum"])
+        seen["data load"] = await host.load(ctx, data, address=CONFIG.resident_words - 37)
+        seen["after data"] = (await host.read(ctx, "RES_CHECKSUM_A"),
+                              await host.read(ctx, "RES_CHECKSUM_B"))
+        seen["program load"] = await host.load(ctx, program, address=5, program=True)
+        seen["after both"] = (await host.read(ctx, "RES_CHECKSUM_A"),
+                              await host.read(ctx, "RES_CHECKSUM_B"))
+        await host.write(ctx, "RES_ADDR", CONFIG.resident_words - 37)
+        await host.write(ctx, "RES_COUNT", 37)
+        await host.write(ctx, "RES_CTRL", RES_CTRL["read_data"])
+        seen["read"] = await host.finish(ctx)
+        await host.write(ctx, "RES_CTRL", RES_CTRL["clear_checksum"])
+        await ctx.tick()
+        seen["cleared"] = (await host.read(ctx, "RES_CHECKSUM_A"),
+                           await host.read(ctx, "RES_CHECKSUM_B"))
+
+    host = simulate(bench, cycles=20_000)
+    label = f"seed={seed}"
+    assert seen["discovery"] == (CONFIG.resident_words, CONFIG.program_words)
+    assert seen["data load"] == seen["program load"] == seen["read"] == DONE, label
+    assert seen["after data"] == image_checksum(data), label
+    assert seen["after both"] == image_checksum(program, image_checksum(data)), label
+    assert seen["cleared"] == (0, 0)
+    assert [w for w, _ in host.received] == [int(w) for w in data], label
+    assert [last for _, last in host.received] == [0] * 36 + [1], label
+
+
+def random_segment(rng, *, words):
+    """A segment of random shape (strides of either sign, gaps, empty counts sometimes)
+    whose every address lies in [0, words)."""
+    while True:
+        segment = Segment(base=int(rng.integers(0, words)),
+                          outer_count=int(rng.integers(0, 4)),
+                          outer_stride=int(rng.integers(-40, 41)),
+                          inner_count=int(rng.integers(0, 4)),
+                          inner_stride=int(rng.integers(-9, 10)),
+                          chunk_words=int(rng.integers(0, 6)),
+                          gap_words=int(rng.choice([0, 0, 1, 2])),
+                          fill=int(rng.integers(0, 1 << 32)))
+        if all(0 <= a < words for a in segment.addresses()):
+            return segment
+
+
+def stream_of(segment, memory):
+    """The words a reader sends for ``segment`` (``contract.resident``'s definition)."""
+    out = []
+    for o in range(segment.outer_count):
+        for i in range(segment.inner_count):
+            start = segment.base + o * segment.outer_stride + i * segment.inner_stride
+            out += [int(memory[a]) for a in range(start, start + segment.chunk_words)]
+            out += [segment.fill] * segment.gap_words
+    return out
+
+
+def test_segments_walk_as_the_contract_says(rng, seed):
+    """RECV and SEND of random multi-segment records (strides of both signs, gaps, empty
+    segments): the words sent, and the memory after the writes, against the model."""
+    words = 256
+    memory = rng.integers(0, 1 << 32, words, dtype=np.uint64).astype(np.uint32)
+    writes = [random_segment(rng, words=words) for _ in range(4)]
+    reads = [random_segment(rng, words=words) for _ in range(5)]
+    incoming = rng.integers(0, 1 << 32, sum(s.words for s in writes),
+                            dtype=np.uint64).astype(np.uint32)
+    model = memory.copy()
+    stream = iter(incoming)
+    for segment in writes:  # chunk words land in order; gap words are dropped
+        for o in range(segment.outer_count):
+            for i in range(segment.inner_count):
+                start = segment.base + o * segment.outer_stride + i * segment.inner_stride
+                for address in range(start, start + segment.chunk_words):
+                    model[address] = next(stream)
+                for _ in range(segment.gap_words):
+                    next(stream)
+    sent = [w for segment in reads for w in stream_of(segment, model)]
+    records = [header("RECV", writes=len(writes)), *(w for s in writes for w in s.encode()),
+               header("SEND", reads=len(reads)), *(w for s in reads for w in s.encode()),
+               header("END")]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, memory)
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        host.dma_write(incoming)
+        seen["run"] = await host.finish(ctx)
+        seen["sent"] = list(host.received)
+        host.received.clear()
+        await host.write(ctx, "RES_ADDR", 0)
+        await host.write(ctx, "RES_COUNT", words)
+        await host.write(ctx, "RES_CTRL", RES_CTRL["read_data"])
+        seen["read"] = await host.finish(ctx)
+
+    host = simulate(bench, cycles=40_000)
+    label = f"seed={seed} writes {writes} reads {reads}"
+    assert seen["run"] == seen["read"] == DONE, label
+    assert [w for w, _ in seen["sent"]] == sent, label
+    if sent:
+        assert [last for _, last in seen["sent"]] == [0] * (len(sent) - 1) + [1], label
+    assert [w for w, _ in host.received] == [int(w) for w in model], label
+
+
+@pytest.mark.parametrize("case", ["bad_record", "segment_past_the_end", "load_past_the_end",
+                                  "record_past_the_end"])
+def test_a_bad_program_stops_with_its_error_code(case):
+    words = {
+        "bad_record": [header("END") | 0x7F],
+        "segment_past_the_end": [header("SEND", reads=1),
+                                 *Segment(base=CONFIG.resident_words - 1,
+                                          chunk_words=2).encode(), header("END")],
+        "record_past_the_end": [header("PASS", csr=CONFIG.program_words // 2)],
+    }.get(case, [header("END")])
+    seen = {}
+
+    async def bench(ctx, host):
+        seen["load"] = await host.load(ctx, words, program=True)
+        if case == "load_past_the_end":
+            # Three words from the second last: the two that fit are taken, then the
+            # player stops (before the third arrives, so none is left on the stream).
+            seen["status"] = await host.load(ctx, [1, 2, 3],
+                                             address=CONFIG.resident_words - 2, send=2)
+        else:
+            await host.run(ctx)
+            seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+        seen["pc"] = await host.read(ctx, "RES_PC")
+        # The player is free again: a good program runs.
+        await host.load(ctx, [header("END")], program=True)
+        await host.run(ctx)
+        seen["then"] = await host.finish(ctx)
+
+    host = simulate(bench, cycles=20_000)
+    bad = "BAD_RECORD" if case == "bad_record" else "BAD_ADDRESS"
+    assert seen["load"] == DONE
+    assert seen["status"] == ERROR and seen["error"] == ERROR_CODES[bad][0], seen
+    assert seen["pc"] == 0, seen
+    assert seen["then"] == DONE
+    # The SEND stopped before its bad address: never a word from there, nor a `last`.
+    assert len(host.received) <= (1 if case == "segment_past_the_end" else 0)
+    assert not any(last for _, last in host.received)
+
+
+def test_soft_reset_aborts_a_run():
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, [*[header("RECV", writes=1)],
+                              *Segment(base=0, chunk_words=4).encode(), header("END")],
+                        program=True)
+        await host.run(ctx)
+        await ctx.tick().repeat(50)
+        seen["waiting"] = await host.read(ctx, "RES_STATUS")
+        await host.write(ctx, "CTRL", regs.CTRL_SOFT_RESET_MASK)
+        await ctx.tick().repeat(4)
+        seen["aborted"] = await host.read(ctx, "RES_STATUS")
+        seen["id"] = await host.read(ctx, "ID")
+
+    simulate(bench, cycles=5_000)
+    assert seen["waiting"] == regs.RES_STATUS_BUSY_MASK
+    assert seen["aborted"] == 0 and seen["id"] == regs.ID_VALUE
+
+
+def requant_params(rng, channels):
+    # Shifts that scale a 3x3x3 accumulator (|acc| < 2**19) onto the int8 range, so that
+    # the outputs are not all clamped (a wrong word must show).
+    return (rng.integers(-2**12, 2**12, channels).astype(np.int32),
+            rng.integers(2**30, 2**31, channels), rng.integers(36, 40, channels))
+
+
+def conv_case(rng):
+    """A 3x3 convolution that lowers to one pass: (program, expected beats, check)."""
+    x = rng.integers(-128, 128, (1, 3, 5, 5), dtype=np.int8)
+    w = rng.integers(-128, 128, (4, 3, 3, 3), dtype=np.int8)
+    bias, mult, shift = requant_params(rng, 4)
+    options = dict(x_zero_point=-3, y_zero_point=4, lo=-128, hi=127)
+    passes = lower_conv2d(x, w, bias, mult, shift, stride=1, padding=1, config=CONFIG,
+                          **options)
+    assert len(passes) == 1
+    want = requantize(conv2d(x, w, bias, x_zero_point=-3, stride=1, padding=1), mult, shift,
+                      4, -128, 127)
+    assert len(np.unique(want)) > 10, "the outputs are mostly clamped"
+    reference = engine_reference(passes[0])
+    # The engine's reference is the golden model's layer, before the player comes in.
+    assert np.array_equal(assemble_output(passes, [reference], 4), want)
+
+    def golden(beats):
+        return assemble_output(passes, [beats], 4), want
+
+    return pass_program(passes[0], CONFIG), golden
+
+
+def pool_case(rng):
+    x = rng.integers(-128, 128, (1, 3, 6, 4), dtype=np.int8)
+    program = pool_program(x, CONFIG)
+
+    def golden(beats):
+        out = beats.reshape(1, 2, 3, 2, 2).transpose(0, 1, 4, 2, 3).reshape(1, 4, 3, 2)
+        return out[:, :3], max_pool2d(x, 2, 2)
+
+    return program, golden
+
+
+def add_case(rng):
+    a = rng.integers(-128, 128, (1, 3, 3, 3), dtype=np.int8)
+    b = rng.integers(-128, 128, (1, 3, 3, 3), dtype=np.int8)
+    scales = (0.05, 0.08, 0.1)
+    ma, na, mb, nb, my, ny = add_multipliers(*scales)
+    params = {"a_zero_point": 3, "b_zero_point": -7, "y_zero_point": 1, "lo": -128,
+              "hi": 127, "a_multiplier": ma, "a_shift": na, "b_multiplier": mb,
+              "b_shift": nb, "y_multiplier": my, "y_shift": ny}
+    program = add_program(a, b, params, CONFIG)
+
+    def golden(beats):
+        return (beats.reshape(-1)[:a.size].reshape(a.shape),
+                add(a, scales[0], 3, b, scales[1], -7, scales[2], 1))
+
+    return program, golden
+
+
+CASES = {"conv3x3": conv_case, "pool": pool_case, "add": add_case}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_whole_pass_from_resident_memory_is_bit_exact(case, rng, seed):
+    program, golden = CASES[case](rng)
+    data, records, results = single_pass_image(program)
+    seen = {}
+
+    async def bench(ctx, host):
+        seen["loads"] = (await host.load(ctx, data), await host.load(ctx, records,
+                                                                     program=True))
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+
+    host = simulate(bench)
+    label = f"seed={seed} {case} on {CONFIG.name}"
+    assert seen["loads"] == (DONE, DONE), label
+    assert seen["status"] == DONE, f"{label}: {seen}"
+    assert len(host.received) == results, label
+    assert [last for _, last in host.received] == [0] * (results - 1) + [1], label
+    raw = np.array([w for w, _ in host.received], dtype="<u4").tobytes()
+    got, want = golden(program.decode(raw))
+    np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_the_image_helpers_round_trip():
+    """The test image lays the pass's bytes out word for word (a check of the helper the
+    tests above and the twin's test share)."""
+    assert list(words_of(b"\x01\x00\x00\x00\xff\xff\xff\xff")) == [1, 0xFFFFFFFF]
