@@ -46,10 +46,11 @@ class ConfigFileError(ValueError):
 #: board presets are what ``make bitstream BOARD=...`` builds by default (``hw/boards/``
 #: reads them; ``docs/boards.md`` gives what each uses of its device).
 PRESETS = {
-    # With the resident block: a 128 KiB data memory (ResNet-8's int8 weights, 78 KB, and
-    # its largest activation, 16 KB) and a 16 KiB program memory.
+    # With the resident block: a 160 KiB data memory (ResNet-8 resident needs 134 KiB: its
+    # weights and parameters, 83 KiB, and three live 16 KiB activations of a residual
+    # block) and a 16 KiB program memory.
     "default": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
-                                weight_depth=8192, max_col_tiles=16, resident_words=32768,
+                                weight_depth=8192, max_col_tiles=16, resident_words=40960,
                                 program_words=4096),
     # The cheapest engine that still runs every kind of layer: quick twin and netlist builds
     # for tests and first experiments.

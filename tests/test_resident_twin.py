@@ -17,12 +17,12 @@ from contract.streams import weight_words
 from models.conv import conv2d
 from models.pool import max_pool2d
 from models.requant import requantize
-from sim.twin import Twin
 from sw_driver import regs
 from sw_driver.accelerator import Accelerator, pass_program, pool_program
 from sw_driver.conv_lowering import lower_conv2d
 from sw_driver.regs import Reg
 from sw_driver.transport.sim import SimTransport
+from twin.dma import Twin
 
 #: The 4x4 engine of the other twin tests, with a small resident block (its own build).
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,

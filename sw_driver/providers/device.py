@@ -33,7 +33,7 @@ from ..gap_lowering import gap_refusal
 from ..matmul_lowering import lower_matmul, matmul_refusal, matmul_work
 from ..resident.compiler import compile_layers
 from ..resident.plan import ResidentSegment, placed_runs
-from ..resident.runner import RES, ResidentRunner
+from ..resident.runner import ResidentRunner
 from ..transport.base import Transport, TransportError
 from . import costs
 from .base import Concurrency, Cost, Provider, Refusal
@@ -353,10 +353,9 @@ class DeviceProvider(Provider):
     # ------------------------------------------------------------ resident segments
 
     def resident_memory(self):
-        """``(data words, program words)`` of the device's resident player; (0, 0) when it
-        has none (its ``RES_DATA_WORDS`` register reads 0, as unmapped words do)."""
-        read = self.transport.csr_read
-        return read(RES["DATA_WORDS"]), read(RES["PROGRAM_WORDS"])
+        """``(data words, program words)`` of the device's resident player, from its
+        ``RES_DATA_WORDS``/``RES_PROGRAM_WORDS`` registers; (0, 0) when it has none."""
+        return self.config.resident_words, self.config.program_words
 
     def resident_segments(self, graph, placement, outputs):
         """Compile each run of this device's layers into a resident image; a run that does
