@@ -12,18 +12,20 @@ cores, so a 2-core machine measures mostly their contention (docs/performance.md
 
 import contextlib
 import os
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 from bench.common import metric, write_results
 from sw_driver import InferenceSession
-from tessera.serve.loadgen import TenantLoad, free_port, get_json, run_load, summarize
+from tessera.serve.loadgen import (
+    TenantLoad,
+    free_port,
+    run_load,
+    serve_subprocess,
+    summarize,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "models" / "zoo" / "digits_qdq.onnx"
@@ -54,33 +56,9 @@ burst = 1000000
 def _server(folder, tag, extra):
     config, log = Path(folder) / f"{tag}.toml", Path(folder) / f"{tag}.log"
     config.write_text(CONFIG)
-    port = free_port()
-    with open(log, "ab") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "tessera.cli", "serve", "--config",
-                                    str(config), "--port", str(port), *extra],
-                                   stdout=sink, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + READY_WITHIN
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"{tag}: the server exited with {process.returncode}; "
-                                   f"see {log}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{tag}: not ready within {READY_WITHIN:.0f} s; see {log}")
-            try:
-                get_json(url, "/v2", timeout=2)
-                break
-            except (OSError, RuntimeError):
-                time.sleep(0.25)
+    with serve_subprocess(config, free_port(), log=log, timeout=READY_WITHIN,
+                          extra=extra) as url:
         yield url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.communicate()
 
 
 def _load(url, inputs, expected, concurrency, seconds):

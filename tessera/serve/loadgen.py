@@ -427,12 +427,13 @@ def free_port():
 
 
 @contextlib.contextmanager
-def serve_subprocess(config_path, port, *, log, timeout=60.0):
-    """``tessera serve`` as a child process on 127.0.0.1:``port``, its output appended to
-    the file ``log`` (a pipe could fill and stall the server); yields its URL and stops it
-    with SIGTERM (killed if it has not exited ``timeout`` seconds later)."""
+def serve_subprocess(config_path, port, *, log, timeout=60.0, extra=()):
+    """``tessera serve`` as a child process on 127.0.0.1:``port`` (with the further
+    arguments ``extra``), its output appended to the file ``log`` (a pipe could fill and
+    stall the server); yields its URL and stops it with SIGTERM (killed if it has not
+    exited ``timeout`` seconds later)."""
     command = [sys.executable, "-m", "tessera.cli", "serve", "--config", str(config_path),
-               "--port", str(port)]
+               "--port", str(port), *extra]
     with open(log, "ab") as sink:
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
