@@ -14,7 +14,8 @@ from contract.postprocess import (
 )
 from contract.streams import ACTIVATIONS_PER_WORD, output_words, param_words, weight_words
 
-__all__ = ["PASS_LATENCY_CYCLES", "TILE_SWITCH_CYCLES", "pass_cycles"]
+__all__ = ["PASS_LATENCY_CYCLES", "RESIDENT", "TILE_SWITCH_CYCLES", "pass_cycles",
+           "resident_pass_cycles", "resident_run_cycles", "resident_stream_cycles"]
 
 #: Cycles per engine pass beyond loading and computing: the descriptor writes, lane
 #: set-up, the array's skew and drain and the requantizer's stages (fitted on the 8x8
@@ -99,3 +100,68 @@ def pass_cycles(engine_pass, config):
     # Words the array never reads (rows a stride skips) are still taken before the end.
     end = max(end, act_words + (tiles - 1) * tile_rows * per_row)
     return load + end + PASS_LATENCY_CYCLES
+
+
+class RESIDENT:
+    """The resident player's own cycles (``hw/resident.py``), measured in Amaranth's
+    simulator on the player alone (docs/resident.md, "Cycles"); a resident run costs these
+    on top of the core's :func:`pass_cycles`."""
+
+    #: A run's start, and ``done`` after the last ``END``.
+    RUN = 3
+    #: Each record's fetch and decode (an ``END`` costs this alone, once per iteration).
+    RECORD = 3
+    #: A ``PASS``'s register writes: ``CSR_SETUP`` plus ``CSR_WRITE`` each (the program
+    #: memory gives a word a cycle: the offset, then the value).
+    CSR_SETUP = 1
+    CSR_WRITE = 2
+    #: A command's first segment fetched from the program memory (8 words, one a cycle,
+    #: and the hand-over) plus 2 to start its walk.
+    FIRST_SEGMENT = 14
+    #: Each further segment of the command's stream: fetched while the one before is
+    #: walked, then 2 cycles to start it.
+    SEGMENT = 2
+    #: A reader's first word after its segment is fetched (read port, FIFO, output register).
+    READ_LATENCY = 4
+    #: A ``PASS``'s end after the core's ``STATUS.done``: a ``STATUS`` read every 3 cycles,
+    #: 2 of latency (at most 5; 3 on average).
+    STATUS_POLL = 3
+    #: A ``SEND`` of one segment of L words takes L + 22 from its record to done, a ``RECV``
+    #: L + 19: the record, the first segment, and the reader's latency (SEND) or the
+    #: writer's last store (RECV).
+    SEND_EXTRA = 22
+    RECV_EXTRA = 19
+    #: Cycles the host spends inside a layer-at-a-time pass that :func:`pass_cycles` counts
+    #: and a played pass does not have: the twin's host reads the other five performance
+    #: counters after ``PERF_CYCLES`` and ``STATUS`` at the end, 2 cycles a register access.
+    HOST_READS = 12
+    #: The twin host's register write (2 cycles), which :func:`pass_cycles` counts for each
+    #: descriptor write of a layer-at-a-time pass and which the player's own write replaces.
+    HOST_CSR_WRITE = 2
+
+
+def resident_pass_cycles(core_cycles, *, csr_writes, read_segments):
+    """Cycles of one ``PASS`` record played on the device: the core's pass as
+    :func:`pass_cycles` models it (host-paced, as layer at a time), less the host's part of
+    that figure, plus the player's record, register writes, stream start and ``STATUS``
+    polling. The write segments are fetched while the read stream runs, off the critical
+    path; each further read segment costs its start."""
+    p = RESIDENT
+    player = (p.RECORD + p.CSR_SETUP + p.CSR_WRITE * csr_writes + p.FIRST_SEGMENT
+              + p.READ_LATENCY + p.SEGMENT * max(0, read_segments - 1) + p.STATUS_POLL)
+    host = p.HOST_READS + p.HOST_CSR_WRITE * csr_writes
+    return core_cycles - host + player
+
+
+def resident_stream_cycles(kind, words, segments):
+    """Cycles of a ``RECV`` or ``SEND`` record (``kind``) of ``words`` stream words in
+    ``segments`` segments, from its record to its last word, at a word a cycle (the twin's
+    host keeps up; a slower link adds its own time, which the link model counts)."""
+    extra = {"RECV": RESIDENT.RECV_EXTRA, "SEND": RESIDENT.SEND_EXTRA}[kind]
+    return words + extra + RESIDENT.SEGMENT * max(0, segments - 1)
+
+
+def resident_run_cycles(iteration_cycles, loops=1):
+    """Cycles of a resident run of ``loops`` iterations (``RES_LOOPS``) of a program whose
+    iteration, ``END`` record included, takes ``iteration_cycles``."""
+    return RESIDENT.RUN + loops * iteration_cycles

@@ -10,8 +10,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.zoo.reference import onnxruntime_session
+from sw_driver.providers.costs import CSR_READS_PER_PASS, LinkModel
+from sw_driver.resident.runner import RUN_CSR_ACCESSES
 
-__all__ = ["DemoResult", "accumulate", "onnxruntime_outputs", "run_session"]
+#: The UART's line rate the demo prices bytes at (8N1: 10 bits a byte, payload only).
+UART_BAUD = 3_000_000
+#: Register writes of a layer-at-a-time pass's descriptor (the digits CNN's passes).
+PASS_CSR_WRITES = 34
+
+__all__ = ["DemoResult", "accumulate", "link_rows", "onnxruntime_outputs", "run_session"]
 
 
 @dataclass
@@ -36,6 +43,9 @@ class DemoResult:
     outputs: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
     profile: dict = field(default_factory=dict)
+    #: The same twin layer at a time on the first few images, for the link table.
+    layered: dict = field(default_factory=dict)
+    layered_images: int = 0
 
     def accuracy(self, key):
         """Top-1 accuracy of the run ``key`` against :attr:`labels`."""
@@ -88,3 +98,29 @@ def timed(result, key, function, *args, **kwargs):
     value = function(*args, **kwargs)
     result.seconds[key] = time.perf_counter() - started
     return value
+
+
+def link_rows(runs, clock_hz, *, batch, baud=UART_BAUD, link=None):
+    """Rows ``(run, bytes/image, compute, UART, XDMA)`` of the demo's link table.
+
+    ``runs`` maps a label to ``(bytes per image, cycles per image, passes per image,
+    resident)``; compute is the cycles at ``clock_hz``; the UART is the payload at ``baud``;
+    XDMA is :class:`~sw_driver.providers.costs.LinkModel` (two transfers and the run's
+    register accesses per batch of ``batch`` resident, two transfers and about
+    ``CSR_READS_PER_PASS + PASS_CSR_WRITES`` accesses per pass layer at a time)."""
+    link = LinkModel() if link is None else link
+    rows = []
+    for label, (nbytes, cycles, passes, resident) in runs.items():
+        if resident:
+            transfers, csr = 2 / batch, RUN_CSR_ACCESSES / batch
+        else:
+            transfers, csr = 2 * passes, passes * (CSR_READS_PER_PASS + PASS_CSR_WRITES)
+        xdma = (transfers * link.transfer_seconds + nbytes / link.bytes_per_second
+                + csr * link.csr_seconds)
+        rows.append((label, f"{nbytes:,.0f}", _us(cycles / clock_hz),
+                     _us(nbytes * 10 / baud), _us(xdma)))
+    return rows
+
+
+def _us(seconds):
+    return f"{seconds * 1e3:,.2f} ms" if seconds >= 1e-2 else f"{seconds * 1e6:,.0f} us"

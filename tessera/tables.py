@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 __all__ = ["WIDTH", "loadtest_notes", "loadtest_table", "profile_table", "reasons_grid",
-           "short_reason"]
+           "segment_lines", "short_reason"]
 
 #: The narrowest console the tables are laid out for: a terminal's default, and what rich
 #: assumes when the output is not a terminal (a pipe, a log).
@@ -98,6 +98,33 @@ def profile_table(totals, title, *, cycles=False, share=False, per_batch=None, w
             row.append(short_reason(entry["reason"]))
         table.add_row(*row)
     return table
+
+
+def _duration(seconds):
+    return f"{seconds * 1e3:.2f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} us"
+
+
+def segment_lines(totals):
+    """Two lines of at most :data:`WIDTH` columns per resident segment of a profile (the
+    entries carrying ``segment``): passes, bytes over the link per inference against layer
+    at a time; then the link's time against the compute's, per inference."""
+    lines = []
+    for entry in totals.values():
+        seg = entry.get("segment")
+        if seg is None:
+            continue
+        line = (f"resident segment {seg['index']}: {seg['passes']} passes, "
+                f"{seg['link_bytes_per_inference']:,} B/inference "
+                f"({seg['link_bytes_layer_at_a_time']:,} layer at a time)")
+        lines.append(line)
+        compute = seg.get("compute_seconds")
+        if compute is not None:
+            link = seg.get("link_seconds")
+            linked = ("link: no model (twin)" if link is None
+                      else f"link {_duration(link)}")
+            lines.append(f"  per inference: {linked}, compute {_duration(compute)} at "
+                         f"{seg['clock_hz'] / 1e6:g} MHz")
+    return lines
 
 
 def reasons_grid(totals):

@@ -82,6 +82,7 @@ class ResidentDevice(Transport):
             for word in words:
                 state = checksum_step(state, int(word))
             self.regs["CHECKSUM_A"], self.regs["CHECKSUM_B"] = state
+            self.regs["STATUS"] |= STATUS_DONE  # the load is through, as the player says
             self.mode = None
         elif self.mode == "run":
             self.host.append(words)

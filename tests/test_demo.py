@@ -54,3 +54,23 @@ def test_demo_rejects_a_bad_batch(capsys):
 def test_the_gemm_array_demo_is_still_there():
     args = cli.build_parser().parse_args(["demo-array", "--rows", "4", "--cols", "4"])
     assert args.func is demo_commands.cmd_demo_array and (args.rows, args.m) == (4, 40)
+
+
+def test_link_rows_and_segment_lines():
+    """The demo's link table prices the bytes on the UART and XDMA, and the profile's
+    segment lines fit 80 columns with and without a link model."""
+    from tessera.tables import WIDTH, segment_lines
+
+    rows = demo.link_rows({"resident": (76, 5885, 7, True),
+                           "layer at a time": (7368, 3050, 7, False)}, 50e6, batch=10)
+    assert rows[0] == ("resident", "76", "118 us", "253 us", "12 us")
+    assert rows[1][3] == "24.56 ms"  # 7,368 bytes at 10 bits a byte, 3 Mbaud
+    segment = {"index": 0, "passes": 24, "link_bytes_per_inference": 3084,
+               "link_bytes_layer_at_a_time": 344224, "link_seconds": None,
+               "compute_seconds": 1.9e-3, "clock_hz": 50e6}
+    lines = segment_lines({"stem": {"segment": segment}, "b1": {}})
+    assert len(lines) == 2 and "no model (twin)" in lines[1] and "1.90 ms" in lines[1]
+    segment["link_seconds"] = 0.0103
+    line = segment_lines({"stem": {"segment": segment}})[1]
+    assert "link 10.30 ms" in line
+    assert all(len(text) <= WIDTH for text in lines + [line])

@@ -130,6 +130,9 @@ def add_refusal(layer, config=None):
 
 #: The layer kinds the device runs, in refusals.
 DEVICE_LAYERS = "Conv, Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add"
+#: The clock profiles price a device's cycles at when neither the provider nor the
+#: configuration names one: the twin's nominal 50 MHz.
+NOMINAL_CLOCK_HZ = 50e6
 
 
 def kind_refusal(layer, runs=DEVICE_LAYERS):
@@ -349,6 +352,29 @@ class DeviceProvider(Provider):
         except ValueError:  # bands of an even row count do not fit the buffer
             return None
         return PooledConvOutput(y, layer, pool, x, shape), cycles
+
+    # ------------------------------------------------------------ link and clock
+
+    #: The engine's clock for profiles' compute time; None: the configuration's
+    #: ``clock_mhz``, else :data:`NOMINAL_CLOCK_HZ`.
+    clock_hz = None
+
+    def compute_clock_hz(self):
+        if self.clock_hz:
+            return self.clock_hz
+        mhz = getattr(self.config, "clock_mhz", None)
+        return mhz * 1e6 if mhz else NOMINAL_CLOCK_HZ
+
+    def link_seconds(self, nbytes, *, transfers, csr_accesses):
+        """``(seconds or None, what the figure is)``: the host link's time for ``nbytes``
+        of payload in ``transfers`` DMA transfers and ``csr_accesses`` register accesses,
+        from the provider's link model; None where it has none."""
+        inner = getattr(self.transport, "inner", self.transport)
+        baud = getattr(getattr(inner, "port", None), "baudrate", None)
+        if baud:
+            # Payload at 10 bits a byte (8N1); the frames' headers, CRCs and polls add to it.
+            return nbytes * 10 / baud, f"UART payload at {baud / 1e6:g} Mbaud"
+        return None, "none: the twin's host stream keeps pace with the device"
 
     # ------------------------------------------------------------ resident segments
 

@@ -69,6 +69,14 @@ class PCIeProvider(DeviceProvider):
             where = prefix or type(transport).__name__
         super().__init__(transport, where=where, resident=resident)
 
+    def link_seconds(self, nbytes, *, transfers, csr_accesses):
+        """The link's time on :attr:`link` (XDMA's figures by default)."""
+        link = self.link
+        return (transfers * link.transfer_seconds + nbytes / link.bytes_per_second
+                + csr_accesses * link.csr_seconds,
+                f"XDMA link model ({link.transfer_seconds * 1e6:g} us a transfer, "
+                f"{link.bytes_per_second / 1e9:g} GB/s)")
+
     def estimate(self, layer, shape):
         """Seconds on the card: modelled cycles at :attr:`clock_hz` plus the link's cost."""
         work = self.device_work(layer, shape)

@@ -462,8 +462,8 @@ class _Compiler:
             return list(range(storage.address, storage.address + storage.words))
 
         ports_in = [self._port(n) for n in self.inputs]
-        emit("RECV", "the inputs", writes=compress(
-            [a for n in self.inputs for a in block(self.base(n))]))
+        recv = compress([a for n in self.inputs for a in block(self.base(n))])
+        emit("RECV", "the inputs", writes=recv)
         for step, traced_passes in zip(self.steps, traced, strict=True):
             for index, (prog, cycles, h2c, c2h, mask) in enumerate(traced_passes):
                 dont_care.append(mask)
@@ -477,13 +477,15 @@ class _Compiler:
                         reads.append(kind.address + value)
                 writes = [None if e is None else e[0].address + e[1] for e in c2h]
                 record = len(program)
+                reads, writes = compress(reads), compress(writes)
                 emit("PASS", f"pass {prog.name!r}", csr=prog.csr_writes,
-                     reads=compress(reads), writes=compress(writes))
+                     reads=reads, writes=writes)
                 passes.append(PassInfo(step.layer.name, prog.name, record, int(cycles),
-                                       len(h2c), len(c2h), len(prog.csr_writes)))
+                                       len(h2c), len(c2h), len(prog.csr_writes),
+                                       len(reads), len(writes)))
         ports_out = [self._port(n) for n in self.outputs]
-        emit("SEND", "the outputs", reads=compress(
-            [a for n in self.outputs for a in block(self.base(n))]))
+        send = compress([a for n in self.outputs for a in block(self.base(n))])
+        emit("SEND", "the outputs", reads=send)
         emit("END", "the end")
         if len(program) > self.program_words:
             raise ResidentFitError(
@@ -495,7 +497,8 @@ class _Compiler:
             data=np.array(constants, np.uint32), data_words=arena.base + arena.peak,
             arena={s.name: (s.address, s.words, s.stride) for s in self.storage.values()},
             inputs=ports_in, outputs=ports_out, passes=passes,
-            layers=[layer.name for layer in self.layers], dont_care=dont_care)
+            layers=[layer.name for layer in self.layers], dont_care=dont_care,
+            recv_segments=len(recv), send_segments=len(send))
 
     def _port(self, name):
         storage = self.base(name)

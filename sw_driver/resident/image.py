@@ -7,6 +7,13 @@ import numpy as np
 
 from contract.resident import image_checksum
 
+from ..cycle_model import (
+    RESIDENT,
+    resident_pass_cycles,
+    resident_run_cycles,
+    resident_stream_cycles,
+)
+
 __all__ = ["DeviceImage", "PassInfo", "Port"]
 
 
@@ -45,15 +52,27 @@ class Port:
 
 @dataclass(frozen=True)
 class PassInfo:
-    """One engine pass of the program, for profiles and fault reports."""
+    """One engine pass of the program, for profiles and fault reports.
+
+    ``core_cycles`` is the cycle model's figure for the pass as layer at a time runs it
+    (:func:`sw_driver.cycle_model.pass_cycles`); :attr:`expected_cycles` adds what the
+    player costs around it (its record, register writes, stream start, ``STATUS`` polls).
+    """
 
     layer: str
     name: str
     record: int  # program word address of its PASS record
-    expected_cycles: int
+    core_cycles: int
     h2c_words: int
     c2h_words: int
     csr_writes: int
+    read_segments: int = 1
+    write_segments: int = 1
+
+    @property
+    def expected_cycles(self):
+        return resident_pass_cycles(self.core_cycles, csr_writes=self.csr_writes,
+                                    read_segments=self.read_segments)
 
 
 @dataclass
@@ -80,6 +99,8 @@ class DeviceImage:
     dont_care : list of numpy.ndarray of bool
         Per pass, per host-to-device byte: padding the pass never uses (what may differ
         from the layer-at-a-time stream).
+    recv_segments, send_segments : int
+        Segments of the ``RECV`` and ``SEND`` records (for the cycle model).
     """
 
     config: object
@@ -92,6 +113,8 @@ class DeviceImage:
     passes: list
     layers: list
     dont_care: list = field(default_factory=list, repr=False)
+    recv_segments: int = 1
+    send_segments: int = 1
 
     @property
     def const_words(self):
@@ -118,8 +141,23 @@ class DeviceImage:
 
     @property
     def expected_cycles(self):
-        """The cycle model's sum over the passes (one iteration, without link time)."""
-        return sum(p.expected_cycles for p in self.passes)
+        """The cycle model's figure for one iteration of the program on the device, without
+        link time: ``RECV``, every ``PASS`` with the player's overheads, ``SEND`` and
+        ``END`` (:mod:`sw_driver.cycle_model`'s resident part)."""
+        return (resident_stream_cycles("RECV", self.input_words, self.recv_segments)
+                + sum(p.expected_cycles for p in self.passes)
+                + resident_stream_cycles("SEND", self.output_words, self.send_segments)
+                + RESIDENT.RECORD)
+
+    def run_cycles(self, loops=1):
+        """Modelled cycles of one run of ``loops`` iterations (``RES_LOOPS``), start to
+        ``done``, on a link that keeps up with the device (the twin's host stream)."""
+        return resident_run_cycles(self.expected_cycles, loops)
+
+    @property
+    def core_cycles(self):
+        """The passes' cycles as layer at a time would count them (for comparison)."""
+        return sum(p.core_cycles for p in self.passes)
 
     def pack_inputs(self, feeds):
         """Host-to-device words of ``len`` iterations: ``feeds`` maps each input's name to

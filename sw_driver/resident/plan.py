@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from .. import graph as g
 from .compiler import segment_outputs
+from .runner import RUN_CSR_ACCESSES
 
 __all__ = ["ResidentSegment", "placed_runs"]
 
@@ -59,7 +60,18 @@ class ResidentSegment:
                 "expected_cycles": self.image.expected_cycles,
                 "link_bytes_per_inference": link["resident"],
                 "link_bytes_layer_at_a_time": link["layer_at_a_time"],
-                "loads": self.runner.loads}
+                "loads": self.runner.loads, **self.link_time()}
+
+    def link_time(self):
+        """Per inference (a batch of one, image loaded): the link's seconds on the
+        provider's link model (None where it has none) against the compute's seconds at
+        its clock."""
+        link = self.image.link_bytes()["resident"]
+        seconds, model = self.provider.link_seconds(
+            link, transfers=2, csr_accesses=RUN_CSR_ACCESSES)
+        clock = self.provider.compute_clock_hz()
+        return {"link_seconds": seconds, "link_model": model,
+                "compute_seconds": self.image.run_cycles(1) / clock, "clock_hz": clock}
 
     def describe(self):
         """The segment in one line, for profiles."""

@@ -15,6 +15,7 @@ Protocol (``docs/resident.md``):
 """
 
 import threading
+import time
 
 import numpy as np
 
@@ -41,6 +42,12 @@ RES = _registers()
 CTRL_RUN, CTRL_LOAD_DATA, CTRL_LOAD_PROGRAM, CTRL_READ_DATA, CTRL_CLEAR_CHECKSUM = (
     1 << 0, 1 << 1, 1 << 2, 1 << 3, 1 << 4)
 STATUS_BUSY, STATUS_DONE, STATUS_ERROR = 1 << 0, 1 << 1, 1 << 2
+#: RES_STATUS reads after the last output word before a still-busy player is a fault: its
+#: SEND's end and END take a handful of cycles (docs/resident.md, "Cycles").
+DONE_POLLS = 16
+#: Register accesses of one run besides the streams: the two checksum reads, clearing
+#: RES_STATUS, RES_LOOPS, RES_CTRL.run and the final RES_STATUS read (for link models).
+RUN_CSR_ACCESSES = 6
 
 
 class ResidentRunner:
@@ -87,11 +94,15 @@ class ResidentRunner:
             t = self.transport
             t.csr_write(RES["CTRL"], CTRL_CLEAR_CHECKSUM)
             for kind, address, words in self.image.load_order:
+                t.csr_write(RES["STATUS"], STATUS_DONE | STATUS_ERROR)
                 t.csr_write(RES["ADDR"], address)
                 t.csr_write(RES["COUNT"], len(words))
                 t.csr_write(RES["CTRL"], CTRL_LOAD_PROGRAM if kind == "program"
                             else CTRL_LOAD_DATA)
                 t.dma_write(np.asarray(words, "<u4").tobytes())
+                # The player takes its commands only when idle: the next load (or a
+                # checksum read) must wait until this one has stored its last word.
+                self._wait_loaded(f"{kind} load of {len(words)} words", len(words))
             self.loads += 1
             got = self.device_checksum()
             if got == self.image.checksum:
@@ -100,6 +111,22 @@ class ResidentRunner:
             f"the device's checksum of the loaded image is {got[0]:#010x}/{got[1]:#010x}, "
             f"the image's {self.image.checksum[0]:#010x}/{self.image.checksum[1]:#010x} "
             f"after {self.reload_retries + 1} loads: words are lost or corrupted on the link")
+
+    def _wait_loaded(self, what, words):
+        """Poll ``RES_STATUS`` until the load is through (a word a cycle on the device; the
+        link's own pace on a slow one, which the wall-clock limit allows for)."""
+        t = self.transport
+        give_up = time.monotonic() + max(1.0, 8 * (words + 1000) / t.min_cycles_per_second)
+        while True:
+            status = t.csr_read(RES["STATUS"])
+            if status & STATUS_ERROR:
+                raise ResidentRunError(f"resident {what} failed: RES_ERROR "
+                                       f"{t.csr_read(RES['ERROR'])}")
+            if status & STATUS_DONE and not status & STATUS_BUSY:
+                return
+            if time.monotonic() > give_up:
+                raise ResidentRunError(f"resident {what}: RES_STATUS still {status:#x} after "
+                                       f"{time.monotonic() - give_up + 1:.1f} s")
 
     def read_data(self, address, count):
         """``count`` data-memory words from ``address`` (``RES_CTRL.read_data``)."""
@@ -130,7 +157,11 @@ class ResidentRunner:
                 raw = t.dma_read(4 * self.image.output_words * count, deadline=deadline)
             except TransportError as error:
                 self._fail(t.csr_read(RES["STATUS"]), error)
-            status = t.csr_read(RES["STATUS"])
+            # The last output word leaves a few cycles before the player's END says done.
+            for _ in range(DONE_POLLS):
+                status = t.csr_read(RES["STATUS"])
+                if not status & STATUS_BUSY:
+                    break
             if status & STATUS_ERROR or not status & STATUS_DONE:
                 self._fail(status, None)
             return self.image.unpack_outputs(np.frombuffer(raw, "<u4"), count)

@@ -67,6 +67,35 @@ def _demo_profile_table(totals, images):
                          cycles=True)
 
 
+def _link_table(result, images, batch, provider):
+    """Bytes over the host link per image and link time against compute time, resident
+    beside layer at a time (the twin's cycles at its clock; the UART at 3 Mbaud and XDMA
+    priced by their models)."""
+    from tessera import demo
+
+    runs = {}
+    segments = [e["segment"] for e in result.profile.values() if "segment" in e]
+    cycles = sum(e.get("cycles", 0) for e in result.profile.values())
+    if segments:
+        runs["resident"] = (sum(s["link_bytes_per_inference"] for s in segments),
+                            cycles / images, sum(s["passes"] for s in segments), True)
+    n = result.layered_images
+    if n:
+        rows = result.layered.values()
+        runs["layer at a time"] = (sum(e["bytes"] for e in rows) / n,
+                                   sum(e.get("cycles", 0) for e in rows) / n,
+                                   segments[0]["passes"] if segments else 7, False)
+    clock = provider.compute_clock_hz()
+    table = Table(title=f"host link per image ({clock / 1e6:g} MHz, batch {batch})")
+    for column in ("run", "bytes", "compute", "UART 3 Mbaud", "XDMA"):
+        table.add_column(column, justify="left" if column == "run" else "right")
+    for row in demo.link_rows(runs, clock, batch=batch):
+        table.add_row(*row)
+    console.print(table)
+    if not segments:
+        console.print("this twin has no resident player: every layer crossed the link")
+
+
 def cmd_demo(args):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -105,6 +134,15 @@ def cmd_demo(args):
             result.outputs["twin"] = demo.timed(
                 result, "twin", demo.run_session, twin, x, args.batch, totals=result.profile,
                 advance=lambda n: bar.advance(task, n))
+            # Beside it, a few images layer at a time on the same twin: what the link
+            # would carry without the resident program.
+            sim.resident = False
+            layered = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
+            few = x[:min(len(x), args.batch, 10)]
+            task = bar.add_task(r"twin  layer at a time", total=len(few))
+            demo.run_session(layered, few, args.batch, totals=result.layered,
+                             advance=lambda n: bar.advance(task, n))
+            result.layered_images = len(few)
             task = bar.add_task(r"cpu   providers=\[cpu]", total=len(x))
             result.outputs["cpu"] = demo.timed(result, "cpu", demo.run_session, cpu, x,
                                                args.batch, advance=lambda n: bar.advance(task, n))
@@ -139,6 +177,7 @@ def cmd_demo(args):
     else:
         differ = int((result.outputs["twin"] != result.outputs["cpu"]).sum())
         console.print(f"twin vs cpu provider: [red]{differ} logits differ[/]")
+    _link_table(result, len(x), args.batch, sim)
     cycles = sum(entry.get("cycles", 0) for entry in result.profile.values())
     console.print(f"twin: {cycles:,} simulated cycles, opened in "
                   f"{result.seconds['twin-open']:.1f} s; demo total "

@@ -173,6 +173,7 @@ def cmd_run(args):
     from sw_driver import InferenceSession
     from sw_driver.errors import TesseraError
     from sw_driver.providers import format_providers, parse_providers, provider_name
+    from tessera.tables import segment_lines
 
     try:
         if args.batch < 1:
@@ -214,6 +215,8 @@ def cmd_run(args):
         return fail(error)
     y = np.concatenate(outputs)
     console.print(_profile_table(totals, batches, args.profile))
+    for line in segment_lines(totals):
+        console.print(line, highlight=False)
     kinds = [entry["semantics"] for entry in totals.values() if "semantics" in entry]
     if kinds:  # a sequence model: what each layer's arithmetic followed (docs/semantics.md)
         counts = ", ".join(f"{kind} {kinds.count(kind)}" for kind in dict.fromkeys(kinds))
