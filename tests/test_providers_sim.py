@@ -24,7 +24,7 @@ from sw_driver.providers.costs import CostModel, device_work
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
                           weight_depth=2048, max_col_tiles=8)
 MODEL_SEEDS = {"lenet": 101, "residual": 202, "separable": 303}
-ACCELERATED = {"Conv", "Dense", "MaxPool", "Add"}
+ACCELERATED = {"Conv", "Dense", "MaxPool", "GlobalAveragePool", "Add"}
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,7 @@ def test_digits_identical_to_cpu(sim):
     x = x[:32]
     (want,) = InferenceSession(DIGITS_QDQ, providers=["cpu"]).run(None, {"input": x})
     session = InferenceSession(DIGITS_QDQ, providers=[sim, "cpu"])
-    assert _on(session, "sim") == {"conv1", "pool1", "conv2", "fc"}
+    assert _on(session, "sim") == {"conv1", "pool1", "conv2", "gap", "fc"}
     (got,) = session.run(None, {"input": x})
     assert_identical(got, want, "digits, 32 test images")
     for entry in session.profile():
@@ -179,7 +179,7 @@ def test_refused_layers_fall_back_with_a_reason(sim, built, seed):
     profile = {entry["layer"]: entry for entry in session.profile()}
     # "big" exceeds the activation buffer and runs split into row bands.
     assert {name for name, e in profile.items() if e["provider"] == "sim"} == \
-        {"ok", "fc", "big"}
+        {"ok", "gap", "fc", "big"}
     assert "dilation (2, 2) is not supported" in profile["dil"]["reason"]
     assert "kernel 9x9 exceeds" in profile["wide"]["reason"]
     for name in ("dil", "wide"):
@@ -204,7 +204,7 @@ def test_cycle_model_matches_the_twin(sim, monkeypatch):
     assert (fused_moved["conv1"], fused_moved["pool1"]) == (moved["conv1"] - 3072, 0)
     layers = {layer.name: layer for layer in session.graph.layers}
     shapes = {"conv1": (4, 1, 8, 8), "pool1": (4, 16, 8, 8), "conv2": (4, 16, 4, 4),
-              "fc": (4, 32)}
+              "gap": (4, 32, 4, 4), "fc": (4, 32)}
     for entry in session.profile():
         if entry["provider"] == "sim":
             model = device_work(layers[entry["layer"]], shapes[entry["layer"]], CONFIG)

@@ -32,7 +32,8 @@ from twin.dma import Fault
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=2048,
                           weight_depth=2048, max_col_tiles=8)
 ENGINE_LAYERS = {"conv1", "conv2", "fc"}  # the digits CNN's Conv and Dense layers
-DEVICE_LAYERS = ENGINE_LAYERS | {"pool1"}  # and its 2x2 max pool: what the twin runs
+#: And its 2x2 max pool and its global average pool: what the twin runs.
+DEVICE_LAYERS = ENGINE_LAYERS | {"pool1", "gap"}
 
 
 @pytest.fixture(scope="module")
