@@ -19,7 +19,7 @@ from tessera.soak.resident import (
     run_program_case,
 )
 
-CASES = 8
+CASES = 6
 
 
 def test_resident_cases_equal_the_golden_models(seed):

@@ -418,8 +418,10 @@ def play_case(case, image, figures=None):
     batch on the golden resident device; a :class:`ProgramResult`."""
     figures = dict(figures or {})
     tensors = _golden(case)
-    device = ResidentDevice(GoldenDevice(case.config), data_words=image.data_words,
-                            program_words=max(len(image.program), 1))
+    # The memories drawn (roomy, or just large enough: every address past them is refused).
+    device = ResidentDevice(GoldenDevice(case.config),
+                            data_words=figures.get("data_words", image.data_words),
+                            program_words=figures.get("program_words", len(image.program)))
     passes = len(image.passes)
     # The pass after which each layer's output is complete: its last.
     finishing = {k: info.layer for k, info in enumerate(image.passes)
