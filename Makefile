@@ -114,11 +114,12 @@ energy: setup
 
 # 10**4 random layer configurations through every provider against the golden models and
 # onnxruntime (bench/results/soak.json); ONLY=4711 repeats one case and prints it in full.
-# RAY=1 runs it on a local Ray, RAY=host:port on that cluster (docs/ray.md).
+# RAY=1 runs it on a local Ray, RAY=host:port on that cluster (docs/ray.md). RESIDENT=1 runs
+# random resident programs instead (300 by default; bench/results/soak_resident.json).
 .PHONY: soak
 soak: setup
-	OPENBLAS_NUM_THREADS=1 $(TESSERA) soak --seed $(SEED) --count $(or $(COUNT),10000) \
-	  $(if $(ONLY),--only $(ONLY)) $(if $(SEEDS),--seeds $(SEEDS)) \
+	OPENBLAS_NUM_THREADS=1 $(TESSERA) soak --seed $(SEED) $(if $(COUNT),--count $(COUNT)) \
+	  $(if $(RESIDENT),--resident) $(if $(ONLY),--only $(ONLY)) $(if $(SEEDS),--seeds $(SEEDS)) \
 	  $(if $(RAY),--ray $(filter-out 1,$(RAY))) $(HW_FILE)
 
 demo: setup

@@ -292,7 +292,11 @@ def _row_bands(config, channels, width, out_height, kernel_h, stride, row_multip
     rows -= rows % row_multiple
     if rows >= out_height:
         return [(0, out_height)]
-    rows = max(rows, 1)  # too small even for one row: _lower_pass refuses with the sizes
+    # Too small even for one band (two rows under a fused pool): _lower_pass refuses with
+    # the sizes, so the caller runs the conv and its pool apart.
+    rows = max(rows, row_multiple)
+    # A fused pool drops an odd last row: no band of that row alone (it would pool to none).
+    out_height -= out_height % row_multiple
     return [(row0, min(rows, out_height - row0)) for row0 in range(0, out_height, rows)]
 
 

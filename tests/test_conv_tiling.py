@@ -55,6 +55,26 @@ def test_bands_for_a_fused_pool_have_even_heights(rng):
     assert np.array_equal(max_pool2d(out, 2, 2), max_pool2d(want, 2, 2))
 
 
+def test_a_fused_pool_gets_no_band_of_one_row(rng):
+    """13 output rows in bands of 2: the 13th row, which the pool drops, is not a band of
+    its own (it would pool to nothing); found by the resident soak (seed 1, case 3)."""
+    config = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=1024,
+                              weight_depth=512, max_col_tiles=4)
+    x = rng.integers(-128, 128, (1, 24, 13, 6), dtype=np.int8)
+    weights = rng.integers(-128, 128, (17, 24, 3, 3), dtype=np.int8)
+    passes = lower_conv2d(x, weights, None, 2**30, 20, x_zero_point=0, y_zero_point=0,
+                          padding=1, config=config, row_multiple=2)
+    assert all(p.out_size[0] >= 2 for p in passes), [p.out_size for p in passes]
+    out = assemble_output(passes, [engine_reference(p) for p in passes], 17)
+    want = requantize(conv2d(x, weights, None, x_zero_point=0, padding=1), 2**30, 20, 0)
+    assert np.array_equal(max_pool2d(out, 2, 2), max_pool2d(want, 2, 2))
+    # Where not even two rows fit, the lowering refuses (the caller pools apart).
+    with pytest.raises(ValueError, match="exceed the activation buffer"):
+        lower_conv2d(np.zeros((1, 24, 13, 13), np.int8), np.zeros((8, 24, 3, 3), np.int8),
+                     None, 2**30, 20, x_zero_point=0, y_zero_point=0, padding=1,
+                     config=config, row_multiple=2)
+
+
 def test_a_row_too_wide_for_the_buffer_is_refused():
     x = np.zeros((1, 16, 8, 64), np.int8)  # one 3-row halo = 3072 > 600 elements
     weights = np.zeros((4, 16, 3, 3), np.int8)

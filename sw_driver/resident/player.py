@@ -112,7 +112,7 @@ def _segments(program, pc, count, where):
 
 
 def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_cycles=None,
-                stats=None):
+                stats=None, after_pass=None):
     """Run program words over ``accelerator``, with ``memory`` (uint32, modified in place)
     as the data memory.
 
@@ -127,6 +127,10 @@ def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_c
         Iterations (``RES_LOOPS``; 0 counts as 1).
     expected_cycles : list of int, optional
         The cycle model's figure of each PASS in order (deadlines).
+    after_pass : callable, optional
+        Called as ``after_pass(iteration, ordinal, memory)`` once each PASS's results are in
+        ``memory`` (the soak checks every layer's output there before a later pass or the
+        next iteration's RECV reuses its words).
 
     Returns
     -------
@@ -138,7 +142,7 @@ def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_c
     host = np.asarray(host_words, np.uint32)
     taken, sent = 0, []
     size = len(memory)
-    for _ in range(max(1, loops)):
+    for iteration in range(max(1, loops)):
         pc, ordinal = 0, 0
         while True:
             if pc >= len(program):
@@ -173,6 +177,8 @@ def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_c
                 words = np.ascontiguousarray(beats).view("<u4").reshape(-1)
                 keep = target >= 0
                 memory[target[keep]] = words[keep]
+                if after_pass is not None:
+                    after_pass(iteration, ordinal, memory)
                 stats.passes += 1
                 if counters is None:
                     stats.cycles = None

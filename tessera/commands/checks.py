@@ -30,6 +30,18 @@ def cmd_soak(args):
     from tessera.soak.console import soak_command
 
     try:
+        if args.resident:  # random resident programs on the golden resident device
+            from tessera.soak.console import parse_only
+            from tessera.soak.resident import RESIDENT_COUNT
+            from tessera.soak.resident_console import resident_soak_command
+
+            if args.seed < 0 or (args.count is not None and args.count < 1):
+                raise ValueError("--seed must be non-negative and --count positive")
+            return resident_soak_command(
+                console, seed=args.seed, count=args.count or RESIDENT_COUNT,
+                only=None if args.only is None else parse_only(args.only))
+        if args.count is None:
+            args.count = 10000
         # The engine the "sim" backend's twin is built for (None: the provider's default).
         sim_config = engine_config(args) if args.config else None
         if args.seeds is not None:  # regression at scale: whole seeds, locally or on Ray
@@ -59,8 +71,12 @@ def add_commands(sub):
     p = sub.add_parser("soak", help="random layers through every backend against the golden "
                                     "models and onnxruntime; bench/results/soak.json")
     p.add_argument("--seed", type=int, default=1, help="soak seed (default %(default)s)")
-    p.add_argument("--count", type=int, default=10000,
-                   help="configurations 0..COUNT-1 (default %(default)s)")
+    p.add_argument("--count", type=int, default=None,
+                   help="configurations 0..COUNT-1 (default 10000; with --resident 300)")
+    p.add_argument("--resident", action="store_true",
+                   help="random resident programs (residual graphs, arena pressure) compiled "
+                        "and played on the golden resident device instead; "
+                        "bench/results/soak_resident.json (docs/soak.md)")
     p.add_argument("--seeds", help="run every seed of these, e.g. 1-8, COUNT configurations "
                                    "each, and list every mismatch with its seed; "
                                    "bench/results/soak_seeds.json (docs/scale-out.md)")
