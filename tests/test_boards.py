@@ -285,7 +285,7 @@ def test_icebreaker_configuration_runs_digits_bit_exact_on_its_twin():
     assert_exact(got, want, "digits, 8 test images, icebreaker configuration",
                  names=("session", "cpu"), same_dtype=True)
     on_device = {name for name, entry in profile.items() if entry["provider"] == "sim"}
-    assert on_device == {"conv1", "pool1", "conv2", "fc"}
+    assert on_device == {"conv1", "pool1", "conv2", "gap", "fc"}
     # Built without performance counters: no cycle count in the profile rather than a 0.
     assert not [name for name in on_device if "cycles" in profile[name]], profile
     assert "1x1 engine" in profile["conv2"]["reason"]

@@ -110,7 +110,11 @@ def test_an_option_from_the_environment_is_named_when_it_fails(monkeypatch, tmp_
                       {"prefix": str(tmp_path / "xdma9")})
 
 
-def test_opencl_device_gpu_is_the_gpu_provider(monkeypatch):
+def test_opencl_device_gpu_is_the_gpu_providers_opencl_path(monkeypatch):
+    """("opencl", {"device": "gpu"}) asks for OpenCL on a GPU: the "gpu" provider's OpenCL
+    path, even where "gpu" alone would be PyTorch on CUDA."""
+    import sw_driver.session as session_module
+
     built = []
 
     class Gpu(CPUProvider):
@@ -118,7 +122,7 @@ def test_opencl_device_gpu_is_the_gpu_provider(monkeypatch):
             super().__init__()
             built.append(device)
 
-    monkeypatch.setitem(providers_module.PROVIDERS, "gpu", Gpu)
+    monkeypatch.setattr(session_module, "OpenCLGPUProvider", Gpu)
     monkeypatch.delenv("TESSERA_OPENCL_DEVICE", raising=False)
     InferenceSession(DIGITS_QDQ, providers=[("opencl", {"device": "gpu"})])
     assert built == [None]

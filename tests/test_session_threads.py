@@ -182,7 +182,7 @@ def test_sim_session_shared_by_threads(models, sim, watched_twin, model):
     path, feeds = models[model]
     session = InferenceSession(path, providers=[sim, "cpu"])
     engine_layers = {layer.name for layer in session.graph.layers
-                     if layer.op in ("Conv", "Dense", "MaxPool", "Add")}
+                     if layer.op in ("Conv", "Dense", "MaxPool", "GlobalAveragePool", "Add")}
     assert {layer.name for layer, p, _ in session._placement if p is sim} == engine_layers
     check_concurrent(session, feeds)
     assert watched_twin.calls > 0
@@ -202,7 +202,7 @@ def test_two_providers_on_one_twin_take_turns(models, sim, watched_twin):
     want = [sessions[0].run(None, feed)[0] for feed in feeds]
     # The twin's session runs the 2x2 max pool too; the card's leaves it on the CPU (two
     # DMA transfers cost more than pooling on the host).
-    expected = [{"conv1", "pool1", "conv2", "fc"}, {"conv1", "conv2", "fc"}]
+    expected = [{"conv1", "pool1", "conv2", "gap", "fc"}, {"conv1", "conv2", "fc"}]
 
     def work(thread, run):
         which = (thread + run) % 2

@@ -218,8 +218,8 @@ def test_bench_record_shape(tmp_path, monkeypatch):
     record = json.loads(path.read_text())
     assert record["benchmark"] == "spatial" and path.name == "spatial.json"
     assert record["temporal"]["preset"] == "ulx3s-85f" and record["spatial"]["instances"] == 2
-    # The digits CNN's four accelerator layers, counted by the planner for each engine.
-    assert set(record["spatial"]["layers"]) == {"conv1", "pool1", "conv2", "fc"}
+    # The digits CNN's five accelerator layers, counted by the planner for each engine.
+    assert set(record["spatial"]["layers"]) == {"conv1", "pool1", "conv2", "gap", "fc"}
     assert record["spatial"]["cycles_per_image"] == sum(record["spatial"]["layers"].values())
     names = {m["name"]: m for m in record["metrics"]}
     t, s = names["temporal throughput"]["value"], names["spatial throughput"]["value"]
