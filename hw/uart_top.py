@@ -38,6 +38,10 @@ class UartTop(wiring.Component):
         self.config = config or ConvEngineConfig()
         if not isinstance(self.config, ConvEngineConfig):
             raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
+        if image is not None and not self.config.resident:
+            self._MustUse__silence = True  # refused: nothing to elaborate
+            raise ValueError(f"a boot image needs a configuration with resident memories "
+                             f"(resident_words > 0), not {self.config.name}")
         self.image = image
         self.divisor = divisor
         self.byte_port = bool(byte_port)

@@ -138,6 +138,23 @@ def test_accelerator_that_does_not_fit_is_refused_before_any_tool():
         bitstream.board_top("ulx3s-45f", big)
 
 
+def test_a_board_build_with_a_model_in_it_initialises_its_memories():
+    """The netlist of a board build with a boot image holds the image's words as the
+    memories' initial contents and its checksum as the checksum registers' initial value
+    (what Yosys maps to DP16KD initialisation and flip-flop init, so the bitstream has
+    them); the image is refused where the configuration has no resident block."""
+    from contract.resident import BootImage
+
+    image = BootImage(program=[0xA5A5A5A5, 7], data=[0x12345678, 0x9ABCDEF0, 3])
+    _, top, plan = bitstream.prepare_build("ulx3s-25f", image=image)
+    rtlil = _text(plan, "il")
+    for word in (*image.checksum, 0xA5A5A5A5, 0x9ABCDEF0):
+        assert f"{word:032b}" in rtlil, hex(word)
+    assert top.image is image
+    with pytest.raises(ValueError, match="a boot image needs a configuration with resident"):
+        bitstream.prepare_build("icebreaker", image=image)
+
+
 def test_unreachable_clock_is_refused_by_the_board_top():
     with pytest.raises(pll.PllError, match="ECP5 PLL cannot make 450 MHz from 25 MHz"):
         bitstream.board_top("ulx3s-85f", clock_mhz=450)

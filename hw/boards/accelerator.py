@@ -87,6 +87,10 @@ class AcceleratorBoardTop(wiring.Component):
             raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
         if family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
+        if image is not None and not config.resident:
+            self._MustUse__silence = True  # refused: nothing to elaborate
+            raise ValueError(f"a boot image needs a configuration with resident memories "
+                             f"(resident_words > 0), not {config.name}")
         self.config = config
         self.image = image
         self.family = family
