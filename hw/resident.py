@@ -72,13 +72,10 @@ class ResidentPlayer(wiring.Component):
     ----------
     data_words, program_words : int
         Depths of the data memory and of the program memory (32-bit words).
-    data_latency : int
-        Cycles from ``data_rd_en`` to the word on ``data_rd_data``.
     """
 
-    def __init__(self, *, data_words, program_words, data_latency=1):
+    def __init__(self, *, data_words, program_words):
         self.data_words, self.program_words = data_words, program_words
-        self.data_latency = data_latency
         word = stream.Signature(word_layout())
         super().__init__({
             "run": In(1), "load_data": In(1), "load_program": In(1), "read_data": In(1),
@@ -100,7 +97,7 @@ class ResidentPlayer(wiring.Component):
         m = Module()
         engine_reset = Signal()
         m.submodules.reader = reader = ResetInserter(engine_reset)(
-            SegmentReader(depth=self.data_words, latency=self.data_latency))
+            SegmentReader(depth=self.data_words))
         m.submodules.writer = writer = ResetInserter(engine_reset)(
             SegmentWriter(depths=(self.data_words, self.program_words)))
         m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), self.data_rd_en.eq(reader.rd_en),
@@ -379,14 +376,13 @@ class ResidentTop(wiring.Component):
         abort = Signal()
         m.d.sync += abort.eq(soft_reset)
         m.submodules.player = player = ResetInserter(abort)(ResidentPlayer(
-            data_words=cfg.resident_words, program_words=cfg.program_words,
-            data_latency=2))
+            data_words=cfg.resident_words, program_words=cfg.program_words))
 
         # --- memories --------------------------------------------------------------------
         data_bits, program_bits = ceil_log2(cfg.resident_words), ceil_log2(cfg.program_words)
         m.d.comb += [
             data_read.addr.eq(player.data_rd_addr[:data_bits]),
-            data_read.en.eq(player.data_rd_en),
+            data_read.en.eq(player.data_rd_en), player.data_rd_data.eq(data_read.data),
             data_write.addr.eq(player.w_addr[:data_bits]), data_write.data.eq(player.w_data),
             data_write.en.eq(player.w_en & (player.w_target == 0)),
             program_read.addr.eq(player.prog_rd_addr[:program_bits]),
@@ -395,14 +391,6 @@ class ResidentTop(wiring.Component):
             program_write.data.eq(player.w_data),
             program_write.en.eq(player.w_en & (player.w_target == 1)),
         ]
-
-        # The data memory spans many block RAMs (72 DP16KD on the ULX3S-85F), and the
-        # multiplexer of their outputs, after each block's unregistered output and the
-        # routing across the die, was the build's critical path: its word is registered
-        # before the reader takes it (the reader's latency 2).
-        data_word = Signal(WORD_BITS)
-        m.d.sync += data_word.eq(data_read.data)
-        m.d.comb += player.data_rd_data.eq(data_word)
 
         # --- registers: the resident bank, the commands, the checksum -------------------
         ctrl = bank.res_ctrl

@@ -9,7 +9,7 @@ checked against the memory's depth before it is used; a bad one stops the engine
 ``error`` set instead of wrapping onto another word.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -189,16 +189,10 @@ class SegmentReader(wiring.Component):
     ----------
     depth : int
         Words of the memory read; an address at or past it sets ``error``.
-    latency : int
-        Cycles from ``rd_en`` to the word on ``rd_data`` (1: the block RAM's registered
-        read; 2 with a register after the multiplexer of a memory cascaded over many
-        blocks); the FIFO grows with it, so a word a cycle still streams.
     """
 
-    def __init__(self, *, depth, latency=1):
-        if isinstance(latency, bool) or not isinstance(latency, int) or latency < 1:
-            raise ValueError(f"latency must be a positive integer, not {latency!r}")
-        self.depth, self.latency = depth, latency
+    def __init__(self, *, depth):
+        self.depth = depth
         super().__init__({
             **_engine_ports(),
             "mark_last": In(1),
@@ -211,28 +205,19 @@ class SegmentReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.walker = walker = SegmentWalker()
-        fifo_depth = READ_FIFO_DEPTH + self.latency - 1
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS, depth=fifo_depth)
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS, depth=READ_FIFO_DEPTH)
         mark_last = Signal()
         with m.If(self.start & ~self.busy):
             m.d.sync += mark_last.eq(self.mark_last)
-        # The word read (or the gap's fill) arrives `latency` cycles after its issue: each
-        # issued word's flags travel down a chain of that many stages beside it.
-        flights = [Signal(name=f"in_flight{i}") for i in range(self.latency)]
-        gaps = [Signal(name=f"gap{i}") for i in range(self.latency)]
-        fills = [Signal(32, name=f"fill{i}") for i in range(self.latency)]
-        in_flight, s_gap, s_fill = flights[-1], gaps[-1], fills[-1]
-        any_in_flight = Cat(*flights).any()
+        # Stage 1: the word read (or the gap's fill) arrives the cycle after its issue.
+        in_flight, s1_gap, s1_fill = Signal(), Signal(), Signal(32)
         issue = Signal()
-        m.d.sync += [flights[0].eq(issue), gaps[0].eq(walker.gap)]
-        for i in range(1, self.latency):
-            m.d.sync += [flights[i].eq(flights[i - 1]), gaps[i].eq(gaps[i - 1]),
-                         fills[i].eq(fills[i - 1])]
+        m.d.sync += [in_flight.eq(issue), s1_gap.eq(walker.gap)]
         m.d.comb += [fifo.w_en.eq(in_flight),
-                     fifo.w_data.eq(Mux(s_gap, s_fill, self.rd_data)),
+                     fifo.w_data.eq(Mux(s1_gap, s1_fill, self.rd_data)),
                      self.rd_addr.eq(walker.addr), self.rd_en.eq(issue & ~walker.gap)]
-        # Issue only what the FIFO has room for, counting the words in flight.
-        room = (fifo.level + sum(flights)) < fifo_depth
+        # Issue only what the FIFO has room for, counting the word in flight.
+        room = (fifo.level + in_flight) < READ_FIFO_DEPTH
 
         def on_walk(m):
             bad = ~walker.gap & (walker.addr >= self.depth)
@@ -246,11 +231,11 @@ class SegmentReader(wiring.Component):
         draining = Signal()
         segment, draining_now = _engine_control(
             m, self, walker, on_walk=on_walk,
-            drained=~any_in_flight & ~fifo.r_rdy & ~held_valid)
+            drained=~in_flight & ~fifo.r_rdy & ~held_valid)
         m.d.comb += draining.eq(draining_now)
-        m.d.sync += fills[0].eq(segment.fill)
+        m.d.sync += s1_fill.eq(segment.fill)
         # The output register: its word is the command's last when nothing follows.
-        over = draining & ~any_in_flight & ~fifo.r_rdy
+        over = draining & ~in_flight & ~fifo.r_rdy
         out = self.output
         m.d.comb += [out.valid.eq(held_valid & (fifo.r_rdy | over)),
                      out.payload.data.eq(held), out.payload.last.eq(over & mark_last)]

@@ -445,28 +445,3 @@ def test_a_boot_image_is_checked():
         ResidentTop(CONFIG, image=big)
     with pytest.raises(ValueError, match="a boot image needs a configuration with resident"):
         accelerator_top(replace(CONFIG, resident_words=0, program_words=0), image)
-
-
-def test_the_reader_streams_a_word_a_cycle_behind_the_registered_memory():
-    """The data memory's word is registered after its multiplexer (the reader's latency 2):
-    a read-back still streams a word a cycle once it has started."""
-    from hw.resident_segments import SegmentReader
-
-    with pytest.raises(ValueError, match="latency must be a positive integer, not 0"):
-        SegmentReader(depth=16, latency=0)
-    taken = {}
-
-    async def bench(ctx, host):
-        for count in (100, 300):
-            await host.write(ctx, "RES_ADDR", 0)
-            await host.write(ctx, "RES_COUNT", count)
-            host.received.clear()
-            await host.write(ctx, "RES_CTRL", RES_CTRL["read_data"])
-            cycles = 0
-            while len(host.received) < count:
-                await ctx.tick()
-                cycles += 1
-            taken[count] = cycles
-
-    simulate(bench, cycles=20_000)
-    assert taken[300] - taken[100] == 200, taken
