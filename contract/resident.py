@@ -50,6 +50,10 @@ Strides are signed (two's complement); counts of 0 make an empty segment.
 from dataclasses import dataclass
 
 WORD_MASK = 0xFFFF_FFFF
+#: The array's columns must be a multiple of this for resident execution: an output beat
+#: of C int8 lanes must fill whole 32-bit words of the data memory, or one word would mix
+#: channels of two beats (the compiler refuses other arrays).
+COLUMN_MULTIPLE = 4
 
 #: Record operations (bits 0-7 of a header word).
 OPS = {"END": 0, "PASS": 1, "RECV": 2, "SEND": 3}
@@ -159,3 +163,58 @@ def image_checksum(words, state=(0, 0)):
     for word in words:
         state = checksum_step(state, int(word))
     return state
+
+
+@dataclass(frozen=True)
+class BootImage:
+    """What the resident memories hold when the device is configured: a model built into
+    the bitstream. The program from program word 0, the data (the image's constants: its
+    parameters and weights) from data word 0, and the checksum registers' reset values
+    equal to :func:`image_checksum` of the program then the data, the order the host loads
+    them in; so a host that reads the checksum sees the image as if it had loaded it.
+
+    Parameters
+    ----------
+    program, data : sequence of int
+        32-bit words (any int type; kept as a tuple of Python ints).
+    """
+
+    program: tuple
+    data: tuple
+
+    def __post_init__(self):
+        for name in ("program", "data"):
+            words = tuple(int(word) for word in getattr(self, name))
+            bad = next((i for i, word in enumerate(words) if not 0 <= word <= WORD_MASK),
+                       None)
+            if bad is not None:
+                raise ResidentFormatError(f"boot image: {name} word {bad} is {words[bad]}, "
+                                          f"not a 32-bit word (0 to {WORD_MASK:#x})")
+            if not words:
+                raise ResidentFormatError(f"boot image: no {name} words")
+            object.__setattr__(self, name, words)
+
+    @property
+    def checksum(self):
+        """``(RES_CHECKSUM_A, RES_CHECKSUM_B)`` the device reads after reset."""
+        return image_checksum(self.data, image_checksum(self.program))
+
+    @property
+    def key(self):
+        """Eight hex digits of a hash of both memories' words: names the netlist (one per
+        configuration and image)."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for words in (self.program, self.data):
+            digest.update(len(words).to_bytes(4, "little"))
+            digest.update(b"".join(word.to_bytes(4, "little") for word in words))
+        return digest.hexdigest()[:8]
+
+    def check_fits(self, resident_words, program_words):
+        """Refuse an image larger than the memories (``ValueError`` with both sizes)."""
+        for name, words, depth in (("data", self.data, resident_words),
+                                   ("program", self.program, program_words)):
+            if len(words) > depth:
+                raise ValueError(f"boot image: {len(words)} {name} words do not fit a "
+                                 f"{name} memory of {depth} words")

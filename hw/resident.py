@@ -27,7 +27,7 @@ from amaranth.utils import ceil_log2
 
 from contract.config import ConvEngineConfig
 from contract.regmap import ERROR_CODES, by_name, resident_registers
-from contract.resident import HEADER_FIELDS, OPS, SEGMENT_WORDS
+from contract.resident import HEADER_FIELDS, OPS, SEGMENT_WORDS, BootImage
 from contract.streams import WORD_BITS
 
 from .csr import CsrBank, csr_bus_signature, word_layout
@@ -47,10 +47,16 @@ _RES_CTRL = {f.name: f.lsb for f in _REG["RES_CTRL"].fields}
 _POLL_PERIOD = 3
 
 
-def accelerator_top(config):
+def accelerator_top(config, image=None):
     """The accelerator as a host link's top instantiates it: ``AcceleratorTop`` alone, or
-    behind the resident block when ``config`` has resident memories."""
-    return ResidentTop(config) if config.resident else AcceleratorTop(config)
+    behind the resident block when ``config`` has resident memories (holding ``image``, a
+    :class:`contract.resident.BootImage`, from power-up when given)."""
+    if config.resident:
+        return ResidentTop(config, image=image)
+    if image is not None:
+        raise ValueError(f"a boot image needs a configuration with resident memories "
+                         f"(resident_words > 0), not {config.name}")
+    return AcceleratorTop(config)
 
 
 class ResidentPlayer(wiring.Component):
@@ -331,12 +337,18 @@ class ResidentTop(wiring.Component):
     (each pass would raise it).
     """
 
-    def __init__(self, config):
+    def __init__(self, config, *, image=None):
         if not isinstance(config, ConvEngineConfig) or not config.resident:
             self._MustUse__silence = True  # refused: nothing to elaborate
             raise ValueError(f"ResidentTop needs a configuration with resident memories "
                              f"(resident_words > 0), not {config!r}")
-        self.config = config
+        if image is not None:
+            self._MustUse__silence = True  # until the image is accepted
+            if not isinstance(image, BootImage):
+                raise TypeError(f"image must be a contract.resident.BootImage, not {image!r}")
+            image.check_fits(config.resident_words, config.program_words)
+            self._MustUse__silence = False
+        self.config, self.image = config, image
         self.core = AcceleratorTop(config)
         super().__init__(dict(self.core.signature.members))
 
@@ -345,8 +357,13 @@ class ResidentTop(wiring.Component):
         cfg = self.config
         m.submodules.core = core = self.core
         m.submodules.bank = bank = CsrBank(resident_registers(), readback=cfg.csr_readback)
-        data_memory = Memory(shape=WORD_BITS, depth=cfg.resident_words, init=[])
-        program_memory = Memory(shape=WORD_BITS, depth=cfg.program_words, init=[])
+        # A boot image is the memories' initial contents (block RAM initialised with the
+        # bitstream), the rest of each memory zero as without one.
+        image = self.image
+        data_memory = Memory(shape=WORD_BITS, depth=cfg.resident_words,
+                             init=image.data if image else [])
+        program_memory = Memory(shape=WORD_BITS, depth=cfg.program_words,
+                                init=image.program if image else [])
         m.submodules.data_memory, m.submodules.program_memory = data_memory, program_memory
         data_read, data_write = data_memory.read_port(), data_memory.write_port()
         program_read, program_write = program_memory.read_port(), program_memory.write_port()
@@ -394,7 +411,15 @@ class ResidentTop(wiring.Component):
         ]
         # Fletcher's sums over the loaded words (contract.resident.checksum_step), in two
         # steps so that no cycle chains two 32-bit adders: A takes the word, then B the new A.
-        sum_a, sum_b, added = bank.res_checksum_a, bank.res_checksum_b, Signal()
+        # They start at the boot image's checksum (0 without one) and, like the memories'
+        # contents, keep their value through a reset: a reset that cleared them would
+        # leave a loaded image unrecognised, and one that restored the boot image's
+        # checksum would claim the boot image over a loaded one.
+        start_a, start_b = image.checksum if image else (0, 0)
+        sum_a = Signal(WORD_BITS, init=start_a, reset_less=True)
+        sum_b = Signal(WORD_BITS, init=start_b, reset_less=True)
+        added = Signal()
+        m.d.comb += [bank.res_checksum_a.eq(sum_a), bank.res_checksum_b.eq(sum_b)]
         word_in = player.w_en & player.loading
         m.d.sync += added.eq(word_in)
         with m.If(ctrl[_RES_CTRL["clear_checksum"]]):

@@ -30,12 +30,19 @@ class UartTop(wiring.Component):
         Clock cycles per UART bit (ignored with ``byte_port``).
     byte_port : bool
         Expose ``rx``/``tx`` byte streams instead of ``rx``/``tx`` pins.
+    image : contract.resident.BootImage, optional
+        The resident memories' contents at power-up (:func:`hw.resident.accelerator_top`).
     """
 
-    def __init__(self, config=None, *, divisor=16, byte_port=False):
+    def __init__(self, config=None, *, divisor=16, byte_port=False, image=None):
         self.config = config or ConvEngineConfig()
         if not isinstance(self.config, ConvEngineConfig):
             raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
+        if image is not None and not self.config.resident:
+            self._MustUse__silence = True  # refused: nothing to elaborate
+            raise ValueError(f"a boot image needs a configuration with resident memories "
+                             f"(resident_words > 0), not {self.config.name}")
+        self.image = image
         self.divisor = divisor
         self.byte_port = bool(byte_port)
         if self.byte_port:
@@ -49,7 +56,7 @@ class UartTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.core = core = accelerator_top(self.config)
+        m.submodules.core = core = accelerator_top(self.config, self.image)
         m.submodules.bridge = bridge = HostBridge()
         wiring.connect(m, bridge.csr, core.csr)
         # Both word streams pass a skid buffer: the bridge's framing and retry logic and the

@@ -22,10 +22,18 @@ The search (``docs/build.md``):
    for each array size only the largest buffers that fit are scored.
 5. **Pick** the best score; ties go to fewer LUTs.
 
+On a board whose preset has the resident block (the ULX3S), only arrays whose columns are a
+multiple of :data:`contract.resident.COLUMN_MULTIPLE` are candidates, and the model goes
+into the bitstream (:func:`model_image`): its resident image is compiled for the chosen
+configuration, the resident memories are sized to it (whole DP16KD blocks), and the build
+writes it into their initial contents with the checksum registers' reset values equal to
+its checksum, so the board boots with the model loaded and a session skips the load.
+
 Then (not with ``--dry-run``) the chosen configuration is built with the board flow
 (:func:`hw.bitstream.build_bitstream`) and ``report.json`` (chosen configuration, predicted
-vs achieved fmax and resources, predicted images/s, fallbacks) and ``run-config.json``
-(``contract.config_file`` format, with the clock) are written to ``--out``.
+vs achieved fmax and resources, block RAM, the image's checksum and sizes, predicted
+images/s, fallbacks) and ``run-config.json`` (``contract.config_file`` format, with the
+clock and the resident memories) are written to ``--out``.
 """
 
 import dataclasses
@@ -58,6 +66,11 @@ PROBE = ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=max(ACT_DE
 BAUD = 3_000_000
 #: The optional blocks of an engine (docs/config.md) a build takes from its board's preset.
 FEATURES = tuple(OPTIONAL_BLOCKS)
+
+
+#: Words of one DP16KD used as a 32-bit memory (512 x 36): a built-in image's memories
+#: are its words rounded up to whole blocks.
+RESIDENT_BLOCK_WORDS = 512
 
 
 class BuildSearchError(ValueError):
@@ -122,6 +135,49 @@ def _cpu_seconds(layer, shape):
 
     cost = cpu_estimate(layer, shape, CostModel())
     return 0.0 if cost is None or cost.seconds is None else cost.seconds
+
+
+def resident_board(board):
+    """Whether ``board``'s preset has the resident block (its builds hold the model)."""
+    from hw.bitstream import default_config
+
+    return default_config(board).resident
+
+
+def _whole_blocks(words):
+    return -(-words // RESIDENT_BLOCK_WORDS) * RESIDENT_BLOCK_WORDS
+
+
+def model_image(model_path, config):
+    """``(config, image)``: the model's resident image compiled for ``config`` (the device
+    segment with the most weights, as ``sw_driver.resident.compile_model`` picks; a model
+    all of whose device layers run in one segment, as the zoo's, is whole) and ``config``
+    with resident memories of its size in whole DP16KD blocks.
+
+    Raises
+    ------
+    sw_driver.errors.ResidentFitError
+        The compiler refuses the model on ``config`` (the message says why).
+    """
+    from contract.config import MAX_PROGRAM_WORDS, MAX_RESIDENT_WORDS
+    from sw_driver.resident import compile_model
+
+    graph, _ = load_graph(model_path)
+    image = compile_model(graph, config, data_words=MAX_RESIDENT_WORDS,
+                          program_words=MAX_PROGRAM_WORDS)
+    sized = dataclasses.replace(config, resident_words=_whole_blocks(image.data_words),
+                                program_words=_whole_blocks(len(image.program)))
+    return sized, image
+
+
+def image_document(image, boot):
+    """``report.json``'s ``image``: key, checksum, sizes and segment of a built-in model."""
+    a, b = boot.checksum
+    return {"key": boot.key, "checksum": [f"{a:#010x}", f"{b:#010x}"],
+            "program_words": len(boot.program), "data_words": len(boot.data),
+            "arena_words": image.arena_words, "layers": image.layers,
+            "passes": len(image.passes),
+            "link_bytes_per_inference": image.link_bytes()["resident"]}
 
 
 def features_for(board, graph):
@@ -209,15 +265,20 @@ def _pll_clock(board, family, fmax_mhz, margin):
     return None
 
 
-def candidates(board_info, model, features=None):
+def candidates(board_info, model, features=None, *, resident=False):
     """``[(config, prediction)]`` of every configuration (with the optional blocks
     ``features``) predicted to fit the board, for each array size only the Pareto-largest
-    buffers (see the module docstring)."""
+    buffers (see the module docstring); with ``resident``, only arrays the resident
+    compiler takes (columns a multiple of ``COLUMN_MULTIPLE``)."""
+    from contract.resident import COLUMN_MULTIPLE
+
     features = features or {}
     family = board_info["family"]
     fitting = []
     for rows in SIDES:
         for cols in SIDES:
+            if resident and cols % COLUMN_MULTIPLE:
+                continue
             array = ArrayConfig(rows=rows, cols=cols)
             if rows * cols > board_info["limits"]["dsp"]:
                 continue
@@ -256,7 +317,8 @@ def search(model_path, board, *, resource_model=None, say=None):
     board_info = board_limits(board)
     resource_model = ResourceModel() if resource_model is None else resource_model
     profile = ModelProfile(model_path, board)
-    fitting = candidates(board_info, resource_model, profile.features)
+    fitting = candidates(board_info, resource_model, profile.features,
+                         resident=resident_board(board))
     scored, blocked = [], {}
     for config, prediction in fitting:
         if prediction["fmax_mhz"] is None:
@@ -277,6 +339,10 @@ def search(model_path, board, *, resource_model=None, say=None):
         raise BuildSearchError(_no_fit_message(profile, board_info, fitting, blocked,
                                                resource_model))
     scored.sort(key=lambda c: (-c["images_per_s"], c["prediction"]["lut"]))
+    image, refused = None, None
+    if resident_board(board):
+        scored, image, refused = _with_model_image(model_path, board, board_info, scored,
+                                                   resource_model)
     best = scored[0]
     if say is not None:
         say(f"searched {len(fitting)} fitting configurations ({len(scored)} run the model) "
@@ -287,8 +353,37 @@ def search(model_path, board, *, resource_model=None, say=None):
         "clock_mhz": best["clock_mhz"], "images_per_s": best["images_per_s"],
         "layers": best["layers"], "fallbacks": profile.fallbacks,
         "candidates": len(fitting), "runnable": len(scored),
-        "runners_up": scored[1:4],
+        "runners_up": scored[1:4], "image": image, "image_refused": refused,
     }
+
+
+def _with_model_image(model_path, board, board_info, scored, resource_model):
+    """``(scored, image, refused)``: the scored candidates (best first) with the first one
+    that holds the model's resident image (the compiler takes it, its memories fit the
+    device's DP16KD and the resource model still predicts a fit) moved to the front,
+    configured with the memories (:func:`model_image`); ``image`` is that candidate's
+    DeviceImage. When none does: ``scored`` as it was, ``None`` and the best candidate's
+    reason."""
+    from hw.bitstream.registry import check_fits
+    from sw_driver.errors import ResidentFitError
+
+    reasons = []
+    for index, candidate in enumerate(scored):
+        try:
+            sized, image = model_image(model_path, candidate["config"])
+            check_fits(board, sized)
+        except (ResidentFitError, ValueError) as error:
+            reasons.append(str(error))
+            continue
+        prediction = resource_model.predict(sized, board_info["family"])
+        over = fits(prediction, board_info)
+        if over:
+            reasons.append(f"with the image's memories the resource model predicts "
+                           f"{', '.join(over)} over the board's")
+            continue
+        chosen = {**candidate, "config": sized, "prediction": prediction}
+        return [chosen, *scored[:index], *scored[index + 1:]], image, None
+    return scored, None, reasons[0] if reasons else "no candidate"
 
 
 def _no_fit_message(profile, board_info, fitting, blocked, resource_model):
@@ -353,6 +448,7 @@ def achieved(document, report):
         **{key: report.get(f"{name}_used") for key, name in names.items()},
     }
     document["bitstream"] = report.get("bitstream")
+    document["block_ram"] = report.get("block_ram")
     document["build_logs"] = report.get("logs")
     if "timing_failure" in report:
         document["timing_failure"] = report["timing_failure"]
@@ -382,18 +478,20 @@ def build(model_path, board, out=None, *, dry_run=False, console=None, resource_
     plan = search(model_path, board, resource_model=resource_model, say=console.print)
     document = plan_document(plan)
     document["dry_run"] = dry_run
+    boot = _built_in_model(plan, document, console)
     if not dry_run:
         from hw.bitstream import BitstreamError, board_top, build_bitstream
         from tessera.board_report import console_say
 
         config = dataclasses.replace(plan["config"], clock_mhz=None)
         out.mkdir(parents=True, exist_ok=True)
-        _write_verilog(board_top(board, config, clock_mhz=plan["clock_mhz"]),
+        _write_verilog(board_top(board, config, clock_mhz=plan["clock_mhz"], image=boot),
                        out / "top.v")
         document["verilog"] = str(out / "top.v")
         try:
             report = build_bitstream(board, config, build_root=out / "pnr",
-                                     clock_mhz=plan["clock_mhz"], say=console_say(console))
+                                     clock_mhz=plan["clock_mhz"], say=console_say(console),
+                                     image=boot)
         except BitstreamError as error:
             document["error"] = str(error)
             write_outputs(document, out)
@@ -402,6 +500,29 @@ def build(model_path, board, out=None, *, dry_run=False, console=None, resource_
     paths = write_outputs(document, out)
     print_summary(document, paths, console)
     return document
+
+
+def _built_in_model(plan, document, console):
+    """The :class:`~contract.resident.BootImage` the plan's build holds (or None, with
+    ``document["image_refused"]`` saying why on a resident board); fills
+    ``document["image"]``."""
+    if not resident_board(plan["board"]):
+        return None
+    image = plan["image"]
+    if image is None:
+        document["image"] = None
+        document["image_refused"] = plan["image_refused"]
+        console.print(f"the model is not built in: {plan['image_refused']}", markup=False)
+        return None
+    boot = image.boot_image()
+    assert boot.checksum == image.checksum  # the checksum a session's runner compares
+    document["image"] = figures = image_document(image, boot)
+    config = plan["config"]
+    console.print(f"model built in: image {boot.key}, {len(boot.program):,} program and "
+                  f"{len(boot.data):,} constant words in memories of "
+                  f"{config.program_words:,} + {config.resident_words:,} words, checksum "
+                  f"{figures['checksum'][0]}/{figures['checksum'][1]}", markup=False)
+    return boot
 
 
 def _write_verilog(top, path):

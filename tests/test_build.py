@@ -359,8 +359,9 @@ def test_build_records_predicted_against_achieved(tmp_path, monkeypatch):
 
     asked = {}
 
-    def fake_build(board, config, build_root, *, clock_mhz, say):
-        asked.update(board=board, config=config, root=build_root, clock=clock_mhz)
+    def fake_build(board, config, build_root, *, clock_mhz, say, image):
+        asked.update(board=board, config=config, root=build_root, clock=clock_mhz,
+                     image=image)
         return {"fmax_mhz": 40.5, "timing_met": True, "LC_used": 4000, "SB_MAC16_used": 8,
                 "EBR_used": 20, "bitstream": str(build_root / board / "top.bin"),
                 "logs": {"nextpnr": "x.log"}}
@@ -375,6 +376,47 @@ def test_build_records_predicted_against_achieved(tmp_path, monkeypatch):
     assert report["achieved"] == {"fmax_mhz": 40.5, "timing_met": True, "lut": 4000,
                                   "dsp": 8, "ebr": 20}
     assert report["verilog"] == str(tmp_path / "top.v") and report["dry_run"] is False
+    # The iCEBreaker's preset has no resident block: nothing is built in.
+    assert asked["image"] is None and "image" not in report
+
+
+@pytest.mark.parametrize("board", ["ulx3s-85f", "ulx3s-25f"])
+def test_build_on_a_resident_board_builds_the_model_in(board, tmp_path, monkeypatch):
+    """On a ULX3S (its preset has the resident block) the chosen engine takes the resident
+    compiler (columns a multiple of 4), its memories hold the model's image in whole
+    DP16KD blocks, and the board build gets the image whose checksum a session's runner
+    compares."""
+    import hw.bitstream
+    from sw_driver import InferenceSession
+    from sw_driver.resident import compile_model
+
+    asked = {}
+
+    def fake_build(board, config, build_root, *, clock_mhz, say, image):
+        asked.update(config=config, image=image)
+        return {"fmax_mhz": 70.0, "timing_met": True, "DP16KD_used": 30,
+                "block_ram": {"used": 30, "available": 208}, "logs": {}}
+
+    monkeypatch.setattr(hw.bitstream, "build_bitstream", fake_build)
+    monkeypatch.setattr(tb, "_write_verilog", lambda top, path: path.write_text("// top\n"))
+    document = tb.build(DIGITS_QDQ, board, tmp_path)
+    config, image = asked["config"], asked["image"]
+    assert config.cols % 4 == 0 and config.resident
+    assert config.resident_words % 512 == 0 and config.program_words % 512 == 0
+    graph = InferenceSession(DIGITS_QDQ, providers=["cpu"]).graph
+    want = compile_model(graph, config, data_words=config.resident_words,
+                         program_words=config.program_words)
+    assert image.checksum == want.checksum and image.data == tuple(int(w) for w in want.data)
+    assert len(image.data) <= config.resident_words < len(image.data) + want.arena_words + 512
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["image"]["key"] == image.key and report["image"]["checksum"] == [
+        f"{value:#010x}" for value in image.checksum]
+    assert report["image"]["data_words"] == len(image.data)
+    assert report["config"]["resident_words"] == config.resident_words
+    assert load_config(str(tmp_path / "run-config.json")).resident_words == \
+        config.resident_words
+    assert report["block_ram"] == {"used": 30, "available": 208}
+    assert document["image"]["layers"][0] == "conv1"
 
 
 def test_no_clock_the_pll_makes():

@@ -13,7 +13,7 @@ from resident_images import single_pass_image, words_of
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.regmap import ERROR_CODES, by_name
-from contract.resident import Segment, header, image_checksum
+from contract.resident import BootImage, ResidentFormatError, Segment, header, image_checksum
 from hw.resident import ResidentTop, accelerator_top
 from hw.top import AcceleratorTop
 from models.conv import conv2d
@@ -101,8 +101,8 @@ class Host:
         await self.write(ctx, "RES_CTRL", RES_CTRL["run"])
 
 
-def simulate(bench, *, cycles=400_000):
-    dut = ResidentTop(CONFIG)
+def simulate(bench, *, cycles=400_000, image=None):
+    dut = ResidentTop(CONFIG, image=image)
     host = Host(dut)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -398,3 +398,50 @@ def test_the_image_helpers_round_trip():
     """The test image lays the pass's bytes out word for word (a check of the helper the
     tests above and the twin's test share)."""
     assert list(words_of(b"\x01\x00\x00\x00\xff\xff\xff\xff")) == [1, 0xFFFFFFFF]
+
+
+def test_a_boot_image_is_there_after_reset(rng, seed):
+    """A build with a model in it (``tessera build``): after reset, with nothing loaded,
+    the checksum registers read the image's checksum, the data memory reads back the
+    image's words, and a run plays the image's program bit-exactly."""
+    program, golden = conv_case(rng)
+    data, records, results = single_pass_image(program)
+    image = BootImage(program=records, data=data)
+    seen = {}
+
+    async def bench(ctx, host):
+        seen["checksum"] = (await host.read(ctx, "RES_CHECKSUM_A"),
+                            await host.read(ctx, "RES_CHECKSUM_B"))
+        await host.write(ctx, "RES_ADDR", 0)
+        await host.write(ctx, "RES_COUNT", len(data))
+        await host.write(ctx, "RES_CTRL", RES_CTRL["read_data"])
+        seen["read"] = await host.finish(ctx)
+        seen["read_back"] = [w for w, _ in host.received]
+        host.received.clear()
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+
+    host = simulate(bench, image=image)
+    label = f"seed={seed} on {CONFIG.name}"
+    assert image.checksum == image_checksum(data, image_checksum(records)) != (0, 0)
+    assert seen["checksum"] == image.checksum, label
+    assert seen["read"] == seen["status"] == DONE, f"{label}: {seen}"
+    assert seen["read_back"] == [int(w) for w in data], label
+    assert len(host.received) == results, label
+    raw = np.array([w for w, _ in host.received], dtype="<u4").tobytes()
+    got, want = golden(program.decode(raw))
+    np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_a_boot_image_is_checked():
+    image = BootImage(program=[1, 2], data=[3] * 5)
+    assert len(image.key) == 8 and image.key != BootImage(program=[1, 2], data=[3] * 4).key
+    with pytest.raises(ValueError, match="5 data words do not fit a data memory of 4 words"):
+        image.check_fits(4, 256)
+    with pytest.raises(ResidentFormatError, match="program word 1 is -1, not a 32-bit word"):
+        BootImage(program=[0, -1], data=[0])
+    big = BootImage(program=[0], data=[0] * (CONFIG.resident_words + 1))
+    with pytest.raises(ValueError, match="data memory of 1024 words"):
+        ResidentTop(CONFIG, image=big)
+    with pytest.raises(ValueError, match="a boot image needs a configuration with resident"):
+        accelerator_top(replace(CONFIG, resident_words=0, program_words=0), image)

@@ -192,7 +192,7 @@ def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys
 
     platform = types.SimpleNamespace(device="iCE40UP5K", package="SG48", family="iCE40")
 
-    def fake_prepare(board, config, *, clock_mhz, baud, seed):
+    def fake_prepare(board, config, *, clock_mhz, baud, seed, image=None):
         pll = types.SimpleNamespace(as_dict=lambda: {"primitive": "SB_PLL40_PAD"})
         top = types.SimpleNamespace(clock_mhz=clock_mhz, pll_settings=pll, divisor=6,
                                     baud_error=0.0)
@@ -217,6 +217,8 @@ def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys
     report = json.loads((tmp_path / "icebreaker" / "report.json").read_text())
     assert report["clock_mhz"] == 18.0
     assert report["config"]["clock_mhz"] == report["target_mhz"] == 18.0
+    # No resident block on the UP5K's preset, no image; no DP16KD on an iCE40.
+    assert report["image"] is None and report["block_ram"] == {}
     capsys.readouterr()
 
 

@@ -34,10 +34,10 @@ class SerialTwinTop(wiring.Component):
     ``twin/top.py``) and ports ``clock``/``reset``. ``tx.valid`` is qualified by the
     registered ready: the harness takes every byte it shows."""
 
-    def __init__(self, config):
+    def __init__(self, config, image=None):
         from hw.uart_top import UartTop
 
-        self.inner = UartTop(config, byte_port=True)
+        self.inner = UartTop(config, byte_port=True, image=image)
         super().__init__({"rx": In(stream.Signature(8)), "tx": Out(stream.Signature(8)),
                           "irq": Out(1), "clock": In(1), "reset": In(1)})
 
@@ -62,14 +62,21 @@ class SerialTwinTop(wiring.Component):
         return m
 
 
-def build_serial_twin(config, *, build_root=BUILD_ROOT, log=print):
-    """Path of the serial twin's library for ``config``, built when not cached."""
+def build_serial_twin(config, *, image=None, build_root=BUILD_ROOT, log=print):
+    """Path of the serial twin's library for ``config``, built when not cached.
+
+    ``image`` (a :class:`contract.resident.BootImage`) builds the model in, as a board's
+    bitstream does (``tessera build``): the netlist's name and folder then carry the
+    image's key, one netlist per configuration and image."""
     if not isinstance(config, ConvEngineConfig):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
-    folder = (Path(build_root).resolve() / "twin-serial" / f"{config_folder_name(config)}-"
-              f"{source_key(config, FLAGS, (Path(__file__), HARNESS))}")
-    return verilate(folder, lambda: SerialTwinTop(config), flags=FLAGS, harness=HARNESS,
-                    what="serial twin", label=config.name, log=log)
+    if image is not None:
+        image.check_fits(config.resident_words, config.program_words)
+    tag = "" if image is None else f"-{image.key}"
+    folder = (Path(build_root).resolve() / "twin-serial" / f"{config_folder_name(config)}"
+              f"{tag}-{source_key(config, FLAGS, (Path(__file__), HARNESS))}")
+    return verilate(folder, lambda: SerialTwinTop(config, image), flags=FLAGS,
+                    harness=HARNESS, what="serial twin", label=config.name + tag, log=log)
 
 
 _u8_p = ctypes.POINTER(ctypes.c_uint8)
@@ -114,10 +121,12 @@ class TwinSerial:
         The simulated device clock, which turns ``timeout`` into cycles.
     timeout : float
         Seconds (simulated) a ``read`` waits for its bytes.
+    image : contract.resident.BootImage, optional
+        A model built in (:func:`build_serial_twin`).
     """
 
     def __init__(self, config=None, *, baudrate=3_000_000, clock_hz=50e6, timeout=0.01,
-                 build_root=BUILD_ROOT, log=print):
+                 build_root=BUILD_ROOT, log=print, image=None):
         self._handle = None
         self._lock = threading.RLock()
         self.config = config or ConvEngineConfig()
@@ -125,7 +134,8 @@ class TwinSerial:
         self.clock_hz = float(clock_hz)
         self.baudrate = baudrate
         self.timeout = timeout
-        library = build_serial_twin(self.config, build_root=build_root, log=log)
+        library = build_serial_twin(self.config, image=image, build_root=build_root,
+                                    log=log)
         self._lib = _bind(ctypes.CDLL(str(library)))
         self._handle = self._lib.serial_new()
         self._lib.serial_set_pace(self._handle, self.cycles_per_byte)

@@ -35,10 +35,13 @@ def inputs_key(board, config, **options):
     return digest.hexdigest()[:16]
 
 
-def build_dir_for(board, config, build_root="build"):
+def build_dir_for(board, config, build_root="build", *, image=None):
     """Where a build of ``config`` for ``board`` goes: ``<root>/<board>`` for the
-    accelerator, ``<root>/<board>-array`` for the bare array."""
+    accelerator (``<root>/<board>-<image key>`` with a model built in), ``<root>/<board>-array``
+    for the bare array."""
     suffix = ARRAY_SUFFIX if isinstance(config, ArrayConfig) else ""
+    if image is not None:
+        suffix += f"-{image.key}"
     return Path(build_root) / f"{board}{suffix}"
 
 def source_state(root=None):

@@ -12,6 +12,9 @@ progress lines, into ``build/<board>/``. ``report.json`` there carries:
 - flat ``<resource>_used`` / ``<resource>_available`` entries (``MULT18X18D``, ``LUT4``,
   ``TRELLIS_FF``, ``DP16KD`` on ECP5; ``LC``, ``SB_MAC16``, ``EBR``, ``SPRAM`` on iCE40) and
   the same under ``resources``,
+- ``block_ram``: the DP16KD placed and what :func:`~.registry.block_rams_needed` counts
+  per part, and the resident memories' depths; ``image``: a built-in model's key,
+  checksum and sizes (None without one),
 - the configuration (its ``clock_mhz`` the clock asked for, so it rebuilds the same
   design), the critical path, tool versions, wall times and the log paths.
 
@@ -40,6 +43,7 @@ from .cache import REPORT_NAME, build_dir_for, inputs_key, source_state
 from .nextpnr import critical_path, flat_resources, parse_nextpnr_report, timing_verdict
 from .registry import (
     DEFAULT_TARGET_MHZ,
+    block_rams_needed,
     board_clock_mhz,
     check_board,
     default_config,
@@ -55,7 +59,8 @@ def _say(say):
 
 
 def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
-                    baud=DEFAULT_BAUD, seed=DEFAULT_SEED, say=None, **array_options):
+                    baud=DEFAULT_BAUD, seed=DEFAULT_SEED, say=None, image=None,
+                    **array_options):
     """Build ``build_root/<board>/top.bit`` (``top.bin`` on iCE40) and ``report.json`` of
     the whole accelerator; return the report dict.
 
@@ -79,6 +84,9 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
         nextpnr's placer seed (fixed, so a build is a function of its inputs).
     say : callable, optional
         Called with each progress line (plain text); default ``print``.
+    image : contract.resident.BootImage, optional
+        A model built in: the resident memories' initial contents and checksum
+        (``report.json``'s ``image``); the build folder is ``<board>-<image key>``.
 
     Returns
     -------
@@ -105,10 +113,10 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
     config = default_config(board) if config is None else config
     clock_mhz = design_clock_mhz(board, config, clock_mhz)
     platform, top, plan = prepare_build(board, config, clock_mhz=clock_mhz, baud=baud,
-                                        seed=seed)
+                                        seed=seed, image=image)
     apply_tool_env()
     env = tool_env()
-    build_dir = build_dir_for(board, config, build_root)
+    build_dir = build_dir_for(board, config, build_root, image=image)
     build_dir.mkdir(parents=True, exist_ok=True)
     say(f"{board}: whole accelerator, {config.rows}x{config.cols} array, act "
         f"{config.act_depth} B x {config.rows}, weights {config.weight_depth} words; clock "
@@ -130,7 +138,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
     report = accelerator_report(board, config, clock_mhz, platform=platform, top=top, raw=raw,
                                 times=times, bitstream=bitstream, logs=logs, baud=baud,
                                 seed=seed, tools=tool_versions(platform.family, env),
-                                source=source)
+                                source=source, image=image)
     (build_dir / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -142,8 +150,31 @@ def _config_with_clock(config, clock_mhz):
     return {**config.as_dict(), "clock_mhz": float(clock_mhz)}
 
 
+def block_ram_use(config, resources, image=None):
+    """``report.json``'s ``block_ram``: the DP16KD nextpnr placed (``used``/``available``,
+    when the family has them), what :func:`~.registry.block_rams_needed` counts per part
+    (ECP5), and the resident memories' words, the boot image's share of them included."""
+    use = {}
+    if "DP16KD" in resources:
+        use.update(resources["DP16KD"])
+        use["expected"] = block_rams_needed(config)
+    if config.resident:
+        use["resident_words"] = config.resident_words
+        use["program_words"] = config.program_words
+    return use
+
+
+def image_report(image):
+    """``report.json``'s ``image``: the boot image's key, checksum and sizes (or None)."""
+    if image is None:
+        return None
+    a, b = image.checksum
+    return {"key": image.key, "checksum": [f"{a:#010x}", f"{b:#010x}"],
+            "program_words": len(image.program), "data_words": len(image.data)}
+
+
 def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, bitstream,
-                       logs, baud, seed, tools, source):
+                       logs, baud, seed, tools, source, image=None):
     """The ``report.json`` of a whole-accelerator build (see the module docstring) from what
     the build made: ``raw`` is nextpnr's report (a dict), ``top`` the board top (its PLL
     clock, settings and UART divisor), ``platform`` the Amaranth platform (device, package,
@@ -169,9 +200,12 @@ def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, b
         "uart": {"baud": baud, "divisor": top.divisor,
                  "baud_error_percent": round(100 * top.baud_error, 3)},
         "seed": seed,
-        "inputs_key": inputs_key(board, config, clock_mhz=clock_mhz, baud=baud, seed=seed),
+        "inputs_key": inputs_key(board, config, clock_mhz=clock_mhz, baud=baud, seed=seed,
+                                 image=None if image is None else image.key),
         **flat_resources(parsed["resources"]),
         **parsed,
+        "block_ram": block_ram_use(config, parsed["resources"], image),
+        "image": image_report(image),
         "critical_path": paths,
         "wall_time_s": times,
         "tools": tools,

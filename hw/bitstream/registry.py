@@ -1,6 +1,8 @@
 """The boards a bitstream is built for: their platforms, default configurations and clocks,
 and the checks a configuration must pass before any tool runs."""
 
+import math
+
 from amaranth.build import Clock, Resource
 
 from contract.config import ConvEngineConfig
@@ -19,6 +21,23 @@ DEFAULT_CLOCK_MHZ = {**ulx3s.DEFAULT_CLOCK_MHZ, **icebreaker.DEFAULT_CLOCK_MHZ}
 
 #: FPGA device -> its hardware multipliers (18x18 or 16x16 DSP blocks).
 MULTIPLIERS = {**ulx3s.MULTIPLIERS, **icebreaker.MULTIPLIERS}
+
+#: FPGA device -> its DP16KD block RAMs (18 Kbit each; ECP5 only: the iCE40 builds are not
+#: checked for block RAM here).
+BLOCK_RAMS = dict(ulx3s.BLOCK_RAMS)
+
+#: Block RAM aspect ratios (depth, width): ECP5 DP16KD in true dual-port mode, iCE40
+#: SB_RAM40_4K. A 32-bit memory takes ceil(depth / 512) DP16KD in any of the shapes, as
+#: the 512 x 36 simple dual-port mode synth_ecp5 picks for the resident memories would.
+RAM_SHAPES = {
+    "ecp5": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18)),
+    "iCE40": ((2048, 2), (1024, 4), (512, 8), (256, 16)),
+}
+
+#: DP16KD a board build uses beyond the engine's buffers and the resident memories (the
+#: pool's line buffer, the host bridge's FIFOs): nextpnr counted 5, 5 and 4 on the 85F, 45F
+#: and 25F presets' builds without the resident block (docs/boards.md); 5 is counted.
+OTHER_BLOCK_RAMS = 5
 
 # What the packer writes, per family.
 BITSTREAM_SUFFIX = {"ecp5": "bit", "iCE40": "bin"}
@@ -48,10 +67,28 @@ def multipliers_needed(config):
         config.cols, residual_add=config.residual_add, pipelined=config.pipelined)
 
 
+def ram_blocks(depth, width, family):
+    """Block RAMs a ``depth`` x ``width``-bit memory needs in its cheapest aspect ratio."""
+    return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in RAM_SHAPES[family])
+
+
+def block_rams_needed(config):
+    """``{part: DP16KD}`` of the whole accelerator on an ECP5: the activation buffer (one
+    copy of ``act_depth`` bytes per row), the weight buffer (``weight_depth`` words of C
+    bytes), the resident data and program memories (32-bit words) and the rest
+    (:data:`OTHER_BLOCK_RAMS`); ``"total"`` sums them."""
+    parts = {"activations": config.rows * ram_blocks(config.act_depth, 8, "ecp5"),
+             "weights": ram_blocks(config.weight_depth, 8 * config.cols, "ecp5"),
+             "resident data": ram_blocks(config.resident_words, 32, "ecp5"),
+             "resident program": ram_blocks(config.program_words, 32, "ecp5"),
+             "other": OTHER_BLOCK_RAMS}
+    return {**parts, "total": sum(parts.values())}
+
+
 def check_fits(board, config):
-    """Refuse a configuration whose multipliers exceed the board's (before any tool runs).
-    The iCE40 builds map part of the arithmetic to logic on purpose, so only the array is
-    counted there."""
+    """Refuse a configuration whose multipliers or block RAMs exceed the board's (before
+    any tool runs). The iCE40 builds map part of the arithmetic to logic on purpose, so
+    only the array is counted there, and their block RAM is not checked."""
     cls = check_board(board)
     available = MULTIPLIERS.get(cls.device)
     if isinstance(config, ConvEngineConfig) and family_of(board) == "ecp5":
@@ -63,6 +100,14 @@ def check_fits(board, config):
         what = f"a {config.rows}x{config.cols} array needs {needed} multipliers"
     if available is not None and needed > available:
         raise ValueError(f"{what}; {board} ({cls.device}) has {available}")
+    blocks = BLOCK_RAMS.get(cls.device)
+    if isinstance(config, ConvEngineConfig) and blocks is not None:
+        parts = block_rams_needed(config)
+        if parts["total"] > blocks:
+            detail = ", ".join(f"{name} {count}" for name, count in parts.items()
+                               if name != "total" and count)
+            raise ValueError(f"the accelerator needs {parts['total']} DP16KD block RAMs "
+                             f"({detail}); {board} ({cls.device}) has {blocks}")
 
 
 def board_platform(board, *, target_mhz=DEFAULT_TARGET_MHZ):

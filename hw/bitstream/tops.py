@@ -28,7 +28,7 @@ NEXTPNR_REPORT_NAME = "nextpnr-report.json"
 KEEP_PE_REGISTERS = "setattr -set keep 1 *.pe_*/t:$dff"
 
 
-def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD):
+def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD, image=None):
     """The whole accelerator's top for ``board``
     (:class:`~hw.boards.accelerator.AcceleratorBoardTop`).
 
@@ -42,6 +42,9 @@ def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD):
         names the range).
     baud : int
         UART rate; refused when the clock does not divide it closely enough.
+    image : contract.resident.BootImage, optional
+        A model built in (the resident memories' initial contents); refused when the
+        configuration has no resident memories or they are too small for it.
     """
     config = default_config(board) if config is None else config
     if not isinstance(config, ConvEngineConfig):
@@ -50,7 +53,7 @@ def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD):
     clock_mhz = design_clock_mhz(board, config, clock_mhz)
     return AcceleratorBoardTop(config, family=family_of(board),
                                board_clock_mhz=board_clock_mhz(board),
-                               clock_mhz=clock_mhz, baud=baud)
+                               clock_mhz=clock_mhz, baud=baud, image=image)
 
 
 def _synthesis_overrides(family, extra_script=""):
@@ -62,12 +65,12 @@ def _synthesis_overrides(family, extra_script=""):
 
 
 def prepare_build(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD,
-                  seed=DEFAULT_SEED):
+                  seed=DEFAULT_SEED, image=None):
     """Elaborate the accelerator's board top; return ``(platform, top, plan)``, where
     ``plan`` is Amaranth's :class:`~amaranth.build.run.BuildPlan` (files and commands,
     nothing run)."""
     platform = board_platform(board, target_mhz=None)
-    top = board_top(board, config, clock_mhz=clock_mhz, baud=baud)
+    top = board_top(board, config, clock_mhz=clock_mhz, baud=baud, image=image)
     nextpnr_opts = [f"--report {NEXTPNR_REPORT_NAME}", f"--seed {seed}",
                     "--timing-allow-fail"]
     extra = icebreaker.SCRIPT_AFTER_READ if platform.family == "iCE40" else ""

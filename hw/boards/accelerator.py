@@ -77,15 +77,22 @@ class AcceleratorBoardTop(wiring.Component):
     baud : int
         UART rate; refused (``ValueError``) when the achieved clock does not divide it
         within :data:`BAUD_TOLERANCE`.
+    image : contract.resident.BootImage, optional
+        A model built in: the resident memories' initial contents and checksum.
     """
 
     def __init__(self, config, *, family, board_clock_mhz, clock_mhz, baud=DEFAULT_BAUD,
-                 tolerance=DEFAULT_TOLERANCE):
+                 tolerance=DEFAULT_TOLERANCE, image=None):
         if not isinstance(config, ConvEngineConfig):
             raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
         if family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, not {family!r}")
+        if image is not None and not config.resident:
+            self._MustUse__silence = True  # refused: nothing to elaborate
+            raise ValueError(f"a boot image needs a configuration with resident memories "
+                             f"(resident_words > 0), not {config.name}")
         self.config = config
+        self.image = image
         self.family = family
         find = ecp5_pll_settings if family == "ecp5" else ice40_pll_settings
         try:
@@ -102,7 +109,8 @@ class AcceleratorBoardTop(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.domains.sync = ClockDomain("sync")
-        m.submodules.link = link = UartTop(self.config, divisor=self.divisor)
+        m.submodules.link = link = UartTop(self.config, divisor=self.divisor,
+                                                image=self.image)
         if platform is None:
             # Elaborated on its own (tests, Verilog of the core): no pins, no PLL.
             return m

@@ -26,6 +26,13 @@ MULTIPLIERS = {
     "LFE5U-85F": 156,
 }
 
+# DP16KD (18 Kbit block RAMs) per device (the same data sheet; nextpnr reports the same).
+BLOCK_RAMS = {
+    "LFE5U-25F": 56,
+    "LFE5U-45F": 108,
+    "LFE5U-85F": 208,
+}
+
 # The whole accelerator per board, chosen to fit: the presets of the same names in
 # contract/config_file.py (one fact). Multipliers: one per PE plus 4 per rescaler of the
 # post-processing bank (hw.bitstream.multipliers_needed): 8x8 -> 80 of 156, 6x8 -> 64 of

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contract.resident import HEADER_COUNT_MAX, ResidentFormatError, header
+from contract.resident import COLUMN_MULTIPLE, HEADER_COUNT_MAX, ResidentFormatError, header
 from contract.streams import POOL_MAX_WIDTH
 from models.requant import MULTIPLIER_MIN
 
@@ -91,11 +91,11 @@ class _Compiler:
         self.data_words, self.program_words = data_words, program_words
         self.pool_max_width = pool_max_width
         self.layers = list(layers)
-        if config.cols % 4:
+        if config.cols % COLUMN_MULTIPLE:
             raise ResidentFitError(
                 f"resident execution needs an array whose columns fill whole 32-bit words "
-                f"(a multiple of 4), not {config.cols}: an output beat's words would mix "
-                f"channels of two beats", what="config")
+                f"(a multiple of {COLUMN_MULTIPLE}), not {config.cols}: an output beat's words "
+                f"would mix channels of two beats", what="config")
         produced = {layer.output for layer in self.layers}
         read = [name for layer in self.layers for name in layer.inputs]
         self.inputs = list(dict.fromkeys(n for n in read if n not in produced))

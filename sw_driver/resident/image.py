@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from contract.resident import image_checksum
+from contract.resident import BootImage, image_checksum
 
 from ..cycle_model import (
     RESIDENT,
@@ -138,6 +138,15 @@ class DeviceImage:
         for _, _, words in self.load_order:
             state = image_checksum(words, state)
         return state
+
+    def boot_image(self):
+        """The :class:`~contract.resident.BootImage` of a build with this image built in
+        (program and constants at word 0 of their memories, as :attr:`load_order` loads
+        them; its checksum is :attr:`checksum`)."""
+        if any(address for _, address, _ in self.load_order):
+            raise ValueError("a boot image holds words loaded at address 0 only")
+        return BootImage(program=tuple(int(w) for w in self.program),
+                         data=tuple(int(w) for w in self.data))
 
     @property
     def expected_cycles(self):

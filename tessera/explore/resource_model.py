@@ -37,6 +37,7 @@ from pathlib import Path
 
 from contract.postprocess import postprocess_multipliers
 from contract.requant import BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
+from hw.bitstream.registry import RAM_SHAPES, ram_blocks
 
 MODEL_PATH = Path(__file__).resolve().parent / "resource_model.json"
 #: Board builds measured outside the sweep, in the sweep's record format (see the module
@@ -70,13 +71,6 @@ UTILIZATION_CAP = {"lut": 0.85, "ff": 0.85, "dsp": 1.0, "ebr": 1.0}
 #: routed and met its clock at 94 % of them (docs/boards.md).
 FAMILY_CAPS = {"iCE40": {**UTILIZATION_CAP, "lut": 0.95}}
 
-#: Block RAM aspect ratios (depth, width): ECP5 DP16KD in true dual-port mode, iCE40
-#: SB_RAM40_4K.
-RAM_SHAPES = {
-    "ecp5": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18)),
-    "iCE40": ((2048, 2), (1024, 4), (512, 8), (256, 16)),
-}
-
 #: Features of each modelled figure (names of :func:`features` entries).
 FEATURES = {
     "lut": ("one", "pes", "edge"),
@@ -96,11 +90,6 @@ class ModelError(ValueError):
     """The model cannot answer (unknown family, no coefficients); says what to do."""
 
 
-def ram_blocks(depth, width, family):
-    """Block RAMs a ``depth`` x ``width``-bit memory needs in its cheapest aspect ratio."""
-    return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in RAM_SHAPES[family])
-
-
 def features(config, family):
     """The model's features of ``config`` on ``family`` (a dict of floats)."""
     if family not in RAM_SHAPES:
@@ -115,7 +104,9 @@ def features(config, family):
                                                        pipelined=config.pipelined)),
         "ram_blocks": float(r * ram_blocks(config.act_depth, 8, family)
                             + ram_blocks(config.weight_depth, 8 * c, family)
-                            + _param_table_blocks(config, family)),
+                            + _param_table_blocks(config, family)
+                            + ram_blocks(config.resident_words, 32, family)
+                            + ram_blocks(config.program_words, 32, family)),
     }
 
 
