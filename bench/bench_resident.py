@@ -86,13 +86,14 @@ def measure(name, path, resident, layered, *, batch):
 
 
 def uart_figure(path):
-    """Digits images/s on the ulx3s-85f serial twin, resident; or why it cannot run."""
-    config = PRESETS.get("ulx3s-85f")
+    """Digits images/s on the ulx3s-85f-resident serial twin (the 85F's engine with the
+    resident block), resident; or why it cannot run."""
+    config = PRESETS.get("ulx3s-85f-resident")
     if config is None or not getattr(config, "resident_words", 0):
         return metric("uart_images_per_second_digits", None, "images/s (device time)",
                       target=f">= {TARGETS['uart_images_per_second_digits']}",
-                      note="not measured: the ulx3s-85f preset has no resident block "
-                           "(resident_words = 0), so its serial twin runs layer at a time")
+                      note="not measured: no ulx3s-85f-resident preset with a resident "
+                           "block, so the serial twin would run layer at a time")
     from sw_driver.providers import UartTwinProvider
 
     provider = UartTwinProvider(config, baudrate=BAUD)

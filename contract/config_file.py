@@ -56,20 +56,29 @@ PRESETS = {
     # for tests and first experiments.
     "tiny": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=2048,
                              weight_depth=1024, max_col_tiles=16),
-    # The ULX3S presets carry the resident block, sized with the compiler at each preset's
+    # The boards' default builds (recorded in tessera/explore/board_builds.json, timing met).
+    "ulx3s-85f": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=4096,
+                                  weight_depth=1024, max_col_tiles=16),
+    "ulx3s-45f": ConvEngineConfig(array=ArrayConfig(rows=6, cols=8), act_depth=4096,
+                                  weight_depth=1024, max_col_tiles=16),
+    "ulx3s-25f": ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
+                                  weight_depth=1024, max_col_tiles=16),
+    # The same engines with the resident block, sized with the compiler at each preset's
     # own buffers (docs/boards.md): the ResNet-8-like zoo model needs 34,326 data and 6,105
-    # program words on the 85F's 8x8 and the 45F's 6x8 (its smaller buffers cut it into
+    # program words on the 85F's 8x8 and the 45F's 6x8 (their smaller buffers cut it into
     # 64 passes), the digits CNN 1,700 and 1,159 on the 25F's 4x4. Each memory takes
     # ceil(words / 512) DP16KD (hw.bitstream.block_rams_needed checks the device's count).
-    "ulx3s-85f": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=4096,
-                                  weight_depth=1024, max_col_tiles=16, resident_words=36864,
-                                  program_words=8192),
-    "ulx3s-45f": ConvEngineConfig(array=ArrayConfig(rows=6, cols=8), act_depth=4096,
-                                  weight_depth=1024, max_col_tiles=16, resident_words=35840,
-                                  program_words=6144),
-    "ulx3s-25f": ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
-                                  weight_depth=1024, max_col_tiles=16, resident_words=4096,
-                                  program_words=2048),
+    # Not yet the boards' defaults: the 85F's first place-and-route with the block
+    # estimated 45 MHz after placement, short of its 62.5 MHz (docs/boards.md).
+    "ulx3s-85f-resident": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=4096,
+                                           weight_depth=1024, max_col_tiles=16,
+                                           resident_words=36864, program_words=8192),
+    "ulx3s-45f-resident": ConvEngineConfig(array=ArrayConfig(rows=6, cols=8), act_depth=4096,
+                                           weight_depth=1024, max_col_tiles=16,
+                                           resident_words=35840, program_words=6144),
+    "ulx3s-25f-resident": ConvEngineConfig(array=ArrayConfig(rows=4, cols=4), act_depth=4096,
+                                           weight_depth=1024, max_col_tiles=16,
+                                           resident_words=4096, program_words=2048),
     # No residual add: its datapath's 8 SB_MAC16 are what the UP5K (8 in all) lacks
     # beside the array's 4 and the requantizer's 4; no performance counters and no
     # readback of the RW registers, no registers that only buy clock speed (it runs at

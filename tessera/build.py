@@ -22,8 +22,9 @@ The search (``docs/build.md``):
    for each array size only the largest buffers that fit are scored.
 5. **Pick** the best score; ties go to fewer LUTs.
 
-On a board whose preset has the resident block (the ULX3S), only arrays whose columns are a
-multiple of :data:`contract.resident.COLUMN_MULTIPLE` are candidates, and the model goes
+On a board with a resident preset (the ULX3S: ``ulx3s-85f-resident``...), only arrays whose
+columns are a multiple of :data:`contract.resident.COLUMN_MULTIPLE` are candidates, and the
+model goes
 into the bitstream (:func:`model_image`): its resident image is compiled for the chosen
 configuration, the resident memories are sized to it (whole DP16KD blocks), and the build
 writes it into their initial contents with the checksum registers' reset values equal to
@@ -138,10 +139,11 @@ def _cpu_seconds(layer, shape):
 
 
 def resident_board(board):
-    """Whether ``board``'s preset has the resident block (its builds hold the model)."""
-    from hw.bitstream import default_config
+    """Whether ``board`` has a resident preset (``<board>-resident``): then the builds
+    ``tessera build`` plans for it hold the model."""
+    from contract.config_file import PRESETS
 
-    return default_config(board).resident
+    return f"{board}-resident" in PRESETS
 
 
 def _whole_blocks(words):

@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from contract.config import ArrayConfig, ConvEngineConfig
+from contract.config_file import PRESETS
 from hw import bitstream
 from hw.boards import pll
 from hw.boards.accelerator import AcceleratorBoardTop, uart_divisor
@@ -111,8 +112,7 @@ def test_board_defaults_fit_their_devices():
     counts = {board: bitstream.multipliers_needed(bitstream.default_config(board))
               for board in bitstream.KNOWN_BOARDS if board.startswith("ulx3s")}
     assert counts == {"ulx3s-85f": 80, "ulx3s-45f": 64, "ulx3s-25f": 28}
-    assert bitstream.default_config("ulx3s-85f") == replace(
-        ConvEngineConfig(), resident_words=36864, program_words=8192)
+    assert bitstream.default_config("ulx3s-85f") == ConvEngineConfig()
     assert bitstream.default_config("icebreaker").array == ArrayConfig(rows=1, cols=1)
 
 
@@ -130,7 +130,8 @@ def test_accelerator_that_does_not_fit_is_refused_before_any_tool():
     with pytest.raises(TypeError, match="config must be a ConvEngineConfig"):
         bitstream.board_top("ulx3s-85f", ArrayConfig())
     # Block RAM: the 45F's preset with a 40 K-word data memory is 5 DP16KD over.
-    big = replace(bitstream.default_config("ulx3s-45f"), resident_words=40960)
+    big = replace(bitstream.default_config("ulx3s-45f"), resident_words=40960,
+                  program_words=6144)
     with pytest.raises(ValueError, match=r"the accelerator needs 113 DP16KD block RAMs "
                                          r"\(activations 12, weights 4, resident data 80, "
                                          r"resident program 12, other 5\); ulx3s-45f "
@@ -146,7 +147,8 @@ def test_a_board_build_with_a_model_in_it_initialises_its_memories():
     from contract.resident import BootImage
 
     image = BootImage(program=[0xA5A5A5A5, 7], data=[0x12345678, 0x9ABCDEF0, 3])
-    _, top, plan = bitstream.prepare_build("ulx3s-25f", image=image)
+    _, top, plan = bitstream.prepare_build("ulx3s-25f", PRESETS["ulx3s-25f-resident"],
+                                           image=image)
     rtlil = _text(plan, "il")
     for word in (*image.checksum, 0xA5A5A5A5, 0x9ABCDEF0):
         assert f"{word:032b}" in rtlil, hex(word)
@@ -166,7 +168,7 @@ def test_unreachable_clock_is_refused_by_the_board_top():
 
 def test_ulx3s_85f_top_elaborates_with_pll_uart_and_clock():
     platform, top, plan = bitstream.prepare_build("ulx3s-85f")
-    assert top.config == bitstream.default_config("ulx3s-85f") and top.config.resident
+    assert top.config == bitstream.default_config("ulx3s-85f") and not top.config.resident
     assert top.clock_mhz == 62.5 and top.divisor == 21
     rtlil = _text(plan, "il")
     assert rtlil.count("cell \\EHXPLLL ") == 1

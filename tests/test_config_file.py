@@ -47,14 +47,17 @@ def test_presets_and_the_one_default():
     assert PRESETS["default"] == DEFAULT_CONFIG
     assert PRESETS["tiny"] == TWO_BY_TWO
     assert PRESETS["icebreaker"].array == ArrayConfig(rows=1, cols=1)
-    # The 85F's engine is the plain ConvEngineConfig's, with the resident block.
-    assert PRESETS["ulx3s-85f"] == replace(ConvEngineConfig(), resident_words=36864,
-                                           program_words=8192)
+    # The 85F's engine is the plain ConvEngineConfig's; its resident preset adds the block.
+    assert PRESETS["ulx3s-85f"] == ConvEngineConfig()
+    assert PRESETS["ulx3s-85f-resident"] == replace(ConvEngineConfig(), resident_words=36864,
+                                                    program_words=8192)
     from hw.bitstream.registry import block_rams_needed, check_fits
     for board in ("ulx3s-85f", "ulx3s-45f", "ulx3s-25f"):
-        assert PRESETS[board].resident, board
-        check_fits(board, PRESETS[board])  # multipliers and DP16KD
-    assert block_rams_needed(PRESETS["ulx3s-85f"])["total"] == 113  # nextpnr placed 113
+        assert not PRESETS[board].resident, board
+        assert PRESETS[f"{board}-resident"].resident, board
+        check_fits(board, PRESETS[f"{board}-resident"])  # multipliers and DP16KD
+    # nextpnr placed 113
+    assert block_rams_needed(PRESETS["ulx3s-85f-resident"])["total"] == 113
     assert load_config("tiny") is PRESETS["tiny"]
 
 

@@ -15,7 +15,7 @@ from sw_driver.resident import compile_model
 from sw_driver.transport.uart import LinkStats, UartTransport
 from twin.serial import TwinSerial
 
-CONFIG = PRESETS["ulx3s-85f"]
+CONFIG = PRESETS["ulx3s-85f-resident"]
 #: The board's clock: simulated seconds are device time on the ULX3S.
 CLOCK_HZ = 62.5e6
 #: Bytes of the digits CNN's input (1x8x8 int8) and output (10 int8 logits, 3 words).
