@@ -123,6 +123,9 @@ def test_both_requantization_paths_identical_to_golden(monkeypatch, path, seed):
         return exact
 
     monkeypatch.setattr(tk.Requant, "uses_float", forced)
+    # A fixed draw: which path a random layer takes depends on its values, and this test
+    # needs layers of both kinds (the other tests draw from the session's seed).
+    seed = 20261128
     rng = np.random.default_rng(seed)
     provider = TorchProvider("cpu")
     for case in ("3x3 stride 2 padded", "grouped 4", "K=1025 1x1", "7x7 stem"):
