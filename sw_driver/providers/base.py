@@ -200,3 +200,22 @@ class Provider(abc.ABC):
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"
+
+
+def keep_on_device(provider, placement, outputs, host_layers, kept):
+    """Update ``kept`` (a set of layers) for ``provider``'s share of ``placement``: a layer
+    it runs on its device (not one of ``host_layers``) stays there when every reader of its
+    output is ``provider`` too and the model does not return it; any other layer of
+    ``provider``'s leaves it. Layers of other placements (other sessions) are untouched."""
+    consumers = {}
+    for layer, where in placement:
+        for name in layer.inputs:
+            consumers.setdefault(name, []).append(where)
+    for layer, where in placement:
+        if where is not provider or isinstance(layer, host_layers):
+            continue
+        users = consumers.get(layer.output, [])
+        if users and layer.output not in outputs and all(p is provider for p in users):
+            kept.add(layer)
+        else:
+            kept.discard(layer)

@@ -50,7 +50,7 @@ from models.pool import WINDOW_MAX
 
 from .. import graph as g
 from ..errors import ProviderUnavailableError
-from .base import Provider, Refusal
+from .base import Provider, Refusal, keep_on_device
 from .cpu import CPUProvider
 
 try:
@@ -185,18 +185,7 @@ class OpenCLProvider(Provider):
     def prepare(self, placement, outputs):
         """Decide which outputs stay on the device (called once by the session; arguments
         as for :meth:`Provider.prepare`)."""
-        consumers = {}
-        for layer, provider in placement:
-            for name in layer.inputs:
-                consumers.setdefault(name, []).append(provider)
-        for layer, provider in placement:
-            if provider is not self or isinstance(layer, HOST_LAYERS):
-                continue
-            users = consumers.get(layer.output, [])
-            if users and layer.output not in outputs and all(p is self for p in users):
-                self._keep.add(layer)
-            else:
-                self._keep.discard(layer)
+        keep_on_device(self, placement, outputs, HOST_LAYERS, self._keep)
 
     def run(self, layer, inputs):
         with self.runtime.commands.recording() as record:

@@ -45,7 +45,7 @@ from models import intonly
 from .. import graph as g
 from ..errors import ProviderUnavailableError
 from ..shapes import conv_output_hw
-from .base import Cost, Provider, Refusal
+from .base import Cost, Provider, Refusal, keep_on_device
 from .cpu import CPUProvider
 from .cpu_kernels import CHUNK
 
@@ -312,18 +312,7 @@ class TorchProvider(Provider):
 
     def prepare(self, placement, outputs):
         """Decide which outputs stay on the device (as :meth:`Provider.prepare`)."""
-        consumers = {}
-        for layer, provider in placement:
-            for name in layer.inputs:
-                consumers.setdefault(name, []).append(provider)
-        for layer, provider in placement:
-            if provider is not self or isinstance(layer, HOST_LAYERS):
-                continue
-            users = consumers.get(layer.output, [])
-            if users and layer.output not in outputs and all(p is self for p in users):
-                self._keep.add(layer)
-            else:
-                self._keep.discard(layer)
+        keep_on_device(self, placement, outputs, HOST_LAYERS, self._keep)
 
     def whole_model(self, graph, placement):
         """The whole model as one device function (:func:`graph_runner`), when every layer
