@@ -104,6 +104,18 @@ def seed_for(nodeid, session_seed=None):
     return (seed + sum(nodeid.encode())) % 2**31
 
 
+@pytest.fixture(scope="session")
+def zoo(tmp_path_factory):
+    """Paths (str) of the zoo's QDQ models: the shipped digits CNN and the random models
+    (``models.zoo.random_models``), built once per test process."""
+    from models.zoo import DIGITS_QDQ, random_models
+
+    out = tmp_path_factory.mktemp("zoo")
+    paths = {name: str(random_models.built(name, out)) for name in random_models.MODELS}
+    paths["digits"] = str(DIGITS_QDQ)
+    return paths
+
+
 @pytest.fixture
 def seed(request):
     """Per-test seed derived from the session seed and the test's name."""

@@ -265,16 +265,6 @@ def test_gpu_identical_to_cpu(built, name, seed):
     assert {p["provider"] for p in session.profile()} == {"gpu"}
 
 
-@pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    from models.zoo import DIGITS_QDQ, random_models
-
-    out = tmp_path_factory.mktemp("zoo")
-    paths = {name: random_models.build(name, out)[1] for name in random_models.MODELS}
-    paths["digits"] = DIGITS_QDQ
-    return paths
-
-
 @pytest.mark.parametrize("name", ["digits", "resnet8", "dwsep"])
 def test_zoo_models_identical_to_cpu(zoo, name, seed):
     """Every zoo model through providers=["opencl"] gives the CPU provider's outputs."""

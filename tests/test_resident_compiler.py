@@ -48,14 +48,6 @@ def check_outputs(image, got, tensors, what):
                                f"{want.flat[diff[0]]} ({diff.size} elements differ)")
 
 
-@pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("zoo")
-    paths = {"digits": str(DIGITS_QDQ)}
-    paths.update({name: str(random_models.built(name, out)) for name in random_models.MODELS})
-    return paths
-
-
 @pytest.mark.parametrize("name", ["digits", *random_models.MODELS])
 def test_zoo_models_play_bit_exact(zoo, name, rng, seed):
     graph = InferenceSession(zoo[name]).graph

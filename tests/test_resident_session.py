@@ -39,14 +39,6 @@ def assert_same(got, want, seed):
         assert np.array_equal(a, b), f"output {index} differs (seed {seed})"
 
 
-@pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    out = tmp_path_factory.mktemp("zoo")
-    paths = {"digits": str(DIGITS_QDQ)}
-    paths.update({name: str(random_models.built(name, out)) for name in random_models.MODELS})
-    return paths
-
-
 @pytest.mark.parametrize("name", ["digits", *random_models.MODELS])
 def test_zoo_models_run_resident_bit_exact(zoo, name, rng, seed):
     model = zoo[name]

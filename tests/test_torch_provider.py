@@ -290,16 +290,6 @@ def test_out_of_memory_splits_the_batch(monkeypatch, seed):
     assert "split" in profile[0]["batch_split"]
 
 
-@pytest.fixture(scope="module")
-def zoo(tmp_path_factory):
-    from models.zoo import DIGITS_QDQ, random_models
-
-    out = tmp_path_factory.mktemp("zoo")
-    paths = {name: random_models.build(name, out)[1] for name in random_models.MODELS}
-    paths["digits"] = DIGITS_QDQ
-    return paths
-
-
 @pytest.mark.parametrize("name", ["digits", "resnet8", "dwsep"])
 def test_zoo_models_identical_to_cpu(zoo, name, seed):
     from models.zoo import load_digits_split, random_models
