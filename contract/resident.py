@@ -48,6 +48,7 @@ Strides are signed (two's complement); counts of 0 make an empty segment.
 """
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 WORD_MASK = 0xFFFF_FFFF
 #: The array's columns must be a multiple of this for resident execution: an output beat
@@ -159,10 +160,14 @@ def checksum_step(state, word):
 
 def image_checksum(words, state=(0, 0)):
     """``(RES_CHECKSUM_A, RES_CHECKSUM_B)`` after loading ``words`` in order from ``state``
-    (the registers' values after ``RES_CTRL.clear_checksum`` are ``(0, 0)``)."""
-    for word in words:
-        state = checksum_step(state, int(word))
-    return state
+    (the registers' values after ``RES_CTRL.clear_checksum`` are ``(0, 0)``).
+
+    :func:`checksum_step` over every word, summed in one pass: ``a`` after word i is the
+    running sum, ``b`` the sum of those, each reduced once at the end (the same values
+    modulo 2**32), since a session compares it with the device's on every run."""
+    a0, b0 = state
+    running = list(accumulate((int(word) & WORD_MASK for word in words), initial=a0))
+    return running[-1] & WORD_MASK, (b0 + sum(running) - a0) & WORD_MASK
 
 
 @dataclass(frozen=True)
