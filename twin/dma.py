@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import numpy as np
 from contract.config import ConvEngineConfig
 from hw.toolchain import VERILATOR_WARNING_FLAGS, require, tool_env
 
+from .handle import LibraryModel
 from .outcomes import first_build_errors
 from .runner import BUILD_ROOT, _locked
 
@@ -326,7 +326,7 @@ def _bind(lib):
     return lib
 
 
-class Twin:
+class Twin(LibraryModel):
     """One simulated accelerator. Every call runs whole cycles inside the library.
 
     The library's model is not reentrant: every call into it holds the twin's lock, so two
@@ -349,15 +349,13 @@ class Twin:
 
     def __init__(self, config=None, *, waves=None, train=None, library=None,
                  build_root=BUILD_ROOT, log=print):
-        self._handle = None
-        self._lock = threading.RLock()
+        self._init_lock()
         self.config = config or ConvEngineConfig()
         if library is None:
             library = build_twin(self.config, waves=bool(waves), train=train,
                                  build_root=build_root, log=log)
         self.library = Path(library)
-        self._lib = _bind(ctypes.CDLL(str(library)))
-        self._handle = self._lib.twin_new()
+        self._open(_bind(ctypes.CDLL(str(library))))
         self.waves = None
         if waves:
             self.trace(waves)
@@ -373,11 +371,10 @@ class Twin:
         """Whether the loaded library is a profile-guided build (its folder says so)."""
         return "-pgo-" in self.library.parent.parent.name
 
-    def _call(self, name, *args):
-        with self._lock:
-            if not self._handle:
-                raise RuntimeError(f"twin_{name}: the twin has been closed")
-            return getattr(self._lib, f"twin_{name}")(self._handle, *args)
+    prefix = "twin_"
+
+    def _closed_error(self, name):
+        return RuntimeError(f"twin_{name}: the twin has been closed")
 
     def trace(self, path):
         """Start writing an FST waveform to ``path`` (None stops)."""
@@ -426,15 +423,3 @@ class Twin:
 
     def inject_fault(self, fault):
         self._call("inject_fault", int(Fault(fault)))
-
-    def close(self):
-        lock = getattr(self, "_lock", None)  # None when __init__ failed before making it
-        if lock is None:
-            return
-        with lock:
-            if self._handle:
-                self._lib.twin_free(self._handle)
-                self._handle = None
-
-    def __del__(self):
-        self.close()

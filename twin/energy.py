@@ -27,7 +27,6 @@ import os
 import re
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,18 +319,17 @@ class EnergyTwin(Twin):
     """
 
     def __init__(self, config=None, *, build_root=BUILD_ROOT, log=print):
-        self._handle = None
-        self._lock = threading.RLock()
+        self._init_lock()
         self.config = config or ConvEngineConfig()
         library = build_energy_twin(self.config, build_root=build_root, log=log)
         self._instrumented = instrument_verilog(
             (library.parent.parent / f"{TOP_NAME}.flat.v").read_text())
-        self._lib = _bind(ctypes.CDLL(str(library)))
-        self._lib.twin_coverage_write.restype = ctypes.c_int
-        self._lib.twin_coverage_write.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-        self._lib.twin_coverage_zero.restype = None
-        self._lib.twin_coverage_zero.argtypes = [ctypes.c_void_p]
-        self._handle = self._lib.twin_new()
+        lib = _bind(ctypes.CDLL(str(library)))
+        lib.twin_coverage_write.restype = ctypes.c_int
+        lib.twin_coverage_write.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        lib.twin_coverage_zero.restype = None
+        lib.twin_coverage_zero.argtypes = [ctypes.c_void_p]
+        self._open(lib)
         self.waves = None
         self._started_at = 0
         self.reset()

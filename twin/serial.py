@@ -23,6 +23,7 @@ from amaranth.lib.wiring import In, Out
 from contract.config import ConvEngineConfig
 
 from .dma import FLAGS, config_folder_name, source_key, verilate
+from .handle import LibraryModel
 from .runner import BUILD_ROOT
 
 HERE = Path(__file__).resolve().parent
@@ -104,7 +105,7 @@ def _bind(lib):
     return lib
 
 
-class TwinSerial:
+class TwinSerial(LibraryModel):
     """A pyserial-like port whose far end is the serial twin.
 
     Implements what ``UartTransport`` uses of ``serial.Serial``: ``write``, ``read``,
@@ -127,8 +128,7 @@ class TwinSerial:
 
     def __init__(self, config=None, *, baudrate=3_000_000, clock_hz=50e6, timeout=0.01,
                  build_root=BUILD_ROOT, log=print, image=None):
-        self._handle = None
-        self._lock = threading.RLock()
+        self._init_lock()
         self.config = config or ConvEngineConfig()
         self.port = f"twin-serial:{self.config.name}"
         self.clock_hz = float(clock_hz)
@@ -136,8 +136,7 @@ class TwinSerial:
         self.timeout = timeout
         library = build_serial_twin(self.config, image=image, build_root=build_root,
                                     log=log)
-        self._lib = _bind(ctypes.CDLL(str(library)))
-        self._handle = self._lib.serial_new()
+        self._open(_bind(ctypes.CDLL(str(library))))
         self._lib.serial_set_pace(self._handle, self.cycles_per_byte)
         self._lib.serial_reset(self._handle, 4)
 
@@ -146,15 +145,10 @@ class TwinSerial:
         """Device cycles per byte on the wire: 10 bits (8N1) at :attr:`baudrate`."""
         return max(1, round(self.clock_hz * 10 / self.baudrate))
 
-    def _call(self, name, *args):
-        with self._lock:
-            if not self._handle:
-                raise OSError(f"{self.port}: the port has been closed")
-            return getattr(self._lib, f"serial_{name}")(self._handle, *args)
+    prefix = "serial_"
 
-    @property
-    def is_open(self):
-        return bool(self._handle)
+    def _closed_error(self, name):
+        return OSError(f"{self.port}: the port has been closed")
 
     def write(self, data):
         data = bytes(data)
@@ -192,24 +186,6 @@ class TwinSerial:
 
     def reset_output_buffer(self):
         self._call("flush_input")
-
-    def close(self):
-        lock = getattr(self, "_lock", None)
-        if lock is None:
-            return
-        with lock:
-            if self._handle:
-                self._lib.serial_free(self._handle)
-                self._handle = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        self.close()
 
 
 class FaultyPort:
