@@ -44,6 +44,10 @@ DESCRIPTOR_FIELDS = (
     ("x_end", 16, True, "OW*stride - pad_left: an ix0 at or past it wraps to the next row"),
     ("x_wrap", 16, True, "OW*stride: subtracted from ix0 on a wrap"),
     ("wrap_daddr", 32, True, "(stride*W - OW*stride)*C_in: address step of a wrap"),
+    # Last, and only on a build with the depthwise mode (``ConvEngineConfig.depthwise``):
+    # with it set, addresses count 32-bit words and C_in is the words of one pixel.
+    ("depthwise", 1, False, "1: column c computes channel t*C+c; K runs over the kernel "
+     "taps and the words of a pixel (C_in = ceil(C/4)), addresses count 32-bit words"),
 )
 
 #: The residual-add unit's parameters, as ``models.eltwise`` defines them

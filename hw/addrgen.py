@@ -33,6 +33,11 @@ register (from the lanes' next addresses) or for the beat waiting in it. The cou
 grow during a run, so a flag one cycle old is safe (at worst a beat waits one cycle more
 than it must), and no comparison of a pointer feeds the ``ready`` that moves the lanes.
 The ports default to "all written", for a generator used on its own.
+
+Depthwise passes (a build with ``ConvEngineConfig.depthwise``, the descriptor's
+``depthwise`` set): the same beats, but ``C_in`` counts the 32-bit words of a pixel and
+every address is a word address (the driver derives the steps so); only the "written"
+test reads the address differently.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
@@ -48,11 +53,13 @@ from contract.streams import ACTIVATIONS_PER_WORD
 COORD = signed(18)
 
 
-def descriptor_layout():
-    """The layer descriptor as a ``data.StructLayout`` (fields: ``DESCRIPTOR_FIELDS``)."""
+def descriptor_layout(*, depthwise=True):
+    """The layer descriptor as a ``data.StructLayout`` (fields: ``DESCRIPTOR_FIELDS``;
+    without ``depthwise``, all but that flag: a build without the mode has no bit for it)."""
     return data.StructLayout({
         name: (signed(width) if is_signed else unsigned(width))
         for name, width, is_signed, _ in DESCRIPTOR_FIELDS
+        if depthwise or name != "depthwise"
     })
 
 
@@ -140,7 +147,7 @@ class AddressGenerator(wiring.Component):
         self.wbits = address_width(config.weight_depth)
         act_words = -(-config.act_depth // ACTIVATIONS_PER_WORD)
         super().__init__({
-            "descriptor": In(descriptor_layout()),
+            "descriptor": In(descriptor_layout(depthwise=config.depthwise)),
             "start": In(1),
             "busy": Out(1),
             # What the buffers hold: activation words [0, act_words_written) and weight
@@ -272,8 +279,20 @@ class AddressGenerator(wiring.Component):
                        & (lane_iy[r] < height) & (lane_ix[r] < width) for r in range(rows)]
         word_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
 
+        # A depthwise pass's addresses count words (``contract.descriptor``), a build
+        # with the mode latches which at ``start``.
+        word_addressed = Signal()
+        if self.config.depthwise:
+            with m.If(self.start & ~self.busy):
+                m.d.sync += word_addressed.eq(d.depthwise)
+
+        def word_of(addr):
+            if not self.config.depthwise:
+                return addr >> word_shift
+            return Mux(word_addressed, addr, addr >> word_shift)
+
         def all_written(addrs, inside, w):
-            acts = Cat(~inside[r] | ((addrs[r] >> word_shift) < self.act_words_written)
+            acts = Cat(~inside[r] | (word_of(addrs[r]) < self.act_words_written)
                        for r in range(rows))
             return ((self.act_all | acts.all())
                     & (self.weights_all | (w < self.weight_rows_written)))

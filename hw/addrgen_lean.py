@@ -88,8 +88,15 @@ class LeanAddressGenerator(AddressGenerator):
         c_last, v_last = _is_last(c, d.in_channels), _is_last(v, d.kernel_w)
         u_last = _is_last(u, d.kernel_h)
         word_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
+
+        def word_of(addr):
+            # A depthwise pass's addresses count words (the descriptor holds still).
+            if not self.config.depthwise:
+                return addr >> word_shift
+            return Mux(d.depthwise, addr, addr >> word_shift)
+
         acts_written = Cat(~out.payload.inside[r]
-                           | ((out.payload.addr[r] >> word_shift) < self.act_words_written)
+                           | (word_of(out.payload.addr[r]) < self.act_words_written)
                            for r in range(rows)).all()
         written = ((self.act_all | acts_written)
                    & (self.weights_all | (out.payload.w_addr < self.weight_rows_written)))

@@ -108,6 +108,8 @@ class AcceleratorTop(wiring.Component):
             self.irq.eq(((csr.status >> 1) & csr.irq_enable & 0b11).any()),
         ]
         for name, _, _, _ in DESCRIPTOR_FIELDS:
+            if name == "depthwise" and not cfg.depthwise:
+                continue  # no CONV_DEPTHWISE register: the engine ignores the bit
             field = getattr(engine.descriptor, name)
             m.d.comb += field.eq(getattr(csr, f"conv_{name}")[:len(field)])
         for name, _, _, _ in ADD_PARAM_FIELDS if cfg.residual_add else ():

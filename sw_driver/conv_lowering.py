@@ -16,9 +16,13 @@ The array also sums ``x * w`` modulo 2**32, so the engine's ``bias' + sum x * w`
 ``acc`` modulo 2**32; the contract keeps ``acc`` inside int32 (``models.conv`` raises
 otherwise), so it is exactly ``acc``.
 
-Depthwise layers become ``ceil(C / cols)`` passes of a regular convolution over ``cols``
-channels with block-diagonal weights (zero off the diagonal): the same hardware, at 1/cols
-of its MAC rate. A batch of N images is N passes.
+Depthwise layers become ``ceil(C / cols)`` passes, one per group of ``cols`` channels. On
+an engine with the depthwise mode (``ConvEngineConfig.depthwise``, the device's
+``CONFIG.depthwise`` bit) each is a depthwise pass (:func:`depthwise_words`): column j
+computes channel j of the group, each pixel's channels are whole 32-bit words, and K runs
+over the kernel taps and those words. Without it, each is a regular convolution over
+``cols`` channels with block-diagonal weights (zero off the diagonal): the same hardware,
+at 1/cols of its MAC rate. A batch of N images is N passes.
 """
 
 from dataclasses import dataclass
@@ -27,6 +31,7 @@ import numpy as np
 
 from contract.config import ConvEngineConfig
 from contract.descriptor import DESCRIPTOR_FIELDS, KERNEL_MAX, STRIDES
+from contract.streams import ACTIVATIONS_PER_WORD
 from models.conv import _padding, _positive_pair, conv_output_size
 from models.requant import (
     INT8_MAX,
@@ -40,6 +45,7 @@ from models.requant import (
 __all__ = [
     "EnginePass",
     "assemble_output",
+    "depthwise_words",
     "engine_reference",
     "fold_zero_point",
     "lower_conv2d",
@@ -123,10 +129,20 @@ class EnginePass:
             * d["kernel_w"]
 
 
+def depthwise_words(cols):
+    """32-bit words of one pixel's ``cols`` channels in a depthwise pass: the C_in of its
+    descriptor and the K of one kernel tap (column j reads byte ``j % 4`` of word
+    ``j // 4``)."""
+    return -(-cols // ACTIVATIONS_PER_WORD)
+
+
 def make_descriptor(*, config, in_channels, in_size, kernel, stride, pad_top, pad_left,
-                    out_size, col_tiles, x_zero_point, y_zero_point, lo, hi):
+                    out_size, col_tiles, x_zero_point, y_zero_point, lo, hi,
+                    depthwise=False):
     """The engine's descriptor: the layer's fields plus the address steps derived from
-    them (see ``DESCRIPTOR_FIELDS``), checked against the field widths."""
+    them (see ``DESCRIPTOR_FIELDS``), checked against the field widths. With
+    ``depthwise`` (a depthwise pass), ``in_channels`` counts words and so do the
+    addresses."""
     rows = config.rows
     (h, w), (kh, kw), (oh, ow) = in_size, kernel, out_size
     pixels = oh * ow
@@ -147,6 +163,7 @@ def make_descriptor(*, config, in_channels, in_size, kernel, stride, pad_top, pa
         "group_daddr": (group_dy * w + group_dx) * in_channels,
         "x_end": ow * stride - pad_left, "x_wrap": ow * stride,
         "wrap_daddr": (stride * w - ow * stride) * in_channels,
+        "depthwise": int(depthwise),
     }
     for name, width, is_signed, _ in DESCRIPTOR_FIELDS:
         low, high = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if is_signed \
@@ -242,7 +259,12 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
     folded = fold_zero_point(w, bias, x_zero_point)
 
     cols = config.cols
-    if depthwise:
+    on_array = depthwise and config.depthwise
+    if on_array:
+        # One depthwise pass per group of `cols` channels (_lower_depthwise_pass).
+        chunks = [(chans, chans, w[chans]) for chans in
+                  (np.arange(first, min(first + cols, c_in)) for first in range(0, c_in, cols))]
+    elif depthwise:
         # One pass per group of `cols` channels, as a dense conv with block-diagonal weights.
         chunks = []
         for first in range(0, c_in, cols):
@@ -266,15 +288,18 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
                                               f"{in_chans[-1]}]" if depthwise else "]")
             if len(chunks) > 1 and not depthwise:
                 label = label[:-1] + f", outputs {out_chans[0]}..{out_chans[-1]}]"
-            for row0, rows in _row_bands(config, len(in_chans), wd, oh, kh, sh,
-                                         row_multiple):
+            # A depthwise pass holds each pixel's channels as whole words.
+            per_pixel = (ACTIVATIONS_PER_WORD * depthwise_words(cols) if on_array
+                         else len(in_chans))
+            for row0, rows in _row_bands(config, per_pixel, wd, oh, kh, sh, row_multiple):
                 # Input rows of this band of output rows; rows outside the image are the
                 # band's own padding (the engine feeds z_x there).
                 first = row0 * sh - top
                 last = min(h, (row0 + rows - 1) * sh - top + kh)
                 band = f"{label[:-1]}, rows {row0}..{row0 + rows - 1}]" \
                     if rows < oh else label
-                passes.append(_lower_pass(
+                lower = _lower_depthwise_pass if on_array else _lower_pass
+                passes.append(lower(
                     band, config, x[image, in_chans, max(0, first):last], weights,
                     folded[out_chans], multiplier[out_chans], shift[out_chans], out_chans,
                     image, stride=sh, pads=(max(0, -first), left), out_size=(rows, ow),
@@ -344,6 +369,56 @@ def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, 
         row0=row0)
 
 
+def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, *,
+                          stride, pads, out_size, zero_points, clamp, row0=0):
+    """One depthwise pass on an engine with the mode: ``x`` (c, H, W) and ``w`` (c, 1, kh,
+    kw) of at most ``cols`` channels, column j computing channel j.
+
+    Activations: HWC with each pixel's channels padded to ``4 * E`` bytes (``E =
+    depthwise_words(cols)`` words; the padding bytes meet zero weights). Weights: K = kh *
+    kw * E words, word ``(u * kw + v) * E + e`` holding ``w[j, u, v]`` in lane j for the
+    lanes whose channel lies in word e (``j // 4 == e``) and 0 in the others, which read
+    another channel's byte of that word."""
+    cols = config.cols
+    c, h, wd = x.shape
+    _, _, kh, kw = w.shape
+    words = depthwise_words(cols)
+    act_words = -(-config.act_depth // ACTIVATIONS_PER_WORD)
+    if h * wd * words > act_words:
+        raise ValueError(f"layer {label}: a depthwise pass's activations {h}x{wd} of {words} "
+                         f"words = {h * wd * words} words exceed the activation buffer of "
+                         f"{act_words} words; split the layer (docs/conv-engine.md)")
+    k = kh * kw * words
+    if k > config.weight_depth:
+        raise ValueError(f"layer {label}: weights need K={k} words, more than the weight "
+                         f"buffer's {config.weight_depth}")
+    desc = make_descriptor(config=config, in_channels=words, in_size=(h, wd),
+                           kernel=(kh, kw), stride=stride, pad_top=pads[0],
+                           pad_left=pads[1], out_size=out_size, col_tiles=1,
+                           x_zero_point=zero_points[0], y_zero_point=zero_points[1],
+                           lo=clamp[0], hi=clamp[1], depthwise=True)
+    acts = np.zeros((h, wd, words * ACTIVATIONS_PER_WORD), np.int8)
+    acts[:, :, :c] = x.transpose(1, 2, 0)
+    lanes = np.arange(cols)
+    weights = np.zeros((kh, kw, words, cols), np.int8)
+    for e in range(words):
+        mine = lanes[(lanes // ACTIVATIONS_PER_WORD == e) & (lanes < c)]
+        weights[:, :, e, mine] = w[mine, 0].transpose(1, 2, 0)
+    channels = np.full(cols, -1, np.int64)
+    channels[:c] = out_chans
+
+    def table(values, fill):
+        padded = np.full(cols, fill, np.int64)
+        padded[:c] = values
+        return padded.reshape(1, cols)
+
+    return EnginePass(
+        name=label, descriptor=desc, activations=acts.reshape(-1),
+        weights=weights.reshape(k, cols), bias=table(bias, 0),
+        multiplier=table(multiplier, MULTIPLIER_MIN), shift=table(shift, SHIFT_MIN),
+        image=image, channels=channels, out_size=out_size, row0=row0)
+
+
 def engine_reference(p):
     """The engine's output beats for pass ``p``, computed the way the hardware does.
 
@@ -362,6 +437,8 @@ def engine_reference(p):
     c_in, h, wd = d["in_channels"], d["in_height"], d["in_width"]
     kh, kw, s = d["kernel_h"], d["kernel_w"], d["stride"]
     oh, ow = p.out_size
+    if d.get("depthwise"):
+        return _depthwise_reference(p)
     x = p.activations.reshape(h, wd, c_in).astype(np.int64)
     xp = np.full((h + 2 * KERNEL_MAX, wd + 2 * KERNEL_MAX, c_in), d["x_zero_point"], np.int64)
     xp[KERNEL_MAX:KERNEL_MAX + h, KERNEL_MAX:KERNEL_MAX + wd] = x
@@ -379,6 +456,37 @@ def engine_reference(p):
             y = requantize(acc.reshape(1, cols), p.multiplier[t], p.shift[t],
                            d["y_zero_point"], d["lo"], d["hi"], axis=1)
             beats.append(y[0])
+    return np.array(beats, dtype=np.int8).reshape(-1, cols)
+
+
+def _depthwise_reference(p):
+    """:func:`engine_reference` of a depthwise pass: per beat ``(u, v, e)``, lane j of row
+    lane r multiplies byte ``j % 4`` of word e of its pixel's window position (``z_x`` in
+    every byte outside the image) by lane j of the weight word."""
+    from models.requant import requantize
+
+    d = p.descriptor
+    words, h, wd = d["in_channels"], d["in_height"], d["in_width"]
+    kh, kw, s = d["kernel_h"], d["kernel_w"], d["stride"]
+    oh, ow = p.out_size
+    cols = p.weights.shape[1]
+    per_word = ACTIVATIONS_PER_WORD
+    x = p.activations.reshape(h, wd, words, per_word).astype(np.int64)
+    xp = np.full((h + 2 * KERNEL_MAX, wd + 2 * KERNEL_MAX, words, per_word),
+                 d["x_zero_point"], np.int64)
+    xp[KERNEL_MAX:KERNEL_MAX + h, KERNEL_MAX:KERNEL_MAX + wd] = x
+    wt = p.weights.astype(np.int64).reshape(kh, kw, words, cols)
+    byte = np.arange(cols) % per_word
+    beats = []
+    for pixel in range(oh * ow):
+        i, j = divmod(pixel, ow)
+        y0 = KERNEL_MAX + i * s - d["pad_top"]
+        x0 = KERNEL_MAX + j * s - d["pad_left"]
+        window = xp[y0:y0 + kh, x0:x0 + kw][..., byte]  # (kh, kw, words, cols)
+        acc = _wrap_int32((window * wt).sum(axis=(0, 1, 2)) + p.bias[0])
+        y = requantize(acc.reshape(1, cols), p.multiplier[0], p.shift[0],
+                       d["y_zero_point"], d["lo"], d["hi"], axis=1)
+        beats.append(y[0])
     return np.array(beats, dtype=np.int8).reshape(-1, cols)
 
 

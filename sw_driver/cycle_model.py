@@ -27,6 +27,10 @@ __all__ = ["PASS_LATENCY_CYCLES", "RESIDENT", "TILE_SWITCH_CYCLES", "pass_cycles
 #: generator and the engine's read stage and at the engine's output (``hw/conv_engine.py``).
 PASS_LATENCY_CYCLES = 107
 
+#: The host's write of ``CONV_DEPTHWISE``, which every pass on a device with the depthwise
+#: mode carries (``sw_driver.accelerator.pass_program``): the twin host's 2-cycle write.
+DEPTHWISE_REGISTER_CYCLES = 2
+
 #: The post-processing bank's requantization stages (``contract.postprocess``). Between
 #: column tiles the engine waits for them to empty before it switches the per-channel
 #: constants; that wait shows when the output side is the bottleneck (below), and hides
@@ -51,7 +55,9 @@ def _group_ready_words(engine_pass, rows):
         row = min(d["in_height"] - 1, oy * stride - d["pad_top"] + d["kernel_h"] - 1)
         col = min(width - 1, ox * stride - d["pad_left"] + d["kernel_w"] - 1)
         needed = (row * width + col + 1) * channels
-        ready.append(min(total, -(-needed // ACTIVATIONS_PER_WORD)))
+        if not d.get("depthwise"):  # a depthwise pass counts words already
+            needed = -(-needed // ACTIVATIONS_PER_WORD)
+        ready.append(min(total, needed))
     return ready
 
 
@@ -99,7 +105,9 @@ def pass_cycles(engine_pass, config):
         end = max(end + switch + costs[0], weights_in + 1) + sum(costs[1:])
     # Words the array never reads (rows a stride skips) are still taken before the end.
     end = max(end, act_words + (tiles - 1) * tile_rows * per_row)
-    return load + end + PASS_LATENCY_CYCLES
+    # A device with the depthwise mode has one descriptor register more to write.
+    descriptor_extra = DEPTHWISE_REGISTER_CYCLES if config.depthwise else 0
+    return load + end + PASS_LATENCY_CYCLES + descriptor_extra
 
 
 class RESIDENT:
