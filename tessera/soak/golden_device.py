@@ -97,8 +97,10 @@ class GoldenDevice(Transport):
 
     def _conv(self, cols=None):
         cols = self.config.cols
-        desc = {name: _signed(self.regs[Reg[f"CONV_{name.upper()}"]], width) if signed
-                else self.regs[Reg[f"CONV_{name.upper()}"]]
+        # A register never written reads 0 (CONV_DEPTHWISE, which only a device with the
+        # depthwise mode is sent).
+        desc = {name: _signed(self.regs.get(Reg[f"CONV_{name.upper()}"], 0), width) if signed
+                else self.regs.get(Reg[f"CONV_{name.upper()}"], 0)
                 for name, width, signed, _ in DESCRIPTOR_FIELDS}
         tiles = desc["col_tiles"]
         entries = self.regs[Reg.LOAD_PARAMS]
