@@ -113,15 +113,15 @@ class AddedFeature:
         The ``CONFIG`` register field set on a build with the feature.
     presence_doc : str
         That field's description in the register map.
-    registers : str
-        The name prefix of the registers a build without the feature leaves out.
+    registers : tuple of str
+        The name prefixes of the registers a build without the feature leaves out.
     """
 
     meaning: str
     suffix: str
     presence_bit: str
     presence_doc: str
-    registers: str
+    registers: tuple
 
 
 #: Features a build may add: :class:`ConvEngineConfig` field -> :class:`AddedFeature`. Their
@@ -131,7 +131,7 @@ ADDED_FEATURES = {
     "depthwise": AddedFeature(
         "whether the engine has the depthwise mode", "-dw", "depthwise",
         "1: built with the depthwise mode (CONV_DEPTHWISE: each column its own channel)",
-        registers="CONV_DEPTHWISE"),
+        registers=("CONV_DEPTHWISE", "CONV_DW_")),
 }
 
 

@@ -48,7 +48,13 @@ DESCRIPTOR_FIELDS = (
     # with it set, addresses count 32-bit words and C_in is the words of one pixel.
     ("depthwise", 1, False, "1: column c computes channel t*C+c; K runs over the kernel "
      "taps and the words of a pixel (C_in = ceil(C/4)), addresses count 32-bit words"),
+    ("dw_tile_daddr", 32, True, "depthwise: word address step from one column tile's "
+     "activations to the next's (H*W*C_in)"),
 )
+
+#: The descriptor fields only a build with the depthwise mode has (its ``CONV_*`` registers
+#: and its engine's descriptor; the driver writes them only to such a device).
+DEPTHWISE_FIELDS = ("depthwise", "dw_tile_daddr")
 
 #: The residual-add unit's parameters, as ``models.eltwise`` defines them
 #: (``add_multipliers`` gives the multipliers and shifts).

@@ -254,7 +254,8 @@ def implemented_registers(*, resident=False, **flags):
     present, true when not named; ``ConvEngineConfig.features()`` gives them): the
     residual add's parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``),
     the performance counters (``PERF_*``) on one without them (``CONFIG.no_perf``), and the
-    descriptor's ``CONV_DEPTHWISE`` on one without the depthwise mode, and the
+    descriptor's ``CONV_DEPTHWISE`` and ``CONV_DW_*`` on one without the depthwise mode,
+    and the
     resident block's (``RES_*``) unless ``resident`` (``ConvEngineConfig.resident``; the
     accelerator core never holds them: the resident block has its own bank). Those words
     read zero like unmapped ones and writes to them are dropped."""
@@ -262,7 +263,7 @@ def implemented_registers(*, resident=False, **flags):
     return tuple(reg for reg in REGISTERS
                  if all(present[name] or not reg.name.startswith(block.registers)
                         for name, block in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}.items()
-                        if block.registers)
+                        if block.registers)  # a prefix, or a tuple of them
                  and (resident or not reg.name.startswith(RESIDENT_PREFIX)))
 
 

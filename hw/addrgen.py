@@ -36,8 +36,9 @@ The ports default to "all written", for a generator used on its own.
 
 Depthwise passes (a build with ``ConvEngineConfig.depthwise``, the descriptor's
 ``depthwise`` set): the same beats, but ``C_in`` counts the 32-bit words of a pixel and
-every address is a word address (the driver derives the steps so); only the "written"
-test reads the address differently.
+every address is a word address (the driver derives the steps so); the "written" test
+reads the address as one, and each column tile starts ``dw_tile_daddr`` words past the
+one before (its own channels' activations), so the lanes' homes move on by it.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
@@ -46,7 +47,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.config import ConvEngineConfig
-from contract.descriptor import DESCRIPTOR_FIELDS
+from contract.descriptor import DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS
 from contract.streams import ACTIVATIONS_PER_WORD
 
 #: Coordinates of window origins: |iy0|, |ix0| stay well inside 2^17 for 16-bit sizes.
@@ -59,7 +60,7 @@ def descriptor_layout(*, depthwise=True):
     return data.StructLayout({
         name: (signed(width) if is_signed else unsigned(width))
         for name, width, is_signed, _ in DESCRIPTOR_FIELDS
-        if depthwise or name != "depthwise"
+        if depthwise or name not in DEPTHWISE_FIELDS
     })
 
 
@@ -215,6 +216,12 @@ class AddressGenerator(wiring.Component):
 
         offset = Signal(abits)
         w_addr, w_tile = Signal(self.wbits), Signal(self.wbits)
+        # A depthwise pass's column tiles each read their own activations, the next
+        # tile's ``dw_tile_daddr`` words on: the lanes' homes move on by it.
+        tile_step = Signal(abits)
+        if self.config.depthwise:
+            with m.If(self.start & ~self.busy):
+                m.d.sync += tile_step.eq(Mux(d.depthwise, d.dw_tile_daddr[:abits], 0))
 
         # The loop counters c, v, u, group, tile. Each carries a registered ``last`` flag
         # decided one step ahead (the counter equals its limit - 2 now, so it will equal
@@ -338,9 +345,13 @@ class AddressGenerator(wiring.Component):
                     m.d.sync += [*group.restart(), w_addr.eq(w_addr + 1),
                                  w_tile.eq(w_addr + 1)]
                     for r in range(rows):
+                        home = home_a[r]
+                        if self.config.depthwise:
+                            home = (home_a[r] + tile_step)[:abits]
+                            m.d.sync += home_a[r].eq(home)
                         m.d.sync += [lane_y[r].eq(home_y[r]), lane_x[r].eq(home_x[r]),
                                      lane_iy[r].eq(home_y[r]), lane_ix[r].eq(home_x[r]),
-                                     lane_a[r].eq(home_a[r]), lane_wrap[r].eq(home_wrap[r])]
+                                     lane_a[r].eq(home), lane_wrap[r].eq(home_wrap[r])]
                     with m.If(tile.last):
                         m.d.sync += running.eq(0)
                     with m.Else():

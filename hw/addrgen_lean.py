@@ -79,10 +79,18 @@ class LeanAddressGenerator(AddressGenerator):
                           lane_a[r].eq(lane_a[r + 1])]
             return stmts + [lane_y[-1].eq(y), lane_x[-1].eq(x), lane_a[-1].eq(a)]
 
-        def walk_from_pixel_zero():
+        def walk_from_pixel_zero(origin):
             # Lane R - 1 takes pixel 0; R - 1 walking moves bring it down to lane 0.
-            return [*shift_in(-d.pad_top, -d.pad_left, d.origin_addr[:abits]),
-                    moves.eq(rows - 1)]
+            return [*shift_in(-d.pad_top, -d.pad_left, origin), moves.eq(rows - 1)]
+
+        # A depthwise pass's column tiles each read their own activations, the next
+        # tile's ``dw_tile_daddr`` words on: pixel 0 of tile t is at ``tile_origin``.
+        if self.config.depthwise:
+            tile_origin = Signal(abits)
+            next_origin = (tile_origin + Mux(d.depthwise, d.dw_tile_daddr, 0))[:abits]
+            set_origin = [tile_origin.eq(d.origin_addr[:abits])]
+        else:
+            next_origin, set_origin = d.origin_addr[:abits], []
 
         # Output register: the beat of the lanes' current position.
         c_last, v_last = _is_last(c, d.in_channels), _is_last(v, d.kernel_w)
@@ -106,7 +114,8 @@ class LeanAddressGenerator(AddressGenerator):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start & ~full):
-                    m.d.sync += [*walk_from_pixel_zero(), c.eq(0), v.eq(0), u.eq(0),
+                    m.d.sync += [*walk_from_pixel_zero(d.origin_addr[:abits]), *set_origin,
+                                 c.eq(0), v.eq(0), u.eq(0),
                                  group.eq(0), tile.eq(0), offset.eq(0), w_addr.eq(0),
                                  w_tile.eq(0)]
                     m.next = "WALK"
@@ -166,6 +175,8 @@ class LeanAddressGenerator(AddressGenerator):
                             with m.If(_is_last(tile, d.col_tiles)):
                                 m.next = "IDLE"
                             with m.Else():
-                                m.d.sync += walk_from_pixel_zero()
+                                m.d.sync += walk_from_pixel_zero(next_origin)
+                                if self.config.depthwise:
+                                    m.d.sync += tile_origin.eq(next_origin)
                                 m.next = "WALK"
         return m

@@ -30,7 +30,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
-from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
+from contract.descriptor import ADD_PARAM_FIELDS, DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS
 from contract.regmap import ID_VALUE, MAP_VERSION, by_name, implemented_registers, pack_config
 from contract.streams import POOL_MAX_WIDTH
 
@@ -108,8 +108,8 @@ class AcceleratorTop(wiring.Component):
             self.irq.eq(((csr.status >> 1) & csr.irq_enable & 0b11).any()),
         ]
         for name, _, _, _ in DESCRIPTOR_FIELDS:
-            if name == "depthwise" and not cfg.depthwise:
-                continue  # no CONV_DEPTHWISE register: the engine ignores the bit
+            if name in DEPTHWISE_FIELDS and not cfg.depthwise:
+                continue  # no such register: the engine has no depthwise mode
             field = getattr(engine.descriptor, name)
             m.d.comb += field.eq(getattr(csr, f"conv_{name}")[:len(field)])
         for name, _, _, _ in ADD_PARAM_FIELDS if cfg.residual_add else ():

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from contract.config import ArrayConfig, ConvEngineConfig
-from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
+from contract.descriptor import ADD_PARAM_FIELDS, DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS
 from contract.regmap import unpack_config, unpack_features
 from contract.streams import (
     ACTIVATIONS_PER_WORD,
@@ -157,11 +157,11 @@ def pass_program(engine_pass, config, *, pool=False):
     activations += bytes(-len(activations) % ACTIVATIONS_PER_WORD)
     writes = [(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK),
               (Reg.OPCODE, Opcode.CONV)]
-    # CONV_DEPTHWISE only on a device with the mode (elsewhere it does not exist, and
-    # a pass would carry a register write more for nothing).
+    # The depthwise fields only to a device with the mode (elsewhere their registers do
+    # not exist, and a pass would carry register writes for nothing).
     writes += [(Reg[f"CONV_{name.upper()}"], int(p.descriptor[name]) & 0xFFFFFFFF)
                for name, _, _, _ in DESCRIPTOR_FIELDS
-               if name != "depthwise" or config.depthwise]
+               if name not in DEPTHWISE_FIELDS or config.depthwise]
     oh, ow = p.out_size
     writes += [(Reg.POOL_ENABLE, int(pool)), (Reg.POOL_WIDTH, ow), (Reg.POOL_HEIGHT, oh),
                (Reg.POOL_FRAMES, p.descriptor["col_tiles"])]

@@ -19,8 +19,9 @@ otherwise), so it is exactly ``acc``.
 Depthwise layers become ``ceil(C / cols)`` passes, one per group of ``cols`` channels. On
 an engine with the depthwise mode (``ConvEngineConfig.depthwise``, the device's
 ``CONFIG.depthwise`` bit) each is a depthwise pass (:func:`depthwise_words`): column j
-computes channel j of the group, each pixel's channels are whole 32-bit words, and K runs
-over the kernel taps and those words. Without it, each is a regular convolution over
+computes channel j of its column tile's group, each pixel's channels are whole 32-bit
+words, K runs over the kernel taps and those words, and a pass takes as many column tiles
+as the buffers hold (each tile's activations apart). Without it, each is a regular convolution over
 ``cols`` channels with block-diagonal weights (zero off the diagonal): the same hardware,
 at 1/cols of its MAC rate. A batch of N images is N passes.
 """
@@ -138,11 +139,11 @@ def depthwise_words(cols):
 
 def make_descriptor(*, config, in_channels, in_size, kernel, stride, pad_top, pad_left,
                     out_size, col_tiles, x_zero_point, y_zero_point, lo, hi,
-                    depthwise=False):
+                    depthwise=False, dw_tile_daddr=0):
     """The engine's descriptor: the layer's fields plus the address steps derived from
     them (see ``DESCRIPTOR_FIELDS``), checked against the field widths. With
     ``depthwise`` (a depthwise pass), ``in_channels`` counts words and so do the
-    addresses."""
+    addresses, and column tile t reads the activations ``t * dw_tile_daddr`` words on."""
     rows = config.rows
     (h, w), (kh, kw), (oh, ow) = in_size, kernel, out_size
     pixels = oh * ow
@@ -163,7 +164,7 @@ def make_descriptor(*, config, in_channels, in_size, kernel, stride, pad_top, pa
         "group_daddr": (group_dy * w + group_dx) * in_channels,
         "x_end": ow * stride - pad_left, "x_wrap": ow * stride,
         "wrap_daddr": (stride * w - ow * stride) * in_channels,
-        "depthwise": int(depthwise),
+        "depthwise": int(depthwise), "dw_tile_daddr": dw_tile_daddr,
     }
     for name, width, is_signed, _ in DESCRIPTOR_FIELDS:
         low, high = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if is_signed \
@@ -261,9 +262,14 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
     cols = config.cols
     on_array = depthwise and config.depthwise
     if on_array:
-        # One depthwise pass per group of `cols` channels (_lower_depthwise_pass).
+        # Depthwise passes (_lower_depthwise_pass) of as many column tiles of `cols`
+        # channels as the buffers hold with the whole image (else one tile, in row bands).
+        words = depthwise_words(cols)
+        tiles = max(1, min(config.max_col_tiles, config.weight_depth // (kh * kw * words),
+                           -(-config.act_depth // ACTIVATIONS_PER_WORD) // (h * wd * words)))
+        step = tiles * cols
         chunks = [(chans, chans, w[chans]) for chans in
-                  (np.arange(first, min(first + cols, c_in)) for first in range(0, c_in, cols))]
+                  (np.arange(first, min(first + step, c_in)) for first in range(0, c_in, step))]
     elif depthwise:
         # One pass per group of `cols` channels, as a dense conv with block-diagonal weights.
         chunks = []
@@ -289,8 +295,8 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
             if len(chunks) > 1 and not depthwise:
                 label = label[:-1] + f", outputs {out_chans[0]}..{out_chans[-1]}]"
             # A depthwise pass holds each pixel's channels as whole words.
-            per_pixel = (ACTIVATIONS_PER_WORD * depthwise_words(cols) if on_array
-                         else len(in_chans))
+            per_pixel = (ACTIVATIONS_PER_WORD * depthwise_words(cols)
+                         * -(-len(in_chans) // cols) if on_array else len(in_chans))
             for row0, rows in _row_bands(config, per_pixel, wd, oh, kh, sh, row_multiple):
                 # Input rows of this band of output rows; rows outside the image are the
                 # band's own padding (the engine feeds z_x there).
@@ -372,49 +378,62 @@ def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, 
 def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, *,
                           stride, pads, out_size, zero_points, clamp, row0=0):
     """One depthwise pass on an engine with the mode: ``x`` (c, H, W) and ``w`` (c, 1, kh,
-    kw) of at most ``cols`` channels, column j computing channel j.
+    kw), column j of column tile t computing channel ``t * cols + j``.
 
-    Activations: HWC with each pixel's channels padded to ``4 * E`` bytes (``E =
-    depthwise_words(cols)`` words; the padding bytes meet zero weights). Weights: K = kh *
-    kw * E words, word ``(u * kw + v) * E + e`` holding ``w[j, u, v]`` in lane j for the
-    lanes whose channel lies in word e (``j // 4 == e``) and 0 in the others, which read
-    another channel's byte of that word."""
+    Activations: for each column tile in turn (``dw_tile_daddr = H * W * E`` words apart),
+    HWC of its channels with each pixel padded to ``E = depthwise_words(cols)`` words (the
+    padding bytes meet zero weights). Weights: per tile, K = kh * kw * E words, word
+    ``(u * kw + v) * E + e`` holding ``w[j, u, v]`` in lane j for the lanes whose channel
+    lies in word e (``j // 4 == e``) and 0 in the others, which read another channel's byte
+    of that word."""
     cols = config.cols
     c, h, wd = x.shape
     _, _, kh, kw = w.shape
     words = depthwise_words(cols)
+    tiles = -(-c // cols)
     act_words = -(-config.act_depth // ACTIVATIONS_PER_WORD)
-    if h * wd * words > act_words:
-        raise ValueError(f"layer {label}: a depthwise pass's activations {h}x{wd} of {words} "
-                         f"words = {h * wd * words} words exceed the activation buffer of "
-                         f"{act_words} words; split the layer (docs/conv-engine.md)")
+    if tiles * h * wd * words > act_words:
+        raise ValueError(f"layer {label}: a depthwise pass's activations, {tiles} tiles of "
+                         f"{h}x{wd} pixels of {words} words = {tiles * h * wd * words} words, "
+                         f"exceed the activation buffer of {act_words} words; split the layer "
+                         f"(docs/conv-engine.md)")
     k = kh * kw * words
-    if k > config.weight_depth:
-        raise ValueError(f"layer {label}: weights need K={k} words, more than the weight "
-                         f"buffer's {config.weight_depth}")
+    if tiles * k > config.weight_depth:
+        raise ValueError(f"layer {label}: weights need {tiles} column tiles x K={k} = "
+                         f"{tiles * k} words, more than the weight buffer's "
+                         f"{config.weight_depth}")
+    if tiles > config.max_col_tiles:
+        raise ValueError(f"layer {label}: {c} channels need {tiles} column tiles, more than "
+                         f"the engine's {config.max_col_tiles}")
     desc = make_descriptor(config=config, in_channels=words, in_size=(h, wd),
                            kernel=(kh, kw), stride=stride, pad_top=pads[0],
-                           pad_left=pads[1], out_size=out_size, col_tiles=1,
+                           pad_left=pads[1], out_size=out_size, col_tiles=tiles,
                            x_zero_point=zero_points[0], y_zero_point=zero_points[1],
-                           lo=clamp[0], hi=clamp[1], depthwise=True)
-    acts = np.zeros((h, wd, words * ACTIVATIONS_PER_WORD), np.int8)
-    acts[:, :, :c] = x.transpose(1, 2, 0)
-    lanes = np.arange(cols)
-    weights = np.zeros((kh, kw, words, cols), np.int8)
+                           lo=clamp[0], hi=clamp[1], depthwise=True,
+                           dw_tile_daddr=h * wd * words)
+    lanes = tiles * cols
+    padded = np.zeros((lanes, h, wd), np.int8)
+    padded[:c] = x
+    acts = np.zeros((tiles, h, wd, words * ACTIVATIONS_PER_WORD), np.int8)
+    acts[..., :cols] = padded.reshape(tiles, cols, h, wd).transpose(0, 2, 3, 1)
+    kernels = np.zeros((lanes, kh, kw), np.int8)
+    kernels[:c] = w[:, 0]
+    weights = np.zeros((tiles, kh, kw, words, cols), np.int8)
+    per_tile = kernels.reshape(tiles, cols, kh, kw).transpose(0, 2, 3, 1)  # (t, u, v, j)
     for e in range(words):
-        mine = lanes[(lanes // ACTIVATIONS_PER_WORD == e) & (lanes < c)]
-        weights[:, :, e, mine] = w[mine, 0].transpose(1, 2, 0)
-    channels = np.full(cols, -1, np.int64)
+        mine = np.arange(cols) // ACTIVATIONS_PER_WORD == e
+        weights[:, :, :, e, mine] = per_tile[..., mine]
+    channels = np.full(lanes, -1, np.int64)
     channels[:c] = out_chans
 
     def table(values, fill):
-        padded = np.full(cols, fill, np.int64)
+        padded = np.full(lanes, fill, np.int64)
         padded[:c] = values
-        return padded.reshape(1, cols)
+        return padded.reshape(tiles, cols)
 
     return EnginePass(
         name=label, descriptor=desc, activations=acts.reshape(-1),
-        weights=weights.reshape(k, cols), bias=table(bias, 0),
+        weights=weights.reshape(tiles * k, cols), bias=table(bias, 0),
         multiplier=table(multiplier, MULTIPLIER_MIN), shift=table(shift, SHIFT_MIN),
         image=image, channels=channels, out_size=out_size, row0=row0)
 
@@ -460,33 +479,35 @@ def engine_reference(p):
 
 
 def _depthwise_reference(p):
-    """:func:`engine_reference` of a depthwise pass: per beat ``(u, v, e)``, lane j of row
-    lane r multiplies byte ``j % 4`` of word e of its pixel's window position (``z_x`` in
-    every byte outside the image) by lane j of the weight word."""
+    """:func:`engine_reference` of a depthwise pass: per column tile t and beat ``(u, v,
+    e)``, lane j of row lane r multiplies byte ``j % 4`` of word e of its pixel's window
+    position in tile t's activations (``z_x`` in every byte outside the image) by lane j
+    of the weight word."""
     from models.requant import requantize
 
     d = p.descriptor
     words, h, wd = d["in_channels"], d["in_height"], d["in_width"]
-    kh, kw, s = d["kernel_h"], d["kernel_w"], d["stride"]
+    kh, kw, s, tiles = d["kernel_h"], d["kernel_w"], d["stride"], d["col_tiles"]
     oh, ow = p.out_size
     cols = p.weights.shape[1]
     per_word = ACTIVATIONS_PER_WORD
-    x = p.activations.reshape(h, wd, words, per_word).astype(np.int64)
-    xp = np.full((h + 2 * KERNEL_MAX, wd + 2 * KERNEL_MAX, words, per_word),
+    x = p.activations.reshape(tiles, h, wd, words, per_word).astype(np.int64)
+    xp = np.full((tiles, h + 2 * KERNEL_MAX, wd + 2 * KERNEL_MAX, words, per_word),
                  d["x_zero_point"], np.int64)
-    xp[KERNEL_MAX:KERNEL_MAX + h, KERNEL_MAX:KERNEL_MAX + wd] = x
-    wt = p.weights.astype(np.int64).reshape(kh, kw, words, cols)
+    xp[:, KERNEL_MAX:KERNEL_MAX + h, KERNEL_MAX:KERNEL_MAX + wd] = x
+    wt = p.weights.astype(np.int64).reshape(tiles, kh, kw, words, cols)
     byte = np.arange(cols) % per_word
     beats = []
-    for pixel in range(oh * ow):
-        i, j = divmod(pixel, ow)
-        y0 = KERNEL_MAX + i * s - d["pad_top"]
-        x0 = KERNEL_MAX + j * s - d["pad_left"]
-        window = xp[y0:y0 + kh, x0:x0 + kw][..., byte]  # (kh, kw, words, cols)
-        acc = _wrap_int32((window * wt).sum(axis=(0, 1, 2)) + p.bias[0])
-        y = requantize(acc.reshape(1, cols), p.multiplier[0], p.shift[0],
-                       d["y_zero_point"], d["lo"], d["hi"], axis=1)
-        beats.append(y[0])
+    for t in range(tiles):
+        for pixel in range(oh * ow):
+            i, j = divmod(pixel, ow)
+            y0 = KERNEL_MAX + i * s - d["pad_top"]
+            x0 = KERNEL_MAX + j * s - d["pad_left"]
+            window = xp[t, y0:y0 + kh, x0:x0 + kw][..., byte]  # (kh, kw, words, cols)
+            acc = _wrap_int32((window * wt[t]).sum(axis=(0, 1, 2)) + p.bias[t])
+            y = requantize(acc.reshape(1, cols), p.multiplier[t], p.shift[t],
+                           d["y_zero_point"], d["lo"], d["hi"], axis=1)
+            beats.append(y[0])
     return np.array(beats, dtype=np.int8).reshape(-1, cols)
 
 

@@ -5,6 +5,7 @@ pass). It counts the words the host link carries (``contract.streams``), so it f
 stream format without importing the hardware.
 """
 
+from contract.descriptor import DEPTHWISE_FIELDS
 from contract.postprocess import (
     REQUANT_LATENCY,
     SERIAL_BEAT_CYCLES,
@@ -27,9 +28,10 @@ __all__ = ["PASS_LATENCY_CYCLES", "RESIDENT", "TILE_SWITCH_CYCLES", "pass_cycles
 #: generator and the engine's read stage and at the engine's output (``hw/conv_engine.py``).
 PASS_LATENCY_CYCLES = 107
 
-#: The host's write of ``CONV_DEPTHWISE``, which every pass on a device with the depthwise
-#: mode carries (``sw_driver.accelerator.pass_program``): the twin host's 2-cycle write.
-DEPTHWISE_REGISTER_CYCLES = 2
+#: The host's writes of the depthwise fields (``contract.descriptor.DEPTHWISE_FIELDS``),
+#: which every pass on a device with the depthwise mode carries
+#: (``sw_driver.accelerator.pass_program``): the twin host's 2-cycle write each.
+DEPTHWISE_REGISTER_CYCLES = 2 * len(DEPTHWISE_FIELDS)
 
 #: The post-processing bank's requantization stages (``contract.postprocess``). Between
 #: column tiles the engine waits for them to empty before it switches the per-channel

@@ -123,6 +123,9 @@ class Reg(enum.IntEnum):
     # RW: Convolution descriptor: 1: column c computes channel t*C+c; K runs over the kernel
     # taps and the words of a pixel (C_in = ceil(C/4)), addresses count 32-bit words (1 bits)
     CONV_DEPTHWISE = 0x160
+    # RW: Convolution descriptor: depthwise: word address step from one column tile's
+    # activations to the next's (H*W*C_in) (signed 32 bits)
+    CONV_DW_TILE_DADDR = 0x164
     # RW: Residual add: zero point of input a (signed 8 bits)
     ADD_A_ZERO_POINT = 0x180
     # RW: Residual add: zero point of input b (signed 8 bits)

@@ -7,6 +7,7 @@ import pytest
 from amaranth.sim import Simulator
 
 from contract.config import ArrayConfig, ConvEngineConfig
+from contract.descriptor import DEPTHWISE_FIELDS
 from contract.streams import ACTIVATIONS_PER_WORD
 from hw.addrgen import AddressGenerator, address_width
 from hw.addrgen_lean import LeanAddressGenerator
@@ -169,7 +170,7 @@ def expected_addresses(desc, config, out_size):
 def fields_of(desc, config):
     """``desc`` less the fields a build does not have (``depthwise``, without the mode)."""
     return {name: value for name, value in desc.items()
-            if config.depthwise or name != "depthwise"}
+            if config.depthwise or name not in DEPTHWISE_FIELDS}
 
 
 def run_address_generator(config, desc, count, rng, generator=AddressGenerator):
@@ -379,11 +380,13 @@ DEPTHWISE = ConvEngineConfig(array=ArrayConfig(rows=3, cols=6), act_depth=1024,
 @pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "lean"])
 def test_depthwise_passes_on_the_engine(pipelined, rng, seed):
     # Loading during the run with idle gaps, so a depthwise beat's `written` gate (word
-    # addresses) decides when it goes; the channels (not a multiple of 6) make a partial
-    # last pass; z_x at both ends of int8 fills the padding.
+    # addresses) decides when it goes, and the later column tiles' weights arriving during
+    # the run; each tile reads its own activations; the channels (not a multiple of 6)
+    # leave the last tile's lanes partly unused; z_x at both ends of int8 fills the
+    # padding.
     config = replace(DEPTHWISE, pipelined=pipelined, residual_add=pipelined)
     cases = [(3, 1, (1, 1, 1, 1), 8, (5, 6), -128, 2), (7, 2, (3, 2, 1, 3), 5, (7, 6), 127, 0),
-             (1, 2, (0, 0, 0, 0), 7, (5, 4), 127, 1), (5, 1, (2, 0, 1, 2), 3, (4, 5), -128, 3)]
+             (1, 2, (0, 0, 0, 0), 13, (5, 4), 127, 1), (5, 1, (2, 0, 1, 2), 3, (4, 5), -128, 3)]
     for kernel, stride, pads, channels, size, zx, gap in cases:
         x = rng.integers(-128, 128, (1, channels) + size, dtype=np.int8)
         w = rng.integers(-128, 128, (channels, 1, kernel, kernel), dtype=np.int8)
@@ -396,11 +399,12 @@ def test_depthwise_passes_on_the_engine(pipelined, rng, seed):
                               stride=stride, padding=pads, groups=channels, config=config)
         label = (f"seed={seed} pipelined={pipelined} k={kernel} s={stride} pads={pads} "
                  f"c={channels} size={size} zx={zx}")
-        assert [p.descriptor["depthwise"] for p in passes] == [1] * -(-channels // 6), label
-        # K = taps x 2 words, not taps x 6 channels: a third of the beats of the
-        # block-diagonal lowering.
-        assert all(p.beats == p.descriptor["pixel_groups"] * kernel * kernel * 2
-                   for p in passes), label
+        # One pass, a column tile per 6 channels; K = taps x 2 words, not taps x 6
+        # channels: a third of the beats of the block-diagonal lowering.
+        (p,) = passes
+        tiles = -(-channels // 6)
+        assert (p.descriptor["depthwise"], p.descriptor["col_tiles"]) == (1, tiles), label
+        assert p.beats == tiles * p.descriptor["pixel_groups"] * kernel * kernel * 2, label
         results = []
         for p in passes:
             got, _ = run_streaming_pass(config, p, rng, gap)
@@ -420,9 +424,12 @@ def test_depthwise_lowering_without_the_mode_is_block_diagonal(rng):
     for config in (DEPTHWISE, replace(DEPTHWISE, depthwise=False)):
         passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=-5, y_zero_point=1,
                               padding=1, groups=7, config=config)
-        assert [p.descriptor["depthwise"] for p in passes] == [int(config.depthwise)] * 2
-        assert passes[0].beats == passes[0].descriptor["pixel_groups"] * 9 * (
-            2 if config.depthwise else 6)
+        # With the mode one pass of two column tiles (K = 9 taps x 2 words); without it
+        # two passes of a tile each (K = 9 taps x 6 channels, then x 1).
+        assert [p.descriptor["depthwise"] for p in passes] == (
+            [1] if config.depthwise else [0, 0])
+        assert [p.beats for p in passes] == (
+            [2 * 9 * 9 * 2] if config.depthwise else [9 * 9 * 6, 9 * 9 * 1])
         outputs.append(assemble_output(passes, [engine_reference(p) for p in passes], 7))
     want = golden(layer, bias, multiplier, shift, -5, 1)
     assert np.array_equal(outputs[0], want) and np.array_equal(outputs[1], want)

@@ -106,8 +106,8 @@ def test_the_depthwise_mode_is_an_added_feature_with_its_own_presence_bit():
     assert unpack_features(word)["depthwise"] is True
     assert unpack_features(pack_config(rows=2, cols=2, acc_width=32))["depthwise"] is False
     names = {reg.name for reg in implemented_registers(depthwise=True)}
-    assert "CONV_DEPTHWISE" in names
-    assert names - {reg.name for reg in implemented_registers()} == {"CONV_DEPTHWISE"}
+    assert names - {reg.name for reg in implemented_registers()} == {
+        "CONV_DEPTHWISE", "CONV_DW_TILE_DADDR"}
     assert PRESETS["default"].depthwise is True
     assert not any(config.depthwise for name, config in PRESETS.items() if name != "default")
     with pytest.raises(ValueError, match=r"^depthwise must be true or false \(whether the "
