@@ -41,7 +41,7 @@ from .maxpool import MaxPool2x2
 from .perf_counters import PerfCounters
 from .pipeline import skid_after, skid_between
 from .result_writer import ResultWriter
-from .sequencer import COMMAND_FIELDS, CommandSequencer, Phase
+from .sequencer import CommandSequencer, Phase, command_fields
 
 __all__ = ["AcceleratorTop", "word_layout"]
 
@@ -87,7 +87,8 @@ class AcceleratorTop(wiring.Component):
                                          readback=cfg.csr_readback)
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
-        m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add)
+        m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add,
+                                                        depthwise=cfg.depthwise)
         m.submodules.loader = loader = HostLoader(cols)
         m.submodules.engine = engine = ResetInserter(soft_reset)(ConvEngine(cfg))
         m.submodules.pool = pool = ResetInserter(soft_reset)(
@@ -118,7 +119,7 @@ class AcceleratorTop(wiring.Component):
 
         # --- the sequencer: reads the command, tells every other component its phase ---
         registers = by_name()
-        for name, (_, register) in COMMAND_FIELDS.items():
+        for name, (_, register) in command_fields(depthwise=cfg.depthwise).items():
             source = (getattr(engine.descriptor, name) if register is None
                       else getattr(csr, port_name(registers[register])))
             m.d.comb += getattr(seq.command, name).eq(source)

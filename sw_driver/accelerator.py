@@ -169,8 +169,9 @@ def pass_program(engine_pass, config, *, pool=False):
                (Reg.LOAD_ACT, p.activations.size), (Reg.CTRL, regs.CTRL_START_MASK)]
     beats = pooled_pass(p).output_beats if pool else p.output_beats
     # The first column tile's weights, the activations, then the other tiles' weights,
-    # which the device loads while it computes (hw/top.py).
-    first = p.weights.shape[0] // p.descriptor["col_tiles"]
+    # which the device loads while it computes (hw/top.py); a depthwise pass's weights
+    # all come first.
+    first = p.first_weight_rows
     return PassProgram(
         name=p.name, csr_writes=tuple((int(o), int(v)) for o, v in writes),
         h2c=(b"".join(entries) + _words(p.weights[:first], weight_words(cols)) + activations

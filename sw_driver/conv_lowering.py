@@ -47,6 +47,7 @@ __all__ = [
     "EnginePass",
     "assemble_output",
     "depthwise_words",
+    "first_weight_rows",
     "engine_reference",
     "fold_zero_point",
     "lower_conv2d",
@@ -123,11 +124,24 @@ class EnginePass:
         return self.descriptor["col_tiles"] * oh * ow
 
     @property
+    def first_weight_rows(self):
+        """Weight rows the host sends before the activations (:func:`first_weight_rows`)."""
+        return first_weight_rows(self.descriptor, self.weights.shape[0])
+
+    @property
     def beats(self):
         """Operand beats into the array (col_tiles * pixel_groups * K)."""
         d = self.descriptor
         return d["col_tiles"] * d["pixel_groups"] * d["in_channels"] * d["kernel_h"] \
             * d["kernel_w"]
+
+
+def first_weight_rows(descriptor, rows):
+    """Of a pass's ``rows`` weight rows, those the host stream carries before the
+    activations (``hw/sequencer.py``): the first column tile's, the others following the
+    activations while the engine computes; all of them for a depthwise pass, whose tiles
+    each read their own activations (sent one tile after another)."""
+    return rows if descriptor.get("depthwise") else rows // descriptor["col_tiles"]
 
 
 def depthwise_words(cols):
