@@ -9,7 +9,9 @@ carries, in this order and each padded to whole 32-bit words:
    ``param_word_layout``, little-endian bit order),
 2. the first column tile's weight words (C_in * kh * kw words of C int8),
 3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word, one word a cycle,
-4. the other column tiles' weight words (``LOAD_WEIGHTS`` words in all);
+4. the other column tiles' weight words (``LOAD_WEIGHTS`` words in all); on a build with
+   the depthwise mode, a pass with ``CONV_DEPTHWISE`` set sends all of them in 2 instead
+   (its column tiles each read their own activations, which come one tile after another);
 
 the engine starts as soon as the first tile's weights are in and computes while the rest
 arrives (it reads a word only once it is written); the device-to-host stream returns one beat of
