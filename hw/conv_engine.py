@@ -30,6 +30,11 @@ column tile, and loading the next tiles' weights overlaps computing the current 
 (docs/conv-engine.md, "Dataflow"). ``done`` rises with the last output
 beat and stays high until the next ``start``. The descriptor is latched at ``start``.
 
+Depthwise passes (a build with ``ConvEngineConfig.depthwise``, the descriptor's
+``depthwise`` set): each row lane reads a whole 32-bit word a beat (word addresses) and
+column j of the array multiplies byte ``j % 4`` of it, so each column computes its own
+channel (docs/conv-engine.md, "Depthwise convolution").
+
 Post-processing: the requantizer's rescalers also serve the residual add of ADD passes
 (``hw.postprocess.PostProcessBank``), so the engine carries the add's streams
 (``add_operands`` in, ``add_results`` out, ``add_params``) beside its own; ``adding``

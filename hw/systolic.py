@@ -11,8 +11,8 @@ of edge tiles are the feeder's job (``sw_driver.gemm_tiling``).
 Throughput: one beat (R*C MACs) per cycle while ``results`` keeps up; a tile with
 K < max(R, C) costs max(R, C) cycles (the drain and the wavefront bound the rate).
 
-Depthwise mode (built with ``depthwise=True``, selected by the ``depthwise`` input, which
-holds still for a whole pass): a beat carries a 32-bit word per row (``a`` its byte 0,
+Depthwise mode (built with ``depthwise=True``, selected by the ``depthwise_mode`` input,
+which holds still for a whole pass): a beat carries a 32-bit word per row (``a`` its byte 0,
 ``a_rest`` bytes 1..3) and PE(i, j) multiplies byte ``j % 4`` of row i's word instead of
 the ``a`` passed from its left. The word travels right beside ``a`` through its own
 registers, with the same row and column skew, so PE(i, j) still sees the pair for k at tick
