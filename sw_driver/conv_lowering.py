@@ -278,9 +278,13 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
     if on_array:
         # Depthwise passes (_lower_depthwise_pass) of as many column tiles of `cols`
         # channels as the buffers hold with the whole image (else one tile, in row bands).
+        # The input rows the whole output needs (padding rows counted, as _row_bands
+        # counts them), of 4 * words bytes a pixel per tile.
         words = depthwise_words(cols)
+        rows_needed = max(h, (oh - 1) * sh + kh)
         tiles = max(1, min(config.max_col_tiles, config.weight_depth // (kh * kw * words),
-                           -(-config.act_depth // ACTIVATIONS_PER_WORD) // (h * wd * words)))
+                           config.act_depth // (rows_needed * wd * ACTIVATIONS_PER_WORD
+                                                * words)))
         step = tiles * cols
         chunks = [(chans, chans, w[chans]) for chans in
                   (np.arange(first, min(first + step, c_in)) for first in range(0, c_in, step))]
