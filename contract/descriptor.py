@@ -52,6 +52,19 @@ DESCRIPTOR_FIELDS = (
      "activations to the next's (H*W*C_in)"),
 )
 
+def depthwise_words(cols):
+    """32-bit words of one pixel's ``cols`` channels in a depthwise pass: the C_in of its
+    descriptor and the beats of one kernel tap (column j reads byte ``j % 4`` of word
+    ``j // 4``)."""
+    return -(-cols // 4)
+
+
+def depthwise_word_bits(cols):
+    """Bits of a depthwise beat's word index (0 .. ``depthwise_words(cols) - 1``), at
+    least 1."""
+    return max(1, (depthwise_words(cols) - 1).bit_length())
+
+
 #: The descriptor fields only a build with the depthwise mode has (its ``CONV_*`` registers
 #: and its engine's descriptor; the driver writes them only to such a device).
 DEPTHWISE_FIELDS = ("depthwise", "dw_tile_daddr")

@@ -37,8 +37,10 @@ The ports default to "all written", for a generator used on its own.
 Depthwise passes (a build with ``ConvEngineConfig.depthwise``, the descriptor's
 ``depthwise`` set): the same beats, but ``C_in`` counts the 32-bit words of a pixel and
 every address is a word address (the driver derives the steps so); the "written" test
-reads the address as one, and each column tile starts ``dw_tile_daddr`` words past the
-one before (its own channels' activations), so the lanes' homes move on by it.
+reads the address as one; a beat says which of a pixel's words it reads (``word``), and
+the words of one tap share its weight row; and each column tile starts ``dw_tile_daddr``
+words past the one before (its own channels' activations), so the lanes' homes move on by
+it.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
@@ -47,7 +49,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.config import ConvEngineConfig
-from contract.descriptor import DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS
+from contract.descriptor import DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS, depthwise_word_bits
 from contract.streams import ACTIVATIONS_PER_WORD
 
 #: Coordinates of window origins: |iy0|, |ix0| stay well inside 2^17 for 16-bit sizes.
@@ -69,14 +71,18 @@ def address_width(depth):
     return max(1, ceil_log2(depth))
 
 
-def beat_layout(rows, act_depth, weight_depth):
-    """Payload of one address beat."""
-    return data.StructLayout({
+def beat_layout(rows, act_depth, weight_depth, *, word_bits=0):
+    """Payload of one address beat; with ``word_bits`` (a build with the depthwise mode),
+    also ``word``: which of a pixel's words a depthwise beat reads."""
+    fields = {
         "addr": data.ArrayLayout(unsigned(address_width(act_depth)), rows),
         "inside": rows,
         "w_addr": unsigned(address_width(weight_depth)),
         "last": 1,
-    })
+    }
+    if word_bits:
+        fields["word"] = unsigned(word_bits)
+    return data.StructLayout(fields)
 
 
 #: Wrap thresholds: x_end less up to two steps and plus x_wrap, past COORD's range.
@@ -159,7 +165,9 @@ class AddressGenerator(wiring.Component):
             "weight_rows_written": In(unsigned(self.wbits)),
             "weights_all": In(1, init=1),
             "beats": Out(stream.Signature(
-                beat_layout(config.rows, config.act_depth, config.weight_depth))),
+                beat_layout(config.rows, config.act_depth, config.weight_depth,
+                            word_bits=(depthwise_word_bits(config.cols)
+                                       if config.depthwise else 0)))),
         })
 
     def elaborate(self, platform):
@@ -317,9 +325,15 @@ class AddressGenerator(wiring.Component):
                              out.payload.inside[r].eq(next_inside[r])]
             m.d.sync += [out.payload.w_addr.eq(w_addr),
                          out.payload.last.eq(c.last & v.last & u.last)]
+            # A depthwise pass: ``c`` counts a pixel's words, which share the tap's
+            # weight row (the array gives each column the weights of its own word only).
+            next_row = w_addr + 1
+            if self.config.depthwise:
+                m.d.sync += out.payload.word.eq(c.value)
+                next_row = Mux(word_addressed, w_addr, w_addr + 1)
 
             with m.If(~c.last):
-                m.d.sync += [*c.increment(), offset.eq(offset + 1), w_addr.eq(w_addr + 1)]
+                m.d.sync += [*c.increment(), offset.eq(offset + 1), w_addr.eq(next_row)]
             with m.Elif(~v.last):
                 m.d.sync += [*c.restart(), *v.increment(), offset.eq(offset + 1),
                              w_addr.eq(w_addr + 1)]

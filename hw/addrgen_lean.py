@@ -152,8 +152,13 @@ class LeanAddressGenerator(AddressGenerator):
                         ]
                     m.d.sync += [out.payload.w_addr.eq(w_addr),
                                  out.payload.last.eq(c_last & v_last & u_last)]
+                    # A depthwise pass: the words of a tap share its weight row.
+                    next_row = w_addr + 1
+                    if self.config.depthwise:
+                        m.d.sync += out.payload.word.eq(c)
+                        next_row = Mux(d.depthwise, w_addr, w_addr + 1)
                     with m.If(~c_last):
-                        m.d.sync += [c.eq(c + 1), offset.eq(offset + 1), w_addr.eq(w_addr + 1)]
+                        m.d.sync += [c.eq(c + 1), offset.eq(offset + 1), w_addr.eq(next_row)]
                     with m.Elif(~v_last):
                         m.d.sync += [c.eq(0), v.eq(v + 1), offset.eq(offset + 1),
                                      w_addr.eq(w_addr + 1)]

@@ -271,6 +271,13 @@ class ConvEngine(wiring.Component):
                                          if cfg.depthwise else beat.addr[r][:byte_shift])
                          for r in range(rows)]
             m.d.sync += [op_byte[r].eq(read_byte[r]) for r in range(rows)]
+        if cfg.depthwise:
+            # Which of a pixel's words the beat reads: the array zeroes the weights of the
+            # columns whose channel is in another word.
+            read_word, op_word = Signal.like(beat.word), Signal.like(beat.word)
+            with m.If(advance):
+                m.d.sync += [read_word.eq(beat.word), op_word.eq(read_word)]
+            m.d.comb += array.operands.payload.word.eq(op_word)
         for r, mem in enumerate(act_mems):
             rd = mem.read_port()
             word_addr = beat.addr[r] >> byte_shift

@@ -239,15 +239,15 @@ class CommandSequencer(wiring.Component):
                 m.d.sync += [sum_v.eq(0), sum_u.eq(sum_u + 1)]
                 with m.If(sum_u == cmd.kernel_h - 1):
                     m.d.sync += tile_rows_known.eq(1)
-        # All weights in phase 1: a zero-sized kernel (a bad descriptor), or a depthwise
-        # pass (its tiles' activations follow one another: weights sent after them would
-        # hold back every tile but the first).
-        all_first = (cmd.kernel_w == 0) | (cmd.kernel_h == 0)
+        # All weights in phase 1 (or none: not a CONV): a zero-sized kernel (a bad
+        # descriptor), or a depthwise pass (its tiles' activations follow one another:
+        # weights sent after them would hold back every tile but the first).
+        all_first = ~is_conv | (cmd.kernel_w == 0) | (cmd.kernel_h == 0)
         if self.depthwise:
             all_first = all_first | cmd.depthwise
         with m.If(self.start & ~self.busy):
             m.d.sync += [*load(rows_to_go, last_row, 0), sum_u.eq(0), sum_v.eq(0),
-                         tile_rows_known.eq(~is_conv | all_first)]
+                         tile_rows_known.eq(all_first)]
         m.d.comb += self.weights_held.eq(~tile_rows_known | starting_up)
 
         with m.If(self.entry_taken | self.act_taken):

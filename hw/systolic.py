@@ -16,14 +16,18 @@ which holds still for a whole pass): a beat carries a 32-bit word per row (``a``
 ``a_rest`` bytes 1..3) and PE(i, j) multiplies byte ``j % 4`` of row i's word instead of
 the ``a`` passed from its left. The word travels right beside ``a`` through its own
 registers, with the same row and column skew, so PE(i, j) still sees the pair for k at tick
-k + i + j. Column 0 takes byte 0, which is ``a`` itself: no multiplexer there.
+k + i + j. Column 0 takes byte 0, which is ``a`` itself: no multiplexer there. A beat also
+says which of a pixel's words it carries (``word``); the ``b`` row holds every column's
+weight for the tap, and column j takes 0 instead where its channel is in another word
+(``j // 4 != word``), so a tap's weights are one row however many words a pixel has.
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ArrayConfig
+from contract.descriptor import depthwise_word_bits, depthwise_words
 
 from .pe import ProcessingElement
 from .pipeline import skid_after
@@ -35,7 +39,8 @@ DEPTHWISE_WORD = 4
 
 def operand_layout(rows, cols, *, depthwise=False):
     """Payload of one ``operands`` beat: A column, B row, end-of-tile flag; with
-    ``depthwise``, also bytes 1..3 of each row's activation word (``a`` is its byte 0)."""
+    ``depthwise``, also bytes 1..3 of each row's activation word (``a`` is its byte 0) and
+    which of a pixel's words it is (``word``)."""
     fields = {
         "a": data.ArrayLayout(signed(8), rows),
         "b": data.ArrayLayout(signed(8), cols),
@@ -44,6 +49,7 @@ def operand_layout(rows, cols, *, depthwise=False):
     if depthwise:
         fields["a_rest"] = data.ArrayLayout(
             data.ArrayLayout(signed(8), DEPTHWISE_WORD - 1), rows)
+        fields["word"] = unsigned(depthwise_word_bits(cols))
     return data.StructLayout(fields)
 
 
@@ -182,7 +188,14 @@ class SystolicArray(wiring.Component):
                     m.d.comb += [pe.a_in.eq(a_left), pe.valid_in.eq(left.valid_out),
                                  pe.last_in.eq(left.last_out)]
                 if i == 0:
-                    m.d.comb += pe.b_in.eq(_delayed(m, beat.b[j], j, advance, f"b{j}"))
+                    b_entry = _delayed(m, beat.b[j], j, advance, f"b{j}")
+                    if self.depthwise and depthwise_words(cols) > 1:
+                        # The tap's weight row holds every column's weight; a column
+                        # whose channel is in another word than this beat's takes 0.
+                        word_j = _delayed(m, beat.word, j, advance, f"word{j}")
+                        b_entry = Mux(self.depthwise_mode
+                                      & (word_j != j // DEPTHWISE_WORD), 0, b_entry)
+                    m.d.comb += pe.b_in.eq(b_entry)
                 else:
                     m.d.comb += pe.b_in.eq(pes[i - 1][j].b_out)
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract.config import ConvEngineConfig
-from contract.descriptor import DESCRIPTOR_FIELDS, KERNEL_MAX, STRIDES
+from contract.descriptor import DESCRIPTOR_FIELDS, KERNEL_MAX, STRIDES, depthwise_words
 from contract.streams import ACTIVATIONS_PER_WORD
 from models.conv import _padding, _positive_pair, conv_output_size
 from models.requant import (
@@ -142,13 +142,6 @@ def first_weight_rows(descriptor, rows):
     activations while the engine computes; all of them for a depthwise pass, whose tiles
     each read their own activations (sent one tile after another)."""
     return rows if descriptor.get("depthwise") else rows // descriptor["col_tiles"]
-
-
-def depthwise_words(cols):
-    """32-bit words of one pixel's ``cols`` channels in a depthwise pass: the C_in of its
-    descriptor and the K of one kernel tap (column j reads byte ``j % 4`` of word
-    ``j // 4``)."""
-    return -(-cols // ACTIVATIONS_PER_WORD)
 
 
 def make_descriptor(*, config, in_channels, in_size, kernel, stride, pad_top, pad_left,
@@ -282,7 +275,7 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
         # counts them), of 4 * words bytes a pixel per tile.
         words = depthwise_words(cols)
         rows_needed = max(h, (oh - 1) * sh + kh)
-        tiles = max(1, min(config.max_col_tiles, config.weight_depth // (kh * kw * words),
+        tiles = max(1, min(config.max_col_tiles, config.weight_depth // (kh * kw),
                            config.act_depth // (rows_needed * wd * ACTIVATIONS_PER_WORD
                                                 * words)))
         step = tiles * cols
@@ -400,10 +393,10 @@ def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chan
 
     Activations: for each column tile in turn (``dw_tile_daddr = H * W * E`` words apart),
     HWC of its channels with each pixel padded to ``E = depthwise_words(cols)`` words (the
-    padding bytes meet zero weights). Weights: per tile, K = kh * kw * E words, word
-    ``(u * kw + v) * E + e`` holding ``w[j, u, v]`` in lane j for the lanes whose channel
-    lies in word e (``j // 4 == e``) and 0 in the others, which read another channel's byte
-    of that word."""
+    padding bytes meet zero weights). Weights: per tile, one row a tap, row ``u * kw + v``
+    holding ``w[j, u, v]`` in lane j; the engine reads it for each of the tap's E beats
+    (K = kh * kw * E beats) and gives a lane 0 in the beats of the words its channel is not
+    in (``hw/systolic.py``)."""
     cols = config.cols
     c, h, wd = x.shape
     _, _, kh, kw = w.shape
@@ -415,7 +408,7 @@ def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chan
                          f"{h}x{wd} pixels of {words} words = {tiles * h * wd * words} words, "
                          f"exceed the activation buffer of {act_words} words; split the layer "
                          f"(docs/conv-engine.md)")
-    k = kh * kw * words
+    k = kh * kw  # weight rows a tile: one a tap (the array masks the other words' lanes)
     if tiles * k > config.weight_depth:
         raise ValueError(f"layer {label}: weights need {tiles} column tiles x K={k} = "
                          f"{tiles * k} words, more than the weight buffer's "
@@ -436,11 +429,7 @@ def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chan
     acts[..., :cols] = padded.reshape(tiles, cols, h, wd).transpose(0, 2, 3, 1)
     kernels = np.zeros((lanes, kh, kw), np.int8)
     kernels[:c] = w[:, 0]
-    weights = np.zeros((tiles, kh, kw, words, cols), np.int8)
-    per_tile = kernels.reshape(tiles, cols, kh, kw).transpose(0, 2, 3, 1)  # (t, u, v, j)
-    for e in range(words):
-        mine = np.arange(cols) // ACTIVATIONS_PER_WORD == e
-        weights[:, :, :, e, mine] = per_tile[..., mine]
+    weights = kernels.reshape(tiles, cols, kh, kw).transpose(0, 2, 3, 1)  # (t, u, v, j)
     channels = np.full(lanes, -1, np.int64)
     channels[:c] = out_chans
 
@@ -500,7 +489,7 @@ def _depthwise_reference(p):
     """:func:`engine_reference` of a depthwise pass: per column tile t and beat ``(u, v,
     e)``, lane j of row lane r multiplies byte ``j % 4`` of word e of its pixel's window
     position in tile t's activations (``z_x`` in every byte outside the image) by lane j
-    of the weight word."""
+    of the tap's weight row where ``j // 4 == e``, by 0 in the other beats."""
     from models.requant import requantize
 
     d = p.descriptor
@@ -513,16 +502,17 @@ def _depthwise_reference(p):
     xp = np.full((tiles, h + 2 * KERNEL_MAX, wd + 2 * KERNEL_MAX, words, per_word),
                  d["x_zero_point"], np.int64)
     xp[:, KERNEL_MAX:KERNEL_MAX + h, KERNEL_MAX:KERNEL_MAX + wd] = x
-    wt = p.weights.astype(np.int64).reshape(tiles, kh, kw, words, cols)
-    byte = np.arange(cols) % per_word
+    wt = p.weights.astype(np.int64).reshape(tiles, kh, kw, cols)
+    lanes = np.arange(cols)
     beats = []
     for t in range(tiles):
         for pixel in range(oh * ow):
             i, j = divmod(pixel, ow)
             y0 = KERNEL_MAX + i * s - d["pad_top"]
             x0 = KERNEL_MAX + j * s - d["pad_left"]
-            window = xp[t, y0:y0 + kh, x0:x0 + kw][..., byte]  # (kh, kw, words, cols)
-            acc = _wrap_int32((window * wt[t]).sum(axis=(0, 1, 2)) + p.bias[t])
+            # Lane j's own byte: word j // 4 (the other words' beats give it weight 0).
+            window = xp[t, y0:y0 + kh, x0:x0 + kw][:, :, lanes // per_word, lanes % per_word]
+            acc = _wrap_int32((window * wt[t]).sum(axis=(0, 1)) + p.bias[t])
             y = requantize(acc.reshape(1, cols), p.multiplier[t], p.shift[t],
                            d["y_zero_point"], d["lo"], d["hi"], axis=1)
             beats.append(y[0])
