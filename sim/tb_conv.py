@@ -300,6 +300,18 @@ async def test_throughput(dut):
         dut._log.info("throughput: %-24s %6d cycles, %6d array beats, ideal %8.0f, "
                       "efficiency %.1f %%", m["case"], m["cycles"], m["array_beats"],
                       m["ideal_cycles"], 100 * m["efficiency"])
+    dw = [m for m in measurements if m["case"] == "3x3 depthwise 8 8x8"]
+    if config.depthwise and config.pipelined and dw:
+        # The depthwise mode: K = 9 taps x ceil(C / 4) words a pixel group and column
+        # tile, every pass in the mode, and a beat a cycle but for the fixed fill and drain.
+        words, groups = -(-config.cols // 4), -(-64 // config.rows)
+        beats = sum(m["array_beats"] for m in dw)
+        assert all(m["depthwise"] for m in dw) and beats == \
+            -(-8 // config.cols) * groups * 9 * words, (
+                f"seed={testbench_seed()} config={config.name}: depthwise passes {dw}")
+        assert beats >= 0.9 * sum(m["cycles"] for m in dw), (
+            f"seed={testbench_seed()} config={config.name}: the depthwise layer moved "
+            f"{beats} beats in {sum(m['cycles'] for m in dw)} cycles")
     big = [m for m in measurements if m["case"] == big_label]
     assert big, f"seed={testbench_seed()} config={config.name}: {big_label} did not run"
     # Over all of the layer's passes (a buffer-sized layer may split in two).
