@@ -16,14 +16,14 @@ The array also sums ``x * w`` modulo 2**32, so the engine's ``bias' + sum x * w`
 ``acc`` modulo 2**32; the contract keeps ``acc`` inside int32 (``models.conv`` raises
 otherwise), so it is exactly ``acc``.
 
-Depthwise layers become ``ceil(C / cols)`` passes, one per group of ``cols`` channels. On
-an engine with the depthwise mode (``ConvEngineConfig.depthwise``, the device's
-``CONFIG.depthwise`` bit) each is a depthwise pass (:func:`depthwise_words`): column j
-computes channel j of its column tile's group, each pixel's channels are whole 32-bit
-words, K runs over the kernel taps and those words, and a pass takes as many column tiles
-as the buffers hold (each tile's activations apart). Without it, each is a regular convolution over
-``cols`` channels with block-diagonal weights (zero off the diagonal): the same hardware,
-at 1/cols of its MAC rate. A batch of N images is N passes.
+Depthwise layers are cut into ``ceil(C / cols)`` groups of ``cols`` channels. On an engine
+with the depthwise mode (``ConvEngineConfig.depthwise``, the device's ``CONFIG.depthwise``
+bit) the groups are the column tiles of depthwise passes (:func:`_lower_depthwise_pass`),
+as many a pass as the buffers hold: column j computes channel j of its tile's group, each
+pixel's channels are whole 32-bit words (:func:`depthwise_words`) and K runs over the
+kernel taps and those words. Without it, each group is a pass of a regular convolution
+with block-diagonal weights (zero off the diagonal): the same hardware, at 1/cols of its
+MAC rate. A batch of N images is N passes.
 """
 
 from dataclasses import dataclass
