@@ -113,7 +113,9 @@ def _utilization(records):
 def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     require_counters(CONFIG, "bench_utilization")
-    provider = SimProvider(CONFIG, log=lambda message: None)
+    # Layer at a time: each layer's own PERF_CYCLES (a resident segment has none per layer;
+    # bench/bench_resident.py measures resident runs).
+    provider = SimProvider(CONFIG, log=lambda message: None, resident=False)
     try:
         resnet, resnet_wall = measure("resnet8", provider, CONFIG)
         depthwise, _ = measure("dwsep", provider, CONFIG,

@@ -96,6 +96,45 @@ OPTIONAL_BLOCKS = {
 }
 
 
+@dataclass(frozen=True)
+class AddedFeature:
+    """A feature a build may add to the engine: a bool field of :class:`ConvEngineConfig`,
+    false by default, so a configuration that does not name it describes the netlist it
+    always did. Its ``CONFIG`` bit is set on a build *with* it (a build from before the bit
+    reads 0: without it, as it was).
+
+    Parameters
+    ----------
+    meaning : str
+        What the flag switches (put in the error for a value that is not a bool).
+    suffix : str
+        The netlist name's suffix on a build with the feature.
+    presence_bit : str
+        The ``CONFIG`` register field set on a build with the feature.
+    presence_doc : str
+        That field's description in the register map.
+    registers : tuple of str
+        The name prefixes of the registers a build without the feature leaves out.
+    """
+
+    meaning: str
+    suffix: str
+    presence_bit: str
+    presence_doc: str
+    registers: tuple
+
+
+#: Features a build may add: :class:`ConvEngineConfig` field -> :class:`AddedFeature`. Their
+#: ``CONFIG`` bits follow the optional blocks' absence bits in this order (append, never
+#: reorder).
+ADDED_FEATURES = {
+    "depthwise": AddedFeature(
+        "whether the engine has the depthwise mode", "-dw", "depthwise",
+        "1: built with the depthwise mode (CONV_DEPTHWISE: each column its own channel)",
+        registers=("CONV_DEPTHWISE", "CONV_DW_")),
+}
+
+
 def check_count(name, value, *, maximum):
     """Raise ``ValueError`` naming ``name`` unless ``value`` is an int in [0, maximum]."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
@@ -207,6 +246,7 @@ class ConvEngineConfig:
     perf_counters: bool = True
     csr_readback: bool = True
     pipelined: bool = True
+    depthwise: bool = False
     resident_words: int = 0
     program_words: int = 0
 
@@ -224,7 +264,7 @@ class ConvEngineConfig:
                 or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
             raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
-        for name, block in OPTIONAL_BLOCKS.items():
+        for name, block in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}.items():
             check_bool(name, getattr(self, name), meaning=block.meaning)
         check_count("resident_words", self.resident_words, maximum=MAX_RESIDENT_WORDS)
         check_count("program_words", self.program_words, maximum=MAX_PROGRAM_WORDS)
@@ -263,6 +303,8 @@ class ConvEngineConfig:
                 f"-t{self.max_col_tiles}"
                 + "".join(block.suffix for name, block in OPTIONAL_BLOCKS.items()
                           if not getattr(self, name))
+                + "".join(feature.suffix for name, feature in ADDED_FEATURES.items()
+                          if getattr(self, name))
                 + (f"-m{self.resident_words}p{self.program_words}" if self.resident else ""))
 
     @property
@@ -271,10 +313,11 @@ class ConvEngineConfig:
         return self.resident_words > 0
 
     def features(self):
-        """Which optional blocks this build has: ``{field: bool}`` over
-        :data:`OPTIONAL_BLOCKS`, the keywords of ``contract.regmap.pack_config`` and
-        ``implemented_registers`` and what ``unpack_features`` reads back."""
-        return {name: getattr(self, name) for name in OPTIONAL_BLOCKS}
+        """Which optional blocks and added features this build has: ``{field: bool}`` over
+        :data:`OPTIONAL_BLOCKS` and :data:`ADDED_FEATURES`, the keywords of
+        ``contract.regmap.pack_config`` and ``implemented_registers`` and what
+        ``unpack_features`` reads back."""
+        return {name: getattr(self, name) for name in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}}
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
@@ -287,7 +330,10 @@ class ConvEngineConfig:
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
                 "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
                 **{f"TESSERA_{block.upper()}": str(int(getattr(self, block)))
-                   for block in OPTIONAL_BLOCKS}, **resident}
+                   for block in OPTIONAL_BLOCKS}, **resident,
+                # Only when on: the environment of a build without it stays what it was.
+                **{f"TESSERA_{name.upper()}": "1" for name in ADDED_FEATURES
+                   if getattr(self, name)}}
 
     @classmethod
     def from_env(cls, environ):
@@ -300,7 +346,9 @@ class ConvEngineConfig:
                    resident_words=int(environ.get("TESSERA_RESIDENT_WORDS", "0")),
                    program_words=int(environ.get("TESSERA_PROGRAM_WORDS", "0")),
                    **{block: environ.get(f"TESSERA_{block.upper()}", "1") == "1"
-                      for block in OPTIONAL_BLOCKS})
+                      for block in OPTIONAL_BLOCKS},
+                   **{name: environ.get(f"TESSERA_{name.upper()}", "0") == "1"
+                      for name in ADDED_FEATURES})
 
     def as_dict(self):
         return asdict(self)

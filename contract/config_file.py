@@ -49,9 +49,11 @@ PRESETS = {
     # With the resident block: a 160 KiB data memory (ResNet-8 resident needs 134 KiB: its
     # weights and parameters, 83 KiB, and three live 16 KiB activations of a residual
     # block) and a 16 KiB program memory.
+    # With the depthwise mode too (docs/conv-engine.md): the boards' presets leave it out
+    # until a board build has measured it.
     "default": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
                                 weight_depth=8192, max_col_tiles=16, resident_words=40960,
-                                program_words=4096),
+                                program_words=4096, depthwise=True),
     # The cheapest engine that still runs every kind of layer: quick twin and netlist builds
     # for tests and first experiments.
     "tiny": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=2048,
@@ -107,6 +109,7 @@ FIELDS = {
     "perf_counters": ("bool", (True, False)),
     "csr_readback": ("bool", (True, False)),
     "pipelined": ("bool", (True, False)),
+    "depthwise": ("bool", (True, False)),
     # 0 and 0: no resident block; both positive: its memories' depths in 32-bit words.
     "resident_words": ("int", range(0, MAX_RESIDENT_WORDS + 1)),
     "program_words": ("int", range(0, MAX_PROGRAM_WORDS + 1)),

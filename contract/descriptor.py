@@ -44,7 +44,30 @@ DESCRIPTOR_FIELDS = (
     ("x_end", 16, True, "OW*stride - pad_left: an ix0 at or past it wraps to the next row"),
     ("x_wrap", 16, True, "OW*stride: subtracted from ix0 on a wrap"),
     ("wrap_daddr", 32, True, "(stride*W - OW*stride)*C_in: address step of a wrap"),
+    # Last, and only on a build with the depthwise mode (``ConvEngineConfig.depthwise``):
+    # with it set, addresses count 32-bit words and C_in is the words of one pixel.
+    ("depthwise", 1, False, "1: column c computes channel t*C+c; K runs over the kernel "
+     "taps and the words of a pixel (C_in = ceil(C/4)), addresses count 32-bit words"),
+    ("dw_tile_daddr", 32, True, "depthwise: word address step from one column tile's "
+     "activations to the next's (H*W*C_in)"),
 )
+
+def depthwise_words(cols):
+    """32-bit words of one pixel's ``cols`` channels in a depthwise pass: the C_in of its
+    descriptor and the beats of one kernel tap (column j reads byte ``j % 4`` of word
+    ``j // 4``)."""
+    return -(-cols // 4)
+
+
+def depthwise_word_bits(cols):
+    """Bits of a depthwise beat's word index (0 .. ``depthwise_words(cols) - 1``), at
+    least 1."""
+    return max(1, (depthwise_words(cols) - 1).bit_length())
+
+
+#: The descriptor fields only a build with the depthwise mode has (its ``CONV_*`` registers
+#: and its engine's descriptor; the driver writes them only to such a device).
+DEPTHWISE_FIELDS = ("depthwise", "dw_tile_daddr")
 
 #: The residual-add unit's parameters, as ``models.eltwise`` defines them
 #: (``add_multipliers`` gives the multipliers and shifts).

@@ -11,14 +11,15 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import OPTIONAL_BLOCKS
+from .config import ADDED_FEATURES, OPTIONAL_BLOCKS
 from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
 # Minor 2: RW registers store only their fields' bits (the rest read 0). Minor 3:
 # CONFIG.no_perf. Minor 4: CONFIG.no_readback. Minor 5: CONFIG.no_pipeline. Minor 6: the
 # resident block's RES_* registers (reading 0 on a build without it, as on older builds).
-MAP_VERSION = (0 << 16) | 6
+# Minor 7: CONFIG.depthwise and CONV_DEPTHWISE (the depthwise mode, on builds with it).
+MAP_VERSION = (0 << 16) | 7
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
@@ -94,7 +95,11 @@ REGISTERS = (
         # Set for a feature a build leaves out, so a build from before the bit reads 0
         # (everything present), as it should.
         *(Field(block.absence_bit, ABSENCE_LSB + index, 1, block.absence_doc)
-          for index, block in enumerate(OPTIONAL_BLOCKS.values())))),
+          for index, block in enumerate(OPTIONAL_BLOCKS.values())),
+        # Set for a feature a build adds: a build from before the bit reads 0 (without it).
+        *(Field(feature.presence_bit, ABSENCE_LSB + len(OPTIONAL_BLOCKS) + index, 1,
+                feature.presence_doc)
+          for index, feature in enumerate(ADDED_FEATURES.values())))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
              _whole("elements")),
     Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
@@ -227,13 +232,15 @@ def by_name():
 
 
 def _present(caller, flags):
-    """``flags`` (optional block -> present) completed with the blocks not named, which a
-    build has by default; a name that is not an optional block is refused."""
+    """``flags`` (optional block or added feature -> present) completed with those not
+    named: a build has its optional blocks by default and its added features
+    (``contract.config.ADDED_FEATURES``) only when named; another name is refused."""
     for name in flags:
-        if name not in OPTIONAL_BLOCKS:
+        if name not in OPTIONAL_BLOCKS and name not in ADDED_FEATURES:
             raise TypeError(f"{caller}: {name!r} is not an optional block; expected one of "
-                            f"{', '.join(OPTIONAL_BLOCKS)}")
-    return {name: flags.get(name, True) for name in OPTIONAL_BLOCKS}
+                            f"{', '.join([*OPTIONAL_BLOCKS, *ADDED_FEATURES])}")
+    return {**{name: flags.get(name, True) for name in OPTIONAL_BLOCKS},
+            **{name: flags.get(name, False) for name in ADDED_FEATURES}}
 
 
 def resident_registers():
@@ -247,13 +254,16 @@ def implemented_registers(*, resident=False, **flags):
     present, true when not named; ``ConvEngineConfig.features()`` gives them): the
     residual add's parameters (``ADD_*``) on a build without the add (``CONFIG.no_add``),
     the performance counters (``PERF_*``) on one without them (``CONFIG.no_perf``), and the
+    descriptor's ``CONV_DEPTHWISE`` and ``CONV_DW_*`` on one without the depthwise mode,
+    and the
     resident block's (``RES_*``) unless ``resident`` (``ConvEngineConfig.resident``; the
     accelerator core never holds them: the resident block has its own bank). Those words
     read zero like unmapped ones and writes to them are dropped."""
     present = _present("implemented_registers", flags)
     return tuple(reg for reg in REGISTERS
                  if all(present[name] or not reg.name.startswith(block.registers)
-                        for name, block in OPTIONAL_BLOCKS.items() if block.registers)
+                        for name, block in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}.items()
+                        if block.registers)  # a prefix, or a tuple of them
                  and (resident or not reg.name.startswith(RESIDENT_PREFIX)))
 
 
@@ -270,7 +280,8 @@ def pack_config(*, rows, cols, acc_width, **flags):
     accumulators (each must fit its field) and the absence bit of each optional block that
     ``flags`` (``contract.config.OPTIONAL_BLOCKS`` field -> present, true when not named;
     ``ConvEngineConfig.features()`` gives them) says is left out: ``no_add`` unless
-    ``residual_add``, ``no_perf`` unless ``perf_counters``, and so on."""
+    ``residual_add``, ``no_perf`` unless ``perf_counters``, and so on; and the presence
+    bit of each added feature ``flags`` names as present (``depthwise``)."""
     word = 0
     for name, value in (("rows", rows), ("cols", cols), ("acc_width", acc_width)):
         f = _fields("CONFIG")[name]
@@ -279,7 +290,10 @@ def pack_config(*, rows, cols, acc_width, **flags):
                              f"{(1 << f.width) - 1}, not {value!r}")
         word |= value << f.lsb
     for name, present in _present("pack_config", flags).items():
-        if not present:
+        if name in ADDED_FEATURES:
+            if present:
+                word |= 1 << _fields("CONFIG")[ADDED_FEATURES[name].presence_bit].lsb
+        elif not present:
             word |= 1 << _fields("CONFIG")[OPTIONAL_BLOCKS[name].absence_bit].lsb
     return word
 
@@ -293,10 +307,13 @@ def unpack_config(word):
 def unpack_features(word):
     """The engine's optional features a CONFIG register word advertises, as
     :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool,
-    "perf_counters": bool, ...}`` over ``contract.config.OPTIONAL_BLOCKS``."""
+    "perf_counters": bool, ...}`` over ``contract.config.OPTIONAL_BLOCKS`` and
+    ``ADDED_FEATURES``."""
     fields = _fields("CONFIG")
-    return {name: not (word >> fields[block.absence_bit].lsb) & 1
-            for name, block in OPTIONAL_BLOCKS.items()}
+    return {**{name: not (word >> fields[block.absence_bit].lsb) & 1
+               for name, block in OPTIONAL_BLOCKS.items()},
+            **{name: bool((word >> fields[feature.presence_bit].lsb) & 1)
+               for name, feature in ADDED_FEATURES.items()}}
 
 
 def field_constants(register):

@@ -33,6 +33,14 @@ register (from the lanes' next addresses) or for the beat waiting in it. The cou
 grow during a run, so a flag one cycle old is safe (at worst a beat waits one cycle more
 than it must), and no comparison of a pointer feeds the ``ready`` that moves the lanes.
 The ports default to "all written", for a generator used on its own.
+
+Depthwise passes (a build with ``ConvEngineConfig.depthwise``, the descriptor's
+``depthwise`` set): the same beats, but ``C_in`` counts the 32-bit words of a pixel and
+every address is a word address (the driver derives the steps so); the "written" test
+reads the address as one; a beat says which of a pixel's words it reads (``word``), and
+the words of one tap share its weight row; and each column tile starts ``dw_tile_daddr``
+words past the one before (its own channels' activations), so the lanes' homes move on by
+it.
 """
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
@@ -41,18 +49,20 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.config import ConvEngineConfig
-from contract.descriptor import DESCRIPTOR_FIELDS
+from contract.descriptor import DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS, depthwise_word_bits
 from contract.streams import ACTIVATIONS_PER_WORD
 
 #: Coordinates of window origins: |iy0|, |ix0| stay well inside 2^17 for 16-bit sizes.
 COORD = signed(18)
 
 
-def descriptor_layout():
-    """The layer descriptor as a ``data.StructLayout`` (fields: ``DESCRIPTOR_FIELDS``)."""
+def descriptor_layout(*, depthwise=True):
+    """The layer descriptor as a ``data.StructLayout`` (fields: ``DESCRIPTOR_FIELDS``;
+    without ``depthwise``, all but that flag: a build without the mode has no bit for it)."""
     return data.StructLayout({
         name: (signed(width) if is_signed else unsigned(width))
         for name, width, is_signed, _ in DESCRIPTOR_FIELDS
+        if depthwise or name not in DEPTHWISE_FIELDS
     })
 
 
@@ -61,14 +71,18 @@ def address_width(depth):
     return max(1, ceil_log2(depth))
 
 
-def beat_layout(rows, act_depth, weight_depth):
-    """Payload of one address beat."""
-    return data.StructLayout({
+def beat_layout(rows, act_depth, weight_depth, *, word_bits=0):
+    """Payload of one address beat; with ``word_bits`` (a build with the depthwise mode),
+    also ``word``: which of a pixel's words a depthwise beat reads."""
+    fields = {
         "addr": data.ArrayLayout(unsigned(address_width(act_depth)), rows),
         "inside": rows,
         "w_addr": unsigned(address_width(weight_depth)),
         "last": 1,
-    })
+    }
+    if word_bits:
+        fields["word"] = unsigned(word_bits)
+    return data.StructLayout(fields)
 
 
 #: Wrap thresholds: x_end less up to two steps and plus x_wrap, past COORD's range.
@@ -140,7 +154,7 @@ class AddressGenerator(wiring.Component):
         self.wbits = address_width(config.weight_depth)
         act_words = -(-config.act_depth // ACTIVATIONS_PER_WORD)
         super().__init__({
-            "descriptor": In(descriptor_layout()),
+            "descriptor": In(descriptor_layout(depthwise=config.depthwise)),
             "start": In(1),
             "busy": Out(1),
             # What the buffers hold: activation words [0, act_words_written) and weight
@@ -151,7 +165,9 @@ class AddressGenerator(wiring.Component):
             "weight_rows_written": In(unsigned(self.wbits)),
             "weights_all": In(1, init=1),
             "beats": Out(stream.Signature(
-                beat_layout(config.rows, config.act_depth, config.weight_depth))),
+                beat_layout(config.rows, config.act_depth, config.weight_depth,
+                            word_bits=(depthwise_word_bits(config.cols)
+                                       if config.depthwise else 0)))),
         })
 
     def elaborate(self, platform):
@@ -208,6 +224,12 @@ class AddressGenerator(wiring.Component):
 
         offset = Signal(abits)
         w_addr, w_tile = Signal(self.wbits), Signal(self.wbits)
+        # A depthwise pass's column tiles each read their own activations, the next
+        # tile's ``dw_tile_daddr`` words on: the lanes' homes move on by it.
+        tile_step = Signal(abits)
+        if self.config.depthwise:
+            with m.If(self.start & ~self.busy):
+                m.d.sync += tile_step.eq(Mux(d.depthwise, d.dw_tile_daddr[:abits], 0))
 
         # The loop counters c, v, u, group, tile. Each carries a registered ``last`` flag
         # decided one step ahead (the counter equals its limit - 2 now, so it will equal
@@ -272,8 +294,20 @@ class AddressGenerator(wiring.Component):
                        & (lane_iy[r] < height) & (lane_ix[r] < width) for r in range(rows)]
         word_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
 
+        # A depthwise pass's addresses count words (``contract.descriptor``), a build
+        # with the mode latches which at ``start``.
+        word_addressed = Signal()
+        if self.config.depthwise:
+            with m.If(self.start & ~self.busy):
+                m.d.sync += word_addressed.eq(d.depthwise)
+
+        def word_of(addr):
+            if not self.config.depthwise:
+                return addr >> word_shift
+            return Mux(word_addressed, addr, addr >> word_shift)
+
         def all_written(addrs, inside, w):
-            acts = Cat(~inside[r] | ((addrs[r] >> word_shift) < self.act_words_written)
+            acts = Cat(~inside[r] | (word_of(addrs[r]) < self.act_words_written)
                        for r in range(rows))
             return ((self.act_all | acts.all())
                     & (self.weights_all | (w < self.weight_rows_written)))
@@ -291,9 +325,15 @@ class AddressGenerator(wiring.Component):
                              out.payload.inside[r].eq(next_inside[r])]
             m.d.sync += [out.payload.w_addr.eq(w_addr),
                          out.payload.last.eq(c.last & v.last & u.last)]
+            # A depthwise pass: ``c`` counts a pixel's words, which share the tap's
+            # weight row (the array gives each column the weights of its own word only).
+            next_row = w_addr + 1
+            if self.config.depthwise:
+                m.d.sync += out.payload.word.eq(c.value)
+                next_row = Mux(word_addressed, w_addr, w_addr + 1)
 
             with m.If(~c.last):
-                m.d.sync += [*c.increment(), offset.eq(offset + 1), w_addr.eq(w_addr + 1)]
+                m.d.sync += [*c.increment(), offset.eq(offset + 1), w_addr.eq(next_row)]
             with m.Elif(~v.last):
                 m.d.sync += [*c.restart(), *v.increment(), offset.eq(offset + 1),
                              w_addr.eq(w_addr + 1)]
@@ -319,9 +359,13 @@ class AddressGenerator(wiring.Component):
                     m.d.sync += [*group.restart(), w_addr.eq(w_addr + 1),
                                  w_tile.eq(w_addr + 1)]
                     for r in range(rows):
+                        home = home_a[r]
+                        if self.config.depthwise:
+                            home = (home_a[r] + tile_step)[:abits]
+                            m.d.sync += home_a[r].eq(home)
                         m.d.sync += [lane_y[r].eq(home_y[r]), lane_x[r].eq(home_x[r]),
                                      lane_iy[r].eq(home_y[r]), lane_ix[r].eq(home_x[r]),
-                                     lane_a[r].eq(home_a[r]), lane_wrap[r].eq(home_wrap[r])]
+                                     lane_a[r].eq(home), lane_wrap[r].eq(home_wrap[r])]
                     with m.If(tile.last):
                         m.d.sync += running.eq(0)
                     with m.Else():

@@ -79,17 +79,32 @@ class LeanAddressGenerator(AddressGenerator):
                           lane_a[r].eq(lane_a[r + 1])]
             return stmts + [lane_y[-1].eq(y), lane_x[-1].eq(x), lane_a[-1].eq(a)]
 
-        def walk_from_pixel_zero():
+        def walk_from_pixel_zero(origin):
             # Lane R - 1 takes pixel 0; R - 1 walking moves bring it down to lane 0.
-            return [*shift_in(-d.pad_top, -d.pad_left, d.origin_addr[:abits]),
-                    moves.eq(rows - 1)]
+            return [*shift_in(-d.pad_top, -d.pad_left, origin), moves.eq(rows - 1)]
+
+        # A depthwise pass's column tiles each read their own activations, the next
+        # tile's ``dw_tile_daddr`` words on: pixel 0 of tile t is at ``tile_origin``.
+        if self.config.depthwise:
+            tile_origin = Signal(abits)
+            next_origin = (tile_origin + Mux(d.depthwise, d.dw_tile_daddr, 0))[:abits]
+            set_origin = [tile_origin.eq(d.origin_addr[:abits])]
+        else:
+            next_origin, set_origin = d.origin_addr[:abits], []
 
         # Output register: the beat of the lanes' current position.
         c_last, v_last = _is_last(c, d.in_channels), _is_last(v, d.kernel_w)
         u_last = _is_last(u, d.kernel_h)
         word_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
+
+        def word_of(addr):
+            # A depthwise pass's addresses count words (the descriptor holds still).
+            if not self.config.depthwise:
+                return addr >> word_shift
+            return Mux(d.depthwise, addr, addr >> word_shift)
+
         acts_written = Cat(~out.payload.inside[r]
-                           | ((out.payload.addr[r] >> word_shift) < self.act_words_written)
+                           | (word_of(out.payload.addr[r]) < self.act_words_written)
                            for r in range(rows)).all()
         written = ((self.act_all | acts_written)
                    & (self.weights_all | (out.payload.w_addr < self.weight_rows_written)))
@@ -99,7 +114,8 @@ class LeanAddressGenerator(AddressGenerator):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(self.start & ~full):
-                    m.d.sync += [*walk_from_pixel_zero(), c.eq(0), v.eq(0), u.eq(0),
+                    m.d.sync += [*walk_from_pixel_zero(d.origin_addr[:abits]), *set_origin,
+                                 c.eq(0), v.eq(0), u.eq(0),
                                  group.eq(0), tile.eq(0), offset.eq(0), w_addr.eq(0),
                                  w_tile.eq(0)]
                     m.next = "WALK"
@@ -136,8 +152,13 @@ class LeanAddressGenerator(AddressGenerator):
                         ]
                     m.d.sync += [out.payload.w_addr.eq(w_addr),
                                  out.payload.last.eq(c_last & v_last & u_last)]
+                    # A depthwise pass: the words of a tap share its weight row.
+                    next_row = w_addr + 1
+                    if self.config.depthwise:
+                        m.d.sync += out.payload.word.eq(c)
+                        next_row = Mux(d.depthwise, w_addr, w_addr + 1)
                     with m.If(~c_last):
-                        m.d.sync += [c.eq(c + 1), offset.eq(offset + 1), w_addr.eq(w_addr + 1)]
+                        m.d.sync += [c.eq(c + 1), offset.eq(offset + 1), w_addr.eq(next_row)]
                     with m.Elif(~v_last):
                         m.d.sync += [c.eq(0), v.eq(v + 1), offset.eq(offset + 1),
                                      w_addr.eq(w_addr + 1)]
@@ -159,6 +180,8 @@ class LeanAddressGenerator(AddressGenerator):
                             with m.If(_is_last(tile, d.col_tiles)):
                                 m.next = "IDLE"
                             with m.Else():
-                                m.d.sync += walk_from_pixel_zero()
+                                m.d.sync += walk_from_pixel_zero(next_origin)
+                                if self.config.depthwise:
+                                    m.d.sync += tile_origin.eq(next_origin)
                                 m.next = "WALK"
         return m

@@ -30,6 +30,11 @@ column tile, and loading the next tiles' weights overlaps computing the current 
 (docs/conv-engine.md, "Dataflow"). ``done`` rises with the last output
 beat and stays high until the next ``start``. The descriptor is latched at ``start``.
 
+Depthwise passes (a build with ``ConvEngineConfig.depthwise``, the descriptor's
+``depthwise`` set): each row lane reads a whole 32-bit word a beat (word addresses) and
+column j of the array multiplies byte ``j % 4`` of it, so each column computes its own
+channel (docs/conv-engine.md, "Depthwise convolution").
+
 Post-processing: the requantizer's rescalers also serve the residual add of ADD passes
 (``hw.postprocess.PostProcessBank``), so the engine carries the add's streams
 (``add_operands`` in, ``add_results`` out, ``add_params``) beside its own; ``adding``
@@ -105,7 +110,7 @@ class ConvEngine(wiring.Component):
         self.config = config
         cols = config.cols
         super().__init__({
-            "descriptor": In(descriptor_layout()),
+            "descriptor": In(descriptor_layout(depthwise=config.depthwise)),
             "start": In(1),
             # High at ``start``: this layer's activations, and the weights past those
             # loaded before ``start``, stream in while it runs (the array only waits for
@@ -140,7 +145,7 @@ class ConvEngine(wiring.Component):
             m.d.sync += [busy.eq(1), self.done.eq(0), launch.eq(1)]
         if cfg.pipelined:
             # A copy beside the engine's blocks, away from the CSR bank (fan-out).
-            desc = Signal(descriptor_layout())
+            desc = Signal(descriptor_layout(depthwise=cfg.depthwise))
             with m.If(self.start & ~busy):
                 m.d.sync += desc.eq(self.descriptor)
         else:
@@ -218,7 +223,14 @@ class ConvEngine(wiring.Component):
         # Without the timing registers, the generator that shares its logic over cycles.
         generator = AddressGenerator if cfg.pipelined else LeanAddressGenerator
         m.submodules.addrgen = addrgen = generator(cfg)
-        m.submodules.array = array = SystolicArray(cfg.array, input_skid=cfg.pipelined)
+        m.submodules.array = array = SystolicArray(cfg.array, input_skid=cfg.pipelined,
+                                                   depthwise=cfg.depthwise)
+        # A depthwise pass (docs/conv-engine.md, "Depthwise convolution"): each beat reads
+        # the whole word at a lane's (word) address, and column j of the array takes byte
+        # j % 4 of it. The descriptor holds still for the pass, so these are static selects.
+        depthwise = desc.depthwise if cfg.depthwise else 0
+        if cfg.depthwise:
+            m.d.comb += array.depthwise_mode.eq(depthwise)
         m.d.comb += [addrgen.descriptor.eq(desc), addrgen.start.eq(launch)]
 
         # Read stage: the memories' own output registers hold the beat while the array
@@ -255,11 +267,27 @@ class ConvEngine(wiring.Component):
                          read_last.eq(beat.last),
                          op_valid.eq(read_valid), op_inside.eq(read_inside),
                          op_last.eq(read_last)]
-            m.d.sync += [read_byte[r].eq(beat.addr[r][:byte_shift]) for r in range(rows)]
+            m.d.sync += [read_byte[r].eq(Mux(depthwise, 0, beat.addr[r][:byte_shift])
+                                         if cfg.depthwise else beat.addr[r][:byte_shift])
+                         for r in range(rows)]
             m.d.sync += [op_byte[r].eq(read_byte[r]) for r in range(rows)]
+        if cfg.depthwise:
+            # Which of a pixel's words the beat reads: the array zeroes the weights of the
+            # columns whose channel is in another word.
+            read_word, op_word = Signal.like(beat.word), Signal.like(beat.word)
+            with m.If(advance):
+                m.d.sync += [read_word.eq(beat.word), op_word.eq(read_word)]
+            m.d.comb += array.operands.payload.word.eq(op_word)
         for r, mem in enumerate(act_mems):
             rd = mem.read_port()
-            m.d.comb += [rd.addr.eq(beat.addr[r] >> byte_shift), rd.en.eq(advance),
+            word_addr = beat.addr[r] >> byte_shift
+            if cfg.depthwise:
+                word_addr = Mux(depthwise, beat.addr[r], word_addr)
+                for b in range(ACTIVATIONS_PER_WORD - 1):
+                    m.d.comb += array.operands.payload.a_rest[r][b].eq(
+                        Mux(op_inside[r], op_words[r].word_select(b + 1, 8).as_signed(),
+                            desc.x_zero_point))
+            m.d.comb += [rd.addr.eq(word_addr), rd.en.eq(advance),
                          array.operands.payload.a[r].eq(
                              Mux(op_inside[r], op_words[r].word_select(op_byte[r], 8).as_signed(),
                                  desc.x_zero_point))]

@@ -13,7 +13,8 @@ IDLE ─start POOL/ADD─► STREAM
 
 The host stream's order is ``contract.streams``' (``hw/top.py`` lists it): parameter
 entries, the first column tile's weights, the activations (while the engine runs), the
-other tiles' weights. The sequencer counts what is ``left`` of each load from the events the
+other tiles' weights; a depthwise pass (on a build with the mode) sends all its weights
+first. The sequencer counts what is ``left`` of each load from the events the
 loader reports (``entry_taken``, ``act_taken``), so ``load_last`` (the next beat is the load's
 last) is ready before the beat goes out. The first tile's weight rows, ``C_in * kh * kw``,
 are summed one ``C_in`` a cycle while the parameters load (no multiplier: every MULT18X18D
@@ -74,9 +75,23 @@ COMMAND_FIELDS = {
 }
 
 
-def command_layout():
-    """The fields a start reads (:data:`COMMAND_FIELDS`)."""
-    return data.StructLayout({name: bits for name, (bits, _) in COMMAND_FIELDS.items()})
+#: On a build with the depthwise mode, also the descriptor's ``depthwise`` flag: a
+#: depthwise pass's weights all come before its activations (each column tile reads its
+#: own activations, which follow one another, so a tile's weights sent after all of them
+#: would hold it back).
+DEPTHWISE_COMMAND_FIELDS = {"depthwise": (1, None)}
+
+
+def command_fields(*, depthwise=False):
+    """The fields a start reads: :data:`COMMAND_FIELDS`, and with ``depthwise``
+    :data:`DEPTHWISE_COMMAND_FIELDS`."""
+    return {**COMMAND_FIELDS, **(DEPTHWISE_COMMAND_FIELDS if depthwise else {})}
+
+
+def command_layout(*, depthwise=False):
+    """The fields a start reads (:func:`command_fields`)."""
+    return data.StructLayout({name: bits for name, (bits, _)
+                              in command_fields(depthwise=depthwise).items()})
 
 
 class CommandSequencer(wiring.Component):
@@ -102,12 +117,16 @@ class CommandSequencer(wiring.Component):
     residual_add : bool
         Whether the engine has the residual add; without it an ``ADD`` start is refused
         as an unknown opcode (``BAD_OPCODE``), like any operation the build lacks.
+    depthwise : bool
+        Whether the engine has the depthwise mode; with it a depthwise pass's weights all
+        load before its activations (:data:`DEPTHWISE_COMMAND_FIELDS`).
     """
 
-    def __init__(self, *, residual_add=True):
+    def __init__(self, *, residual_add=True, depthwise=False):
         self.residual_add = check_bool("residual_add", residual_add)
+        self.depthwise = check_bool("depthwise", depthwise)
         super().__init__({
-            "command": In(command_layout()),
+            "command": In(command_layout(depthwise=self.depthwise)),
             "start": In(1),
             "abort": In(1),
             "force_error": In(1),
@@ -220,11 +239,15 @@ class CommandSequencer(wiring.Component):
                 m.d.sync += [sum_v.eq(0), sum_u.eq(sum_u + 1)]
                 with m.If(sum_u == cmd.kernel_h - 1):
                     m.d.sync += tile_rows_known.eq(1)
+        # All weights in phase 1 (or none: not a CONV): a zero-sized kernel (a bad
+        # descriptor), or a depthwise pass (its tiles' activations follow one another:
+        # weights sent after them would hold back every tile but the first).
+        all_first = ~is_conv | (cmd.kernel_w == 0) | (cmd.kernel_h == 0)
+        if self.depthwise:
+            all_first = all_first | cmd.depthwise
         with m.If(self.start & ~self.busy):
-            # A zero-sized kernel (a bad descriptor) sends every weight in phase 1.
             m.d.sync += [*load(rows_to_go, last_row, 0), sum_u.eq(0), sum_v.eq(0),
-                         tile_rows_known.eq(~is_conv | (cmd.kernel_w == 0)
-                                            | (cmd.kernel_h == 0))]
+                         tile_rows_known.eq(all_first)]
         m.d.comb += self.weights_held.eq(~tile_rows_known | starting_up)
 
         with m.If(self.entry_taken | self.act_taken):

@@ -10,25 +10,47 @@ of edge tiles are the feeder's job (``sw_driver.gemm_tiling``).
 
 Throughput: one beat (R*C MACs) per cycle while ``results`` keeps up; a tile with
 K < max(R, C) costs max(R, C) cycles (the drain and the wavefront bound the rate).
+
+Depthwise mode (built with ``depthwise=True``, selected by the ``depthwise_mode`` input,
+which holds still for a whole pass): a beat carries a 32-bit word per row (``a`` its byte 0,
+``a_rest`` bytes 1..3) and PE(i, j) multiplies byte ``j % 4`` of row i's word instead of
+the ``a`` passed from its left. The word travels right beside ``a`` through its own
+registers, with the same row and column skew, so PE(i, j) still sees the pair for k at tick
+k + i + j. Column 0 takes byte 0, which is ``a`` itself: no multiplexer there. A beat also
+says which of a pixel's words it carries (``word``); the ``b`` row holds every column's
+weight for the tap, and column j takes 0 instead where its channel is in another word
+(``j // 4 != word``), so a tap's weights are one row however many words a pixel has.
 """
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ArrayConfig
+from contract.descriptor import depthwise_word_bits, depthwise_words
 
 from .pe import ProcessingElement
 from .pipeline import skid_after
 
+#: Bytes of the activation word a row carries in the depthwise mode (column j takes byte
+#: ``j % DEPTHWISE_WORD``): the engine's 32-bit activation buffer word.
+DEPTHWISE_WORD = 4
 
-def operand_layout(rows, cols):
-    """Payload of one ``operands`` beat: A column, B row, end-of-tile flag."""
-    return data.StructLayout({
+
+def operand_layout(rows, cols, *, depthwise=False):
+    """Payload of one ``operands`` beat: A column, B row, end-of-tile flag; with
+    ``depthwise``, also bytes 1..3 of each row's activation word (``a`` is its byte 0) and
+    which of a pixel's words it is (``word``)."""
+    fields = {
         "a": data.ArrayLayout(signed(8), rows),
         "b": data.ArrayLayout(signed(8), cols),
         "last": 1,
-    })
+    }
+    if depthwise:
+        fields["a_rest"] = data.ArrayLayout(
+            data.ArrayLayout(signed(8), DEPTHWISE_WORD - 1), rows)
+        fields["word"] = unsigned(depthwise_word_bits(cols))
+    return data.StructLayout(fields)
 
 
 def result_layout(cols, acc_width):
@@ -67,7 +89,7 @@ class SystolicArray(wiring.Component):
     """
 
     def __init__(self, config=None, *, rows=None, cols=None, acc_width=None,
-                 input_skid=True):
+                 input_skid=True, depthwise=False):
         if config is None:
             kwargs = {k: v for k, v in
                       (("rows", rows), ("cols", cols), ("acc_width", acc_width))
@@ -77,10 +99,16 @@ class SystolicArray(wiring.Component):
             raise TypeError(f"config must be an ArrayConfig, not {config!r}")
         self.config = config
         self.input_skid = bool(input_skid)
-        super().__init__({
-            "operands": In(stream.Signature(operand_layout(config.rows, config.cols))),
+        self.depthwise = bool(depthwise)
+        ports = {
+            "operands": In(stream.Signature(operand_layout(config.rows, config.cols,
+                                                           depthwise=self.depthwise))),
             "results": Out(stream.Signature(result_layout(config.cols, config.acc_width))),
-        })
+        }
+        if self.depthwise:
+            # High for a depthwise pass; changes only while the array is empty.
+            ports["depthwise_mode"] = In(1)
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
@@ -119,6 +147,27 @@ class SystolicArray(wiring.Component):
 
         pes = [[ProcessingElement(acc_width=self.config.acc_width) for _ in range(cols)]
                for _ in range(rows)]
+        # Depthwise: row i's whole word (``a`` and ``a_rest``), lined up with the ``a`` of
+        # column j (``word[i][j]``): the row's skew, then a register per column, as ``a``
+        # moves. A chain of its own: a PE passes on the operand it took, so past the
+        # first multiplexer the ``a`` chain no longer carries byte 0.
+        word = [[None] * cols for _ in range(rows)]
+        if self.depthwise:
+            word_layout = data.ArrayLayout(signed(8), DEPTHWISE_WORD)
+            for i in range(rows):
+                skewed = Signal(word_layout, name=f"a_word{i}")
+                m.d.comb += skewed.eq(Cat(beat.a[i], beat.a_rest[i]))
+                for t in range(i):
+                    reg = Signal(word_layout, name=f"a_word{i}_d{t + 1}")
+                    with m.If(advance):
+                        m.d.sync += reg.eq(skewed)
+                    skewed = reg
+                word[i][0] = skewed
+                for j in range(1, cols):
+                    reg = Signal(word_layout, name=f"a_word{i}_c{j}")
+                    with m.If(advance):
+                        m.d.sync += reg.eq(word[i][j - 1])
+                    word[i][j] = reg
         for i in range(rows):
             for j in range(cols):
                 pe = pes[i][j]
@@ -132,10 +181,21 @@ class SystolicArray(wiring.Component):
                     ]
                 else:
                     left = pes[i][j - 1]
-                    m.d.comb += [pe.a_in.eq(left.a_out), pe.valid_in.eq(left.valid_out),
+                    a_left = left.a_out
+                    if self.depthwise:
+                        a_left = Mux(self.depthwise_mode, word[i][j][j % DEPTHWISE_WORD],
+                                     a_left)
+                    m.d.comb += [pe.a_in.eq(a_left), pe.valid_in.eq(left.valid_out),
                                  pe.last_in.eq(left.last_out)]
                 if i == 0:
-                    m.d.comb += pe.b_in.eq(_delayed(m, beat.b[j], j, advance, f"b{j}"))
+                    b_entry = _delayed(m, beat.b[j], j, advance, f"b{j}")
+                    if self.depthwise and depthwise_words(cols) > 1:
+                        # The tap's weight row holds every column's weight; a column
+                        # whose channel is in another word than this beat's takes 0.
+                        word_j = _delayed(m, beat.word, j, advance, f"word{j}")
+                        b_entry = Mux(self.depthwise_mode
+                                      & (word_j != j // DEPTHWISE_WORD), 0, b_entry)
+                    m.d.comb += pe.b_in.eq(b_entry)
                 else:
                     m.d.comb += pe.b_in.eq(pes[i - 1][j].b_out)
 

@@ -9,7 +9,9 @@ carries, in this order and each padded to whole 32-bit words:
    ``param_word_layout``, little-endian bit order),
 2. the first column tile's weight words (C_in * kh * kw words of C int8),
 3. ``LOAD_ACT`` int8 activations (HWC), four per 32-bit word, one word a cycle,
-4. the other column tiles' weight words (``LOAD_WEIGHTS`` words in all);
+4. the other column tiles' weight words (``LOAD_WEIGHTS`` words in all); on a build with
+   the depthwise mode, a pass with ``CONV_DEPTHWISE`` set sends all of them in 2 instead
+   (its column tiles each read their own activations, which come one tile after another);
 
 the engine starts as soon as the first tile's weights are in and computes while the rest
 arrives (it reads a word only once it is written); the device-to-host stream returns one beat of
@@ -30,7 +32,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
-from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
+from contract.descriptor import ADD_PARAM_FIELDS, DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS
 from contract.regmap import ID_VALUE, MAP_VERSION, by_name, implemented_registers, pack_config
 from contract.streams import POOL_MAX_WIDTH
 
@@ -41,7 +43,7 @@ from .maxpool import MaxPool2x2
 from .perf_counters import PerfCounters
 from .pipeline import skid_after, skid_between
 from .result_writer import ResultWriter
-from .sequencer import COMMAND_FIELDS, CommandSequencer, Phase
+from .sequencer import CommandSequencer, Phase, command_fields
 
 __all__ = ["AcceleratorTop", "word_layout"]
 
@@ -87,7 +89,8 @@ class AcceleratorTop(wiring.Component):
                                          readback=cfg.csr_readback)
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
         soft_reset = csr.ctrl[1]
-        m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add)
+        m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add,
+                                                        depthwise=cfg.depthwise)
         m.submodules.loader = loader = HostLoader(cols)
         m.submodules.engine = engine = ResetInserter(soft_reset)(ConvEngine(cfg))
         m.submodules.pool = pool = ResetInserter(soft_reset)(
@@ -108,6 +111,8 @@ class AcceleratorTop(wiring.Component):
             self.irq.eq(((csr.status >> 1) & csr.irq_enable & 0b11).any()),
         ]
         for name, _, _, _ in DESCRIPTOR_FIELDS:
+            if name in DEPTHWISE_FIELDS and not cfg.depthwise:
+                continue  # no such register: the engine has no depthwise mode
             field = getattr(engine.descriptor, name)
             m.d.comb += field.eq(getattr(csr, f"conv_{name}")[:len(field)])
         for name, _, _, _ in ADD_PARAM_FIELDS if cfg.residual_add else ():
@@ -116,7 +121,7 @@ class AcceleratorTop(wiring.Component):
 
         # --- the sequencer: reads the command, tells every other component its phase ---
         registers = by_name()
-        for name, (_, register) in COMMAND_FIELDS.items():
+        for name, (_, register) in command_fields(depthwise=cfg.depthwise).items():
             source = (getattr(engine.descriptor, name) if register is None
                       else getattr(csr, port_name(registers[register])))
             m.d.comb += getattr(seq.command, name).eq(source)

@@ -78,7 +78,8 @@ async def run_pass(dut, config, p, rng, counter, *, stall):
     await send(dut, "param_in", param_load_layout(cols), [
         {"word": {"bias": p.bias[t], "multiplier": p.multiplier[t], "shift": p.shift[t]}}
         for t in range(p.bias.shape[0])])
-    dut.descriptor.value = pack_struct(descriptor_layout(), p.descriptor)
+    dut.descriptor.value = pack_struct(descriptor_layout(depthwise=config.depthwise),
+                                       p.descriptor)
     dut.start.value = 1
     await RisingEdge(dut.clk)
     dut.start.value = 0
@@ -143,7 +144,7 @@ async def run_layer(dut, config, layer, rng, counter, *, stall=0.0, label=""):
             "case": label, "pass": p.name, "layer": describe(layer), "cycles": cycles,
             "budget": budget,
             "ideal_cycles": ideal, "array_beats": p.beats, "efficiency": ideal / cycles,
-            "beat_rate": p.beats / cycles,
+            "beat_rate": p.beats / cycles, "depthwise": bool(d.get("depthwise")),
             "load_beats": len(p.activations) + len(p.weights) + len(p.bias)})
     acc = conv2d(layer["x"], layer["w"], layer["bias"], x_zero_point=layer["zx"],
                  stride=layer["stride"], padding=layer["padding"], groups=layer["groups"])
@@ -193,6 +194,33 @@ async def test_random_layers(dut, traffic):
         layer = draw_random_layer(rng, index, config.cols)
         await run_layer(dut, config, layer, rng, counter, stall=stall,
                         label=f"{name}/random{index}")
+
+
+@cocotb.test()
+async def test_random_depthwise_layers(dut):
+    """Depthwise layers: kernels 1 to 7, strides 1 and 2, padding 0..k/2, channel counts
+    that are not multiples of C, z_x at -128 and 127 and between, output stalled at random.
+    On a build with the depthwise mode every pass must use it (K over the taps and the
+    words of a pixel); on one without, the driver's block-diagonal passes run instead."""
+    config = _config()
+    rng = np.random.default_rng([testbench_seed(), 11])
+    counter = await start(dut)
+    cases = int(os.environ.get("TESSERA_CASES", "8"))
+    for index in range(cases):
+        kernel = index % 7 + 1
+        channels = int(rng.choice([1, 2, config.cols + 1, 2 * config.cols + 3, 3, 13]))
+        layer = make_layer(rng, kernel=kernel, stride=1 + index % 2, c_in=channels,
+                           c_out=channels, size=(int(rng.integers(1, 10)),
+                                                 int(rng.integers(1, 10))),
+                           depthwise=channels > 1, zx=(-128, 127, None)[index % 3],
+                           batch=1 + (index % 4 == 3), extreme=index % 5 == 4)
+        measurements = await run_layer(dut, config, layer, rng, counter, stall=0.3,
+                                       label=f"depthwise{index}")
+        if config.depthwise and channels > 1:
+            assert all(m["array_beats"] % (kernel * kernel * -(-config.cols // 4)) == 0
+                       and m["depthwise"] for m in measurements), (
+                f"seed={testbench_seed()} config={config.name} depthwise{index}: a pass did "
+                f"not run in the depthwise mode: {measurements}")
 
 
 @cocotb.test()
@@ -272,6 +300,18 @@ async def test_throughput(dut):
         dut._log.info("throughput: %-24s %6d cycles, %6d array beats, ideal %8.0f, "
                       "efficiency %.1f %%", m["case"], m["cycles"], m["array_beats"],
                       m["ideal_cycles"], 100 * m["efficiency"])
+    dw = [m for m in measurements if m["case"] == "3x3 depthwise 8 8x8"]
+    if config.depthwise and config.pipelined and dw:
+        # The depthwise mode: K = 9 taps x ceil(C / 4) words a pixel group and column
+        # tile, every pass in the mode, and a beat a cycle but for the fixed fill and drain.
+        words, groups = -(-config.cols // 4), -(-64 // config.rows)
+        beats = sum(m["array_beats"] for m in dw)
+        assert all(m["depthwise"] for m in dw) and beats == \
+            -(-8 // config.cols) * groups * 9 * words, (
+                f"seed={testbench_seed()} config={config.name}: depthwise passes {dw}")
+        assert beats >= 0.9 * sum(m["cycles"] for m in dw), (
+            f"seed={testbench_seed()} config={config.name}: the depthwise layer moved "
+            f"{beats} beats in {sum(m['cycles'] for m in dw)} cycles")
     big = [m for m in measurements if m["case"] == big_label]
     assert big, f"seed={testbench_seed()} config={config.name}: {big_label} did not run"
     # Over all of the layer's passes (a buffer-sized layer may split in two).

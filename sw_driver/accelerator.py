@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from contract.config import ArrayConfig, ConvEngineConfig
-from contract.descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
+from contract.descriptor import ADD_PARAM_FIELDS, DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS
 from contract.regmap import unpack_config, unpack_features
 from contract.streams import (
     ACTIVATIONS_PER_WORD,
@@ -157,8 +157,11 @@ def pass_program(engine_pass, config, *, pool=False):
     activations += bytes(-len(activations) % ACTIVATIONS_PER_WORD)
     writes = [(Reg.STATUS, regs.STATUS_DONE_MASK | regs.STATUS_ERROR_MASK),
               (Reg.OPCODE, Opcode.CONV)]
+    # The depthwise fields only to a device with the mode (elsewhere their registers do
+    # not exist, and a pass would carry register writes for nothing).
     writes += [(Reg[f"CONV_{name.upper()}"], int(p.descriptor[name]) & 0xFFFFFFFF)
-               for name, _, _, _ in DESCRIPTOR_FIELDS]
+               for name, _, _, _ in DESCRIPTOR_FIELDS
+               if name not in DEPTHWISE_FIELDS or config.depthwise]
     oh, ow = p.out_size
     writes += [(Reg.POOL_ENABLE, int(pool)), (Reg.POOL_WIDTH, ow), (Reg.POOL_HEIGHT, oh),
                (Reg.POOL_FRAMES, p.descriptor["col_tiles"])]
@@ -166,8 +169,9 @@ def pass_program(engine_pass, config, *, pool=False):
                (Reg.LOAD_ACT, p.activations.size), (Reg.CTRL, regs.CTRL_START_MASK)]
     beats = pooled_pass(p).output_beats if pool else p.output_beats
     # The first column tile's weights, the activations, then the other tiles' weights,
-    # which the device loads while it computes (hw/top.py).
-    first = p.weights.shape[0] // p.descriptor["col_tiles"]
+    # which the device loads while it computes (hw/top.py); a depthwise pass's weights
+    # all come first.
+    first = p.first_weight_rows
     return PassProgram(
         name=p.name, csr_writes=tuple((int(o), int(v)) for o, v in writes),
         h2c=(b"".join(entries) + _words(p.weights[:first], weight_words(cols)) + activations

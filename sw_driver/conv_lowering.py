@@ -16,9 +16,14 @@ The array also sums ``x * w`` modulo 2**32, so the engine's ``bias' + sum x * w`
 ``acc`` modulo 2**32; the contract keeps ``acc`` inside int32 (``models.conv`` raises
 otherwise), so it is exactly ``acc``.
 
-Depthwise layers become ``ceil(C / cols)`` passes of a regular convolution over ``cols``
-channels with block-diagonal weights (zero off the diagonal): the same hardware, at 1/cols
-of its MAC rate. A batch of N images is N passes.
+Depthwise layers are cut into ``ceil(C / cols)`` groups of ``cols`` channels. On an engine
+with the depthwise mode (``ConvEngineConfig.depthwise``, the device's ``CONFIG.depthwise``
+bit) the groups are the column tiles of depthwise passes (:func:`_lower_depthwise_pass`),
+as many a pass as the buffers hold: column j computes channel j of its tile's group, each
+pixel's channels are whole 32-bit words (:func:`depthwise_words`) and K runs over the
+kernel taps and those words. Without it, each group is a pass of a regular convolution
+with block-diagonal weights (zero off the diagonal): the same hardware, at 1/cols of its
+MAC rate. A batch of N images is N passes.
 """
 
 from dataclasses import dataclass
@@ -26,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract.config import ConvEngineConfig
-from contract.descriptor import DESCRIPTOR_FIELDS, KERNEL_MAX, STRIDES
+from contract.descriptor import DESCRIPTOR_FIELDS, KERNEL_MAX, STRIDES, depthwise_words
+from contract.streams import ACTIVATIONS_PER_WORD
 from models.conv import _padding, _positive_pair, conv_output_size
 from models.requant import (
     INT8_MAX,
@@ -40,6 +46,8 @@ from models.requant import (
 __all__ = [
     "EnginePass",
     "assemble_output",
+    "depthwise_words",
+    "first_weight_rows",
     "engine_reference",
     "fold_zero_point",
     "lower_conv2d",
@@ -116,6 +124,11 @@ class EnginePass:
         return self.descriptor["col_tiles"] * oh * ow
 
     @property
+    def first_weight_rows(self):
+        """Weight rows the host sends before the activations (:func:`first_weight_rows`)."""
+        return first_weight_rows(self.descriptor, self.weights.shape[0])
+
+    @property
     def beats(self):
         """Operand beats into the array (col_tiles * pixel_groups * K)."""
         d = self.descriptor
@@ -123,10 +136,21 @@ class EnginePass:
             * d["kernel_w"]
 
 
+def first_weight_rows(descriptor, rows):
+    """Of a pass's ``rows`` weight rows, those the host stream carries before the
+    activations (``hw/sequencer.py``): the first column tile's, the others following the
+    activations while the engine computes; all of them for a depthwise pass, whose tiles
+    each read their own activations (sent one tile after another)."""
+    return rows if descriptor.get("depthwise") else rows // descriptor["col_tiles"]
+
+
 def make_descriptor(*, config, in_channels, in_size, kernel, stride, pad_top, pad_left,
-                    out_size, col_tiles, x_zero_point, y_zero_point, lo, hi):
+                    out_size, col_tiles, x_zero_point, y_zero_point, lo, hi,
+                    depthwise=False, dw_tile_daddr=0):
     """The engine's descriptor: the layer's fields plus the address steps derived from
-    them (see ``DESCRIPTOR_FIELDS``), checked against the field widths."""
+    them (see ``DESCRIPTOR_FIELDS``), checked against the field widths. With
+    ``depthwise`` (a depthwise pass), ``in_channels`` counts words and so do the
+    addresses, and column tile t reads the activations ``t * dw_tile_daddr`` words on."""
     rows = config.rows
     (h, w), (kh, kw), (oh, ow) = in_size, kernel, out_size
     pixels = oh * ow
@@ -147,6 +171,7 @@ def make_descriptor(*, config, in_channels, in_size, kernel, stride, pad_top, pa
         "group_daddr": (group_dy * w + group_dx) * in_channels,
         "x_end": ow * stride - pad_left, "x_wrap": ow * stride,
         "wrap_daddr": (stride * w - ow * stride) * in_channels,
+        "depthwise": int(depthwise), "dw_tile_daddr": dw_tile_daddr,
     }
     for name, width, is_signed, _ in DESCRIPTOR_FIELDS:
         low, high = (-(1 << (width - 1)), (1 << (width - 1)) - 1) if is_signed \
@@ -242,7 +267,21 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
     folded = fold_zero_point(w, bias, x_zero_point)
 
     cols = config.cols
-    if depthwise:
+    on_array = depthwise and config.depthwise
+    if on_array:
+        # Depthwise passes (_lower_depthwise_pass) of as many column tiles of `cols`
+        # channels as the buffers hold with the whole image (else one tile, in row bands).
+        # The input rows the whole output needs (padding rows counted, as _row_bands
+        # counts them), of 4 * words bytes a pixel per tile.
+        words = depthwise_words(cols)
+        rows_needed = max(h, (oh - 1) * sh + kh)
+        tiles = max(1, min(config.max_col_tiles, config.weight_depth // (kh * kw),
+                           config.act_depth // (rows_needed * wd * ACTIVATIONS_PER_WORD
+                                                * words)))
+        step = tiles * cols
+        chunks = [(chans, chans, w[chans]) for chans in
+                  (np.arange(first, min(first + step, c_in)) for first in range(0, c_in, step))]
+    elif depthwise:
         # One pass per group of `cols` channels, as a dense conv with block-diagonal weights.
         chunks = []
         for first in range(0, c_in, cols):
@@ -266,15 +305,18 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
                                               f"{in_chans[-1]}]" if depthwise else "]")
             if len(chunks) > 1 and not depthwise:
                 label = label[:-1] + f", outputs {out_chans[0]}..{out_chans[-1]}]"
-            for row0, rows in _row_bands(config, len(in_chans), wd, oh, kh, sh,
-                                         row_multiple):
+            # A depthwise pass holds each pixel's channels as whole words.
+            per_pixel = (ACTIVATIONS_PER_WORD * depthwise_words(cols)
+                         * -(-len(in_chans) // cols) if on_array else len(in_chans))
+            for row0, rows in _row_bands(config, per_pixel, wd, oh, kh, sh, row_multiple):
                 # Input rows of this band of output rows; rows outside the image are the
                 # band's own padding (the engine feeds z_x there).
                 first = row0 * sh - top
                 last = min(h, (row0 + rows - 1) * sh - top + kh)
                 band = f"{label[:-1]}, rows {row0}..{row0 + rows - 1}]" \
                     if rows < oh else label
-                passes.append(_lower_pass(
+                lower = _lower_depthwise_pass if on_array else _lower_pass
+                passes.append(lower(
                     band, config, x[image, in_chans, max(0, first):last], weights,
                     folded[out_chans], multiplier[out_chans], shift[out_chans], out_chans,
                     image, stride=sh, pads=(max(0, -first), left), out_size=(rows, ow),
@@ -344,6 +386,65 @@ def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, 
         row0=row0)
 
 
+def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, *,
+                          stride, pads, out_size, zero_points, clamp, row0=0):
+    """One depthwise pass on an engine with the mode: ``x`` (c, H, W) and ``w`` (c, 1, kh,
+    kw), column j of column tile t computing channel ``t * cols + j``.
+
+    Activations: for each column tile in turn (``dw_tile_daddr = H * W * E`` words apart),
+    HWC of its channels with each pixel padded to ``E = depthwise_words(cols)`` words (the
+    padding bytes meet zero weights). Weights: per tile, one row a tap, row ``u * kw + v``
+    holding ``w[j, u, v]`` in lane j; the engine reads it for each of the tap's E beats
+    (K = kh * kw * E beats) and gives a lane 0 in the beats of the words its channel is not
+    in (``hw/systolic.py``)."""
+    cols = config.cols
+    c, h, wd = x.shape
+    _, _, kh, kw = w.shape
+    words = depthwise_words(cols)
+    tiles = -(-c // cols)
+    act_words = -(-config.act_depth // ACTIVATIONS_PER_WORD)
+    if tiles * h * wd * words > act_words:
+        raise ValueError(f"layer {label}: a depthwise pass's activations, {tiles} tiles of "
+                         f"{h}x{wd} pixels of {words} words = {tiles * h * wd * words} words, "
+                         f"exceed the activation buffer of {act_words} words; split the layer "
+                         f"(docs/conv-engine.md)")
+    k = kh * kw  # weight rows a tile: one a tap (the array masks the other words' lanes)
+    if tiles * k > config.weight_depth:
+        raise ValueError(f"layer {label}: weights need {tiles} column tiles x K={k} = "
+                         f"{tiles * k} words, more than the weight buffer's "
+                         f"{config.weight_depth}")
+    if tiles > config.max_col_tiles:
+        raise ValueError(f"layer {label}: {c} channels need {tiles} column tiles, more than "
+                         f"the engine's {config.max_col_tiles}")
+    desc = make_descriptor(config=config, in_channels=words, in_size=(h, wd),
+                           kernel=(kh, kw), stride=stride, pad_top=pads[0],
+                           pad_left=pads[1], out_size=out_size, col_tiles=tiles,
+                           x_zero_point=zero_points[0], y_zero_point=zero_points[1],
+                           lo=clamp[0], hi=clamp[1], depthwise=True,
+                           dw_tile_daddr=h * wd * words)
+    lanes = tiles * cols
+    padded = np.zeros((lanes, h, wd), np.int8)
+    padded[:c] = x
+    acts = np.zeros((tiles, h, wd, words * ACTIVATIONS_PER_WORD), np.int8)
+    acts[..., :cols] = padded.reshape(tiles, cols, h, wd).transpose(0, 2, 3, 1)
+    kernels = np.zeros((lanes, kh, kw), np.int8)
+    kernels[:c] = w[:, 0]
+    weights = kernels.reshape(tiles, cols, kh, kw).transpose(0, 2, 3, 1)  # (t, u, v, j)
+    channels = np.full(lanes, -1, np.int64)
+    channels[:c] = out_chans
+
+    def table(values, fill):
+        padded = np.full(lanes, fill, np.int64)
+        padded[:c] = values
+        return padded.reshape(tiles, cols)
+
+    return EnginePass(
+        name=label, descriptor=desc, activations=acts.reshape(-1),
+        weights=weights.reshape(tiles * k, cols), bias=table(bias, 0),
+        multiplier=table(multiplier, MULTIPLIER_MIN), shift=table(shift, SHIFT_MIN),
+        image=image, channels=channels, out_size=out_size, row0=row0)
+
+
 def engine_reference(p):
     """The engine's output beats for pass ``p``, computed the way the hardware does.
 
@@ -362,6 +463,8 @@ def engine_reference(p):
     c_in, h, wd = d["in_channels"], d["in_height"], d["in_width"]
     kh, kw, s = d["kernel_h"], d["kernel_w"], d["stride"]
     oh, ow = p.out_size
+    if d.get("depthwise"):
+        return _depthwise_reference(p)
     x = p.activations.reshape(h, wd, c_in).astype(np.int64)
     xp = np.full((h + 2 * KERNEL_MAX, wd + 2 * KERNEL_MAX, c_in), d["x_zero_point"], np.int64)
     xp[KERNEL_MAX:KERNEL_MAX + h, KERNEL_MAX:KERNEL_MAX + wd] = x
@@ -376,6 +479,40 @@ def engine_reference(p):
             x0 = KERNEL_MAX + j * s - d["pad_left"]
             window = xp[y0:y0 + kh, x0:x0 + kw].reshape(k)  # (u, v, c) order
             acc = _wrap_int32(window @ wt + p.bias[t])
+            y = requantize(acc.reshape(1, cols), p.multiplier[t], p.shift[t],
+                           d["y_zero_point"], d["lo"], d["hi"], axis=1)
+            beats.append(y[0])
+    return np.array(beats, dtype=np.int8).reshape(-1, cols)
+
+
+def _depthwise_reference(p):
+    """:func:`engine_reference` of a depthwise pass: per column tile t and beat ``(u, v,
+    e)``, lane j of row lane r multiplies byte ``j % 4`` of word e of its pixel's window
+    position in tile t's activations (``z_x`` in every byte outside the image) by lane j
+    of the tap's weight row where ``j // 4 == e``, by 0 in the other beats."""
+    from models.requant import requantize
+
+    d = p.descriptor
+    words, h, wd = d["in_channels"], d["in_height"], d["in_width"]
+    kh, kw, s, tiles = d["kernel_h"], d["kernel_w"], d["stride"], d["col_tiles"]
+    oh, ow = p.out_size
+    cols = p.weights.shape[1]
+    per_word = ACTIVATIONS_PER_WORD
+    x = p.activations.reshape(tiles, h, wd, words, per_word).astype(np.int64)
+    xp = np.full((tiles, h + 2 * KERNEL_MAX, wd + 2 * KERNEL_MAX, words, per_word),
+                 d["x_zero_point"], np.int64)
+    xp[:, KERNEL_MAX:KERNEL_MAX + h, KERNEL_MAX:KERNEL_MAX + wd] = x
+    wt = p.weights.astype(np.int64).reshape(tiles, kh, kw, cols)
+    lanes = np.arange(cols)
+    beats = []
+    for t in range(tiles):
+        for pixel in range(oh * ow):
+            i, j = divmod(pixel, ow)
+            y0 = KERNEL_MAX + i * s - d["pad_top"]
+            x0 = KERNEL_MAX + j * s - d["pad_left"]
+            # Lane j's own byte: word j // 4 (the other words' beats give it weight 0).
+            window = xp[t, y0:y0 + kh, x0:x0 + kw][:, :, lanes // per_word, lanes % per_word]
+            acc = _wrap_int32((window * wt[t]).sum(axis=(0, 1)) + p.bias[t])
             y = requantize(acc.reshape(1, cols), p.multiplier[t], p.shift[t],
                            d["y_zero_point"], d["lo"], d["hi"], axis=1)
             beats.append(y[0])

@@ -5,6 +5,7 @@ pass). It counts the words the host link carries (``contract.streams``), so it f
 stream format without importing the hardware.
 """
 
+from contract.descriptor import DEPTHWISE_FIELDS
 from contract.postprocess import (
     REQUANT_LATENCY,
     SERIAL_BEAT_CYCLES,
@@ -26,6 +27,11 @@ __all__ = ["PASS_LATENCY_CYCLES", "RESIDENT", "TILE_SWITCH_CYCLES", "pass_cycles
 #: start (``hw/sequencer.py``, STARTING); one each for the skid buffers between the address
 #: generator and the engine's read stage and at the engine's output (``hw/conv_engine.py``).
 PASS_LATENCY_CYCLES = 107
+
+#: The host's writes of the depthwise fields (``contract.descriptor.DEPTHWISE_FIELDS``),
+#: which every pass on a device with the depthwise mode carries
+#: (``sw_driver.accelerator.pass_program``): the twin host's 2-cycle write each.
+DEPTHWISE_REGISTER_CYCLES = 2 * len(DEPTHWISE_FIELDS)
 
 #: The post-processing bank's requantization stages (``contract.postprocess``). Between
 #: column tiles the engine waits for them to empty before it switches the per-channel
@@ -51,7 +57,9 @@ def _group_ready_words(engine_pass, rows):
         row = min(d["in_height"] - 1, oy * stride - d["pad_top"] + d["kernel_h"] - 1)
         col = min(width - 1, ox * stride - d["pad_left"] + d["kernel_w"] - 1)
         needed = (row * width + col + 1) * channels
-        ready.append(min(total, -(-needed // ACTIVATIONS_PER_WORD)))
+        if not d.get("depthwise"):  # a depthwise pass counts words already
+            needed = -(-needed // ACTIVATIONS_PER_WORD)
+        ready.append(min(total, needed))
     return ready
 
 
@@ -66,7 +74,11 @@ def pass_cycles(engine_pass, config):
     cycle) unless its output beats are slower (a beat of C bytes leaves the time-shared
     post-processing bank and the output writer every ``max(output_words(C), C /
     requant_units(C))`` cycles); when that is the bottleneck, each column tile after the
-    first also waits :data:`TILE_SWITCH_CYCLES`. Plus :data:`PASS_LATENCY_CYCLES`.
+    first also waits :data:`TILE_SWITCH_CYCLES`. Plus :data:`PASS_LATENCY_CYCLES`, and on
+    a device with the depthwise mode :data:`DEPTHWISE_REGISTER_CYCLES`.
+
+    A depthwise pass loads all its weights before the start; each column tile's groups
+    wait for the words of that tile's own activations, which follow one another.
 
     A lean engine (``config.pipelined`` false) adds R cycles a group (its address
     generator's rotation) and, without the residual add, requantizes a lane at a time:
@@ -77,7 +89,9 @@ def pass_cycles(engine_pass, config):
     tiles, groups = d["col_tiles"], d["pixel_groups"]
     tile_rows = engine_pass.weights.shape[0] // tiles
     per_row = weight_words(cols) + 1
-    load = per_row * tile_rows + (param_words(cols) + 1) * engine_pass.bias.shape[0]
+    # A depthwise pass loads all its weights before the start (``first_weight_rows``).
+    load = (per_row * engine_pass.first_weight_rows
+            + (param_words(cols) + 1) * engine_pass.bias.shape[0])
     per_output = max(output_words(cols), cols // requant_units(cols))
     k = engine_pass.beats // (tiles * groups)
     if not config.pipelined:
@@ -94,12 +108,24 @@ def pass_cycles(engine_pass, config):
         end = max(end, ready) + cost
     act_words = -(-engine_pass.activations.size // ACTIVATIONS_PER_WORD)
     switch = TILE_SWITCH_CYCLES if k <= rows * per_output else 0
-    for tile in range(1, tiles):
-        weights_in = act_words + tile * tile_rows * per_row
-        end = max(end + switch + costs[0], weights_in + 1) + sum(costs[1:])
+    if d.get("depthwise"):
+        # Each column tile reads its own activations, ``dw_tile_daddr`` words on: its
+        # groups wait for those as the first tile's wait for theirs.
+        for tile in range(1, tiles):
+            end += switch
+            for ready, cost in zip(_group_ready_words(engine_pass, rows), costs, strict=True):
+                end = max(end, tile * d["dw_tile_daddr"] + ready) + cost
+        late_weights = 0
+    else:
+        for tile in range(1, tiles):
+            weights_in = act_words + tile * tile_rows * per_row
+            end = max(end + switch + costs[0], weights_in + 1) + sum(costs[1:])
+        late_weights = (tiles - 1) * tile_rows * per_row
     # Words the array never reads (rows a stride skips) are still taken before the end.
-    end = max(end, act_words + (tiles - 1) * tile_rows * per_row)
-    return load + end + PASS_LATENCY_CYCLES
+    end = max(end, act_words + late_weights)
+    # A device with the depthwise mode has one descriptor register more to write.
+    descriptor_extra = DEPTHWISE_REGISTER_CYCLES if config.depthwise else 0
+    return load + end + PASS_LATENCY_CYCLES + descriptor_extra
 
 
 class RESIDENT:

@@ -6,7 +6,7 @@ Generated from contract/regmap.py by `python -m contract.regmap`; do not edit.
 import enum
 
 ID_VALUE = 0x54455353
-MAP_VERSION = 0x6
+MAP_VERSION = 0x7
 
 
 class Reg(enum.IntEnum):
@@ -120,6 +120,12 @@ class Reg(enum.IntEnum):
     # RW: Convolution descriptor: (stride*W - OW*stride)*C_in: address step of a wrap (signed 32
     # bits)
     CONV_WRAP_DADDR = 0x15c
+    # RW: Convolution descriptor: 1: column c computes channel t*C+c; K runs over the kernel
+    # taps and the words of a pixel (C_in = ceil(C/4)), addresses count 32-bit words (1 bits)
+    CONV_DEPTHWISE = 0x160
+    # RW: Convolution descriptor: depthwise: word address step from one column tile's
+    # activations to the next's (H*W*C_in) (signed 32 bits)
+    CONV_DW_TILE_DADDR = 0x164
     # RW: Residual add: zero point of input a (signed 8 bits)
     ADD_A_ZERO_POINT = 0x180
     # RW: Residual add: zero point of input b (signed 8 bits)
@@ -185,6 +191,8 @@ CONFIG_NO_READBACK_SHIFT = 26
 CONFIG_NO_READBACK_MASK = 0x4000000
 CONFIG_NO_PIPELINE_SHIFT = 27
 CONFIG_NO_PIPELINE_MASK = 0x8000000
+CONFIG_DEPTHWISE_SHIFT = 28
+CONFIG_DEPTHWISE_MASK = 0x10000000
 CTRL_START_SHIFT = 0
 CTRL_START_MASK = 0x1
 CTRL_SOFT_RESET_SHIFT = 1
@@ -239,6 +247,8 @@ CONV_X_END_VALUE_SHIFT = 0
 CONV_X_END_VALUE_MASK = 0xffff
 CONV_X_WRAP_VALUE_SHIFT = 0
 CONV_X_WRAP_VALUE_MASK = 0xffff
+CONV_DEPTHWISE_VALUE_SHIFT = 0
+CONV_DEPTHWISE_VALUE_MASK = 0x1
 ADD_A_ZERO_POINT_VALUE_SHIFT = 0
 ADD_A_ZERO_POINT_VALUE_MASK = 0xff
 ADD_B_ZERO_POINT_VALUE_SHIFT = 0

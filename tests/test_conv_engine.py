@@ -1,10 +1,13 @@
 """The convolution engine: lowering and address order (fast), RTL on Verilator (slow)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
 
 from contract.config import ArrayConfig, ConvEngineConfig
+from contract.descriptor import DEPTHWISE_FIELDS
 from contract.streams import ACTIVATIONS_PER_WORD
 from hw.addrgen import AddressGenerator, address_width
 from hw.addrgen_lean import LeanAddressGenerator
@@ -164,12 +167,18 @@ def expected_addresses(desc, config, out_size):
     return beats
 
 
+def fields_of(desc, config):
+    """``desc`` less the fields a build does not have (``depthwise``, without the mode)."""
+    return {name: value for name, value in desc.items()
+            if config.depthwise or name not in DEPTHWISE_FIELDS}
+
+
 def run_address_generator(config, desc, count, rng, generator=AddressGenerator):
     dut = generator(config)
     got = []
 
     async def bench(ctx):
-        ctx.set(dut.descriptor, desc)
+        ctx.set(dut.descriptor, fields_of(desc, config))
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
@@ -237,6 +246,10 @@ RTL_CONFIGS = [
     # and no skid buffers.
     ConvEngineConfig(array=ArrayConfig(rows=3, cols=5), act_depth=4096, weight_depth=1024,
                      max_col_tiles=8, pipelined=False, residual_add=False),
+    # The depthwise mode, six columns (two activation words a pixel, the second half
+    # full): regular layers with the mode off, depthwise ones with it on.
+    ConvEngineConfig(array=ArrayConfig(rows=3, cols=6), act_depth=4096, weight_depth=1024,
+                     max_col_tiles=8, depthwise=True),
 ]
 
 
@@ -285,7 +298,7 @@ def run_streaming_pass(config, p, rng, gap):
             for t in range(p.bias.shape[0])], idle=0)
         for row in p.weights[:k_rows]:  # no `last`: the other tiles follow during the run
             await stream_put(ctx, dut.weight_in, {"w": [int(v) for v in row], "last": 0})
-        ctx.set(dut.descriptor, p.descriptor)
+        ctx.set(dut.descriptor, fields_of(p.descriptor, config))
         ctx.set(dut.load_during_run, 1)
         ctx.set(dut.start, 1)
         await ctx.tick()
@@ -353,3 +366,70 @@ def test_streaming_loads_never_read_ahead(gap, rng, seed):
     compare(got, engine_reference(passes[0]), seed, f"gap={gap} beats vs engine_reference")
     compare(assemble_output(passes, [got], 5), golden(layer, bias, multiplier, shift, zx, zy),
             seed, f"gap={gap} vs golden")
+
+
+# --- The depthwise mode (Amaranth simulator): every column its own channel ---------------
+
+#: Six columns: two activation words a pixel, the second half full, so columns 4 and 5 take
+#: bytes 0 and 1 of the second word (both the byte-0 ``a`` path and the ``a_rest`` chain);
+#: three rows: groups wrap output rows at other places than with four.
+DEPTHWISE = ConvEngineConfig(array=ArrayConfig(rows=3, cols=6), act_depth=1024,
+                             weight_depth=128, max_col_tiles=4, depthwise=True)
+
+
+@pytest.mark.parametrize("pipelined", [True, False], ids=["pipelined", "lean"])
+def test_depthwise_passes_on_the_engine(pipelined, rng, seed):
+    # Loading during the run with idle gaps, so a depthwise beat's `written` gate (word
+    # addresses) decides when it goes, and the later column tiles' weights arriving during
+    # the run; each tile reads its own activations; the channels (not a multiple of 6)
+    # leave the last tile's lanes partly unused; z_x at both ends of int8 fills the
+    # padding.
+    config = replace(DEPTHWISE, pipelined=pipelined, residual_add=pipelined)
+    cases = [(3, 1, (1, 1, 1, 1), 8, (5, 6), -128, 2), (7, 2, (3, 2, 1, 3), 5, (7, 6), 127, 0),
+             (1, 2, (0, 0, 0, 0), 13, (5, 4), 127, 1), (5, 1, (2, 0, 1, 2), 3, (4, 5), -128, 3)]
+    for kernel, stride, pads, channels, size, zx, gap in cases:
+        x = rng.integers(-128, 128, (1, channels) + size, dtype=np.int8)
+        w = rng.integers(-128, 128, (channels, 1, kernel, kernel), dtype=np.int8)
+        bias = rng.integers(-2**12, 2**12, channels).astype(np.int32)
+        multiplier = rng.integers(2**30, 2**31, channels)
+        shift = rng.integers(12, 24, channels)
+        zy = int(rng.integers(-128, 128))
+        layer = dict(x=x, w=w, stride=stride, padding=pads, groups=channels)
+        passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=zx, y_zero_point=zy,
+                              stride=stride, padding=pads, groups=channels, config=config)
+        label = (f"seed={seed} pipelined={pipelined} k={kernel} s={stride} pads={pads} "
+                 f"c={channels} size={size} zx={zx}")
+        # One pass, a column tile per 6 channels; K = taps x 2 words, not taps x 6
+        # channels: a third of the beats of the block-diagonal lowering.
+        (p,) = passes
+        tiles = -(-channels // 6)
+        assert (p.descriptor["depthwise"], p.descriptor["col_tiles"]) == (1, tiles), label
+        assert p.beats == tiles * p.descriptor["pixel_groups"] * kernel * kernel * 2, label
+        results = []
+        for p in passes:
+            got, _ = run_streaming_pass(config, p, rng, gap)
+            compare(got, engine_reference(p), seed, f"{label} {p.name} vs engine_reference")
+            results.append(got)
+        compare(assemble_output(passes, results, channels),
+                golden(layer, bias, multiplier, shift, zx, zy), seed, f"{label} vs golden")
+
+
+def test_depthwise_lowering_without_the_mode_is_block_diagonal(rng):
+    # The driver keeps the old lowering for a device without the mode: the same answer.
+    x = rng.integers(-128, 128, (1, 7, 5, 5), dtype=np.int8)
+    w = rng.integers(-128, 128, (7, 1, 3, 3), dtype=np.int8)
+    layer = dict(x=x, w=w, stride=1, padding=1, groups=7)
+    bias, multiplier, shift = np.zeros(7, np.int32), np.full(7, 2**30), np.full(7, 14)
+    outputs = []
+    for config in (DEPTHWISE, replace(DEPTHWISE, depthwise=False)):
+        passes = lower_conv2d(x, w, bias, multiplier, shift, x_zero_point=-5, y_zero_point=1,
+                              padding=1, groups=7, config=config)
+        # With the mode one pass of two column tiles (K = 9 taps x 2 words); without it
+        # two passes of a tile each (K = 9 taps x 6 channels, then x 1).
+        assert [p.descriptor["depthwise"] for p in passes] == (
+            [1] if config.depthwise else [0, 0])
+        assert [p.beats for p in passes] == (
+            [2 * 9 * 9 * 2] if config.depthwise else [9 * 9 * 6, 9 * 9 * 1])
+        outputs.append(assemble_output(passes, [engine_reference(p) for p in passes], 7))
+    want = golden(layer, bias, multiplier, shift, -5, 1)
+    assert np.array_equal(outputs[0], want) and np.array_equal(outputs[1], want)

@@ -82,3 +82,37 @@ def test_a_row_too_wide_for_the_buffer_is_refused():
                                          r"16x2x64 = 2048 exceed the activation buffer"):
         lower_conv2d(x, weights, None, 2**30, 20, x_zero_point=0, y_zero_point=0,
                      padding=1, config=SMALL, name="wide")
+
+
+@pytest.mark.parametrize("layer, tiles", [
+    # (C, H, W, k, stride, pad): the column tiles of each pass of one image
+    ((10, 6, 6, 3, 1, 1), [3]),          # one pass of 3 tiles (the last one half used)
+    ((19, 6, 5, 3, 2, 1), [4, 1]),       # 7 padded rows x 5 x 4 bytes: 4 tiles' inputs fit
+    ((20, 3, 3, 7, 1, 3), [4, 1]),       # K = 49 x 1 word: 4 tiles' weights fit, not 5
+    ((40, 2, 2, 1, 1, 0), [8, 2]),       # max_col_tiles
+    ((6, 23, 11, 3, 1, 1), [1] * 6),     # a tile's input does not fit: bands of one tile
+])
+def test_depthwise_mode_splits_match_golden(layer, tiles, rng, seed):
+    # The depthwise mode's passes: as many column tiles as the buffers hold with the whole
+    # image (each tile's activations dw_tile_daddr words on), else one tile in row bands.
+    from dataclasses import replace
+
+    config = replace(SMALL, depthwise=True, max_col_tiles=8)
+    c, h, w, k, stride, pad = layer
+    x = rng.integers(-128, 128, (2, c, h, w), dtype=np.int8)
+    weights = rng.integers(-128, 128, (c, 1, k, k), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, c).astype(np.int32)
+    mult = rng.integers(2**30, 2**31, c)
+    shift = rng.integers(12, 18, c)
+    passes = lower_conv2d(x, weights, bias, mult, shift, x_zero_point=127, y_zero_point=-2,
+                          stride=stride, padding=pad, groups=c, config=config, name="dw")
+    assert [p.descriptor["col_tiles"] for p in passes] == tiles * 2, f"seed={seed}"
+    assert all(p.descriptor["depthwise"] == 1 and p.descriptor["dw_tile_daddr"]
+               == p.descriptor["in_height"] * p.descriptor["in_width"] for p in passes)
+    got = assemble_output(passes, [engine_reference(p) for p in passes], c)
+    want = requantize(conv2d(x, weights, bias, x_zero_point=127, stride=stride, padding=pad,
+                             groups=c), mult, shift, -2)
+    if not np.array_equal(got, want):
+        index = tuple(int(i) for i in np.argwhere(got != want)[0])
+        raise AssertionError(f"seed={seed} {layer}: first difference at {list(index)}: "
+                             f"{got[index]} != golden {want[index]}")

@@ -190,18 +190,22 @@ def test_the_top_without_the_add_says_so_and_refuses_an_add_start():
         "POOL": (regs.STATUS_BUSY_MASK, 0)}
     assert seen["CONFIG"] >> regs.CONFIG_NO_ADD_SHIFT & 1 == 1
     assert unpack_features(seen["CONFIG"]) == {"residual_add": False, "perf_counters": True,
-                                               "csr_readback": True, "pipelined": True}
+                                               "csr_readback": True, "pipelined": True,
+                                               "depthwise": False}
     assert unpack_features(pack_config(rows=2, cols=2, acc_width=32)) == {
-        "residual_add": True, "perf_counters": True, "csr_readback": True, "pipelined": True}
+        "residual_add": True, "perf_counters": True, "csr_readback": True, "pipelined": True,
+        "depthwise": False}
 
 
 def test_a_build_without_the_add_implements_every_register_but_the_adds():
     every = {reg.name for reg in REGISTERS}
     resident = {reg.name for reg in resident_registers()}
     assert resident and all(name.startswith("RES_") for name in resident)
-    assert {reg.name for reg in implemented_registers(resident=True)} == every
-    assert {reg.name for reg in implemented_registers()} == every - resident
-    every -= resident
+    # The depthwise fields' registers only on a build with the mode (an added feature).
+    depthwise = {"CONV_DEPTHWISE", "CONV_DW_TILE_DADDR"}
+    assert {reg.name for reg in implemented_registers(resident=True, depthwise=True)} == every
+    assert {reg.name for reg in implemented_registers()} == every - resident - depthwise
+    every -= resident | depthwise
     without = {reg.name for reg in implemented_registers(residual_add=False)}
     assert every - without == {f"ADD_{name.upper()}" for name, *_ in ADD_PARAM_FIELDS}
     assert {"CONFIG", "CTRL", "STATUS", "OPCODE", "STREAM_BEATS", "CONV_IN_CHANNELS",

@@ -69,7 +69,7 @@ def test_config_word_carries_each_absence_in_its_own_bit(present):
         name = DRIVER_BITS[field]
         assert getattr(regs, f"CONFIG_{name}_SHIFT") == bit
         assert getattr(regs, f"CONFIG_{name}_MASK") == 1 << bit
-    assert unpack_features(word) == flags
+    assert unpack_features(word) == {**flags, "depthwise": False}
     assert unpack_config(word) == {"rows": 2, "cols": 3, "acc_width": 32}
 
 
@@ -78,7 +78,7 @@ def test_a_configuration_packs_and_unpacks_its_own_features():
         word = pack_config(rows=config.rows, cols=config.cols, acc_width=config.acc_width,
                            **config.features())
         assert unpack_features(word) == config.features() == \
-            {field: getattr(config, field) for field in BLOCKS}, name
+            {field: getattr(config, field) for field in [*BLOCKS, "depthwise"]}, name
 
 
 @pytest.mark.parametrize("function", [
@@ -87,5 +87,30 @@ def test_a_configuration_packs_and_unpacks_its_own_features():
 def test_a_name_that_is_no_optional_block_is_refused(function, request):
     caller = request.node.callspec.id
     with pytest.raises(TypeError, match=rf"^{caller}: 'residual_ad' is not an optional block; "
-                                        rf"expected one of {', '.join(BLOCKS)}$"):
+                                        rf"expected one of "
+                                        rf"{', '.join([*BLOCKS, 'depthwise'])}$"):
         function(residual_ad=False)
+
+
+def test_the_depthwise_mode_is_an_added_feature_with_its_own_presence_bit():
+    # Off unless named, so a configuration from before it (the boards') names the netlist
+    # it always did; on, its CONFIG bit is set (a build from before reads 0: without it).
+    assert ConvEngineConfig().depthwise is False
+    with_mode = replace(SMALL, depthwise=True)
+    assert with_mode.name == SMALL.name + "-dw"
+    assert ConvEngineConfig.from_env({"TESSERA_ROWS": "2", "TESSERA_COLS": "2",
+                                      **with_mode.env()}) == with_mode
+    assert "TESSERA_DEPTHWISE" not in SMALL.env()
+    word = pack_config(rows=2, cols=2, acc_width=32, depthwise=True)
+    assert word >> 28 & 1 == 1 == word >> regs.CONFIG_DEPTHWISE_SHIFT & 1
+    assert unpack_features(word)["depthwise"] is True
+    assert unpack_features(pack_config(rows=2, cols=2, acc_width=32))["depthwise"] is False
+    names = {reg.name for reg in implemented_registers(depthwise=True)}
+    assert names - {reg.name for reg in implemented_registers()} == {
+        "CONV_DEPTHWISE", "CONV_DW_TILE_DADDR"}
+    assert PRESETS["default"].depthwise is True
+    assert not any(config.depthwise for name, config in PRESETS.items() if name != "default")
+    with pytest.raises(ValueError, match=r"^depthwise must be true or false \(whether the "
+                                         r"engine has the depthwise mode\), not 1$"):
+        ConvEngineConfig(depthwise=1)
+    assert parse_config({"depthwise": True}, "dw.toml").depthwise is True

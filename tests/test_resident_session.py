@@ -12,6 +12,7 @@ import pytest
 from contract.config_file import PRESETS
 from models.zoo import DIGITS_QDQ, random_models
 from sw_driver import InferenceSession
+from sw_driver.conv_lowering import engine_reference
 from sw_driver.providers.device import DeviceProvider
 from tests.golden_device import GoldenDevice
 from tests.resident_device import ResidentDevice
@@ -123,3 +124,24 @@ def test_threads_share_a_resident_session(rng, seed):
     assert not errors, f"seed {seed}: {errors[0]!r}"
     for a, b in zip(got, want, strict=True):
         assert_same(a, b, seed)
+
+
+def test_dwsep_runs_resident_in_the_depthwise_mode(zoo, rng, seed, monkeypatch):
+    # The default preset has the depthwise mode: the compiler traces the driver's own
+    # lowering, so the resident program's depthwise passes use it (CONV_DEPTHWISE = 1),
+    # and the answer stays bit-exact.
+    import tessera.soak.golden_device as golden
+
+    modes = []
+
+    def reference(p):
+        modes.append(p.descriptor["depthwise"])
+        return engine_reference(p)
+    monkeypatch.setattr(golden, "engine_reference", reference)
+    session, _, _ = device_session(zoo["dwsep"])
+    feeds = inputs(session, rng, 2)
+    want = InferenceSession(str(zoo["dwsep"]), providers=["cpu"]).run(None, feeds)
+    assert_same(session.run(None, feeds), want, seed)
+    # dwsep's two depthwise layers (16 and 32 channels: one pass each, of 2 and 4 column
+    # tiles of 8) per image.
+    assert modes.count(1) == 2 * 2 and modes.count(0) > 0, modes

@@ -1,6 +1,7 @@
 """The command sequencer (``hw/sequencer.py``) on its own in Amaranth's simulator: the named
 phases of a pass, what each event moves, the errors a start can raise, aborts."""
 
+import pytest
 from amaranth.sim import Simulator
 
 from contract.descriptor import DESCRIPTOR_FIELDS
@@ -29,10 +30,11 @@ def test_each_command_field_names_a_register_the_host_writes():
     assert list(command_layout().members) == list(COMMAND_FIELDS)
 
 
-def run(bench):
-    """Run ``bench`` on a sequencer; in every test, at every clock edge, ``busy`` (a
-    flip-flop of its own) must equal "the phase is not IDLE" (the FSM's state)."""
-    dut = CommandSequencer()
+def run(bench, **options):
+    """Run ``bench`` on a sequencer (built with ``options``); in every test, at every clock
+    edge, ``busy`` (a flip-flop of its own) must equal "the phase is not IDLE" (the FSM's
+    state)."""
+    dut = CommandSequencer(**options)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     mismatches = []
@@ -259,3 +261,37 @@ def test_an_abort_with_the_last_row_starts_no_engine():
             await ctx.tick()
 
     run(bench)
+
+
+@pytest.mark.parametrize("depthwise", [0, 1])
+def test_a_depthwise_pass_loads_every_weight_before_its_activations(depthwise):
+    # On a build with the depthwise mode: with the flag, all 5 weight rows (two column
+    # tiles of K = 2 and a bit) in phase 1, then the activations and DRAIN; without it,
+    # the first tile's 2 rows, the activations, then the 3 others.
+    trace = []
+
+    async def bench(ctx, dut):
+        await command(ctx, dut, depthwise=depthwise)
+        await pulse(ctx, dut, "start")
+        for _ in range(2):
+            await pulse(ctx, dut, "entry_taken")
+        while ctx.get(dut.weights_held):
+            await ctx.tick()
+        rows = 0
+        while phase(ctx, dut) == Phase.FIRST_WEIGHTS and not ctx.get(dut.engine_start):
+            await pulse(ctx, dut, "entry_taken")
+            rows += 1
+        await ctx.tick()
+        trace.append((rows, phase(ctx, dut)))
+        for _ in range(3):
+            await pulse(ctx, dut, "act_taken")
+        trace.append(phase(ctx, dut))
+
+    run(bench, depthwise=True)
+    assert trace == ([(5, Phase.ACTIVATIONS), Phase.DRAIN] if depthwise
+                     else [(2, Phase.ACTIVATIONS), Phase.REST_WEIGHTS])
+
+
+def test_a_build_with_the_depthwise_mode_reads_the_descriptors_flag():
+    assert list(command_layout(depthwise=True).members) == [*COMMAND_FIELDS, "depthwise"]
+    assert "depthwise" in {name for name, *_ in DESCRIPTOR_FIELDS}

@@ -28,7 +28,7 @@ from models.eltwise import ADD_LEFT_SHIFT
 from models.pool import max_pool2d
 from models.requant import rounding_shift
 from sw_driver import regs
-from sw_driver.conv_lowering import EnginePass, engine_reference
+from sw_driver.conv_lowering import EnginePass, engine_reference, first_weight_rows
 from sw_driver.regs import Opcode, Reg
 from sw_driver.transport.base import Transport
 
@@ -97,8 +97,10 @@ class GoldenDevice(Transport):
 
     def _conv(self, cols=None):
         cols = self.config.cols
-        desc = {name: _signed(self.regs[Reg[f"CONV_{name.upper()}"]], width) if signed
-                else self.regs[Reg[f"CONV_{name.upper()}"]]
+        # A register never written reads 0 (CONV_DEPTHWISE, which only a device with the
+        # depthwise mode is sent).
+        desc = {name: _signed(self.regs.get(Reg[f"CONV_{name.upper()}"], 0), width) if signed
+                else self.regs.get(Reg[f"CONV_{name.upper()}"], 0)
                 for name, width, signed, _ in DESCRIPTOR_FIELDS}
         tiles = desc["col_tiles"]
         entries = self.regs[Reg.LOAD_PARAMS]
@@ -116,10 +118,10 @@ class GoldenDevice(Transport):
         def weights(count):
             raw = np.frombuffer(self._take(4 * weight_words(cols) * count), np.int8)
             return raw.reshape(count, 4 * weight_words(cols))[:, :cols]
-        first = weights(rows // tiles)
+        first = weights(first_weight_rows(desc, rows))
         count = self.regs[Reg.LOAD_ACT]
         act = np.frombuffer(self._take(-(-count // ACTIVATIONS_PER_WORD) * 4), np.int8)[:count]
-        rest = weights(rows - rows // tiles)
+        rest = weights(rows - first.shape[0])
         oh, ow = self.regs[Reg.POOL_HEIGHT], self.regs[Reg.POOL_WIDTH]
         p = EnginePass(name="golden", descriptor=desc, activations=act.copy(),
                        weights=np.concatenate([first, rest]), bias=fields["bias"],
