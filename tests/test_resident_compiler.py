@@ -109,13 +109,18 @@ def test_digits_streams_equal_layer_at_a_time(rng):
         device = Recording(GoldenDevice(DEFAULT))
         play(image, device, {p.name: tensors[p.name] for p in image.inputs})
         played.extend(zip(device.h2c, image.dont_care, strict=True))
-    # conv1 with its pool, conv2, the mean (a pass per 8 channels), fc: all in one segment.
+    # conv1 with its pool, conv2, the mean, fc: all in one segment. Layer at a time the mean
+    # is a pass per 8 channels with the batch on the array's rows; resident, one pass whose
+    # rows are the image's groups of channels (its results are checked bit-exact by the
+    # zoo tests below), so only the other passes are compared byte for byte.
     assert len(device_segments(session.graph)) == 1
     conv2 = next(layer for layer in session.graph.layers if layer.name == "conv2")
     gap_passes = -(-conv2.weight.shape[0] // DEFAULT.cols)
-    assert len(played) == len(session_device.h2c) == 3 + gap_passes
-    for number, ((ours, dont_care), theirs) in enumerate(zip(played, session_device.h2c,
-                                                             strict=True)):
+    assert len(session_device.h2c) == 3 + gap_passes
+    assert len(played) == 4
+    theirs_kept = [*session_device.h2c[:2], session_device.h2c[-1]]
+    for number, ((ours, dont_care), theirs) in enumerate(zip([*played[:2], played[-1]],
+                                                             theirs_kept, strict=True)):
         assert len(ours) == len(theirs), f"pass {number}: {len(ours)} vs {len(theirs)} bytes"
         a, b = np.frombuffer(ours, np.uint8), np.frombuffer(theirs, np.uint8)
         differ = np.flatnonzero((a != b) & ~dont_care)
