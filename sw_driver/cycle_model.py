@@ -58,8 +58,8 @@ def _group_ready_words(engine_pass, rows):
 def pass_cycles(engine_pass, config):
     """Modelled device cycles of one engine pass, as the twin's PERF_CYCLES counts them.
 
-    The parameters and the first column tile's weights load first (a cycle per stream word
-    plus one per entry or weight row). The engine then starts; the activations stream in
+    The parameters and the first column tile's weights load first (a cycle per stream
+    word). The engine then starts; the activations stream in
     at a word a cycle while the array computes the first column tile, each pixel group
     waiting for the words of its last input row; the other tiles' weights follow, and a
     tile's first group waits for its last weight row. A group takes K cycles (a beat per
@@ -76,8 +76,9 @@ def pass_cycles(engine_pass, config):
     d = engine_pass.descriptor
     tiles, groups = d["col_tiles"], d["pixel_groups"]
     tile_rows = engine_pass.weights.shape[0] // tiles
-    per_row = weight_words(cols) + 1
-    load = per_row * tile_rows + (param_words(cols) + 1) * engine_pass.bias.shape[0]
+    # A word a cycle: the loader takes an entry's first word as the one before goes out.
+    per_row = weight_words(cols)
+    load = per_row * tile_rows + param_words(cols) * engine_pass.bias.shape[0]
     per_output = max(output_words(cols), cols // requant_units(cols))
     k = engine_pass.beats // (tiles * groups)
     if not config.pipelined:
@@ -140,16 +141,18 @@ class RESIDENT:
     HOST_CSR_WRITE = 2
 
 
-def resident_pass_cycles(core_cycles, *, csr_writes, read_segments):
+def resident_pass_cycles(core_cycles, *, csr_writes, read_segments, host_csr_writes=None):
     """Cycles of one ``PASS`` record played on the device: the core's pass as
-    :func:`pass_cycles` models it (host-paced, as layer at a time), less the host's part of
-    that figure, plus the player's record, register writes, stream start and ``STATUS``
-    polling. The write segments are fetched while the read stream runs, off the critical
-    path; each further read segment costs its start."""
+    :func:`pass_cycles` models it (host-paced, as layer at a time, with its
+    ``host_csr_writes`` register writes, default ``csr_writes``), less the host's part of
+    that figure, plus the player's record, its ``csr_writes`` register writes, stream start
+    and ``STATUS`` polling. The write segments are fetched while the read stream runs, off
+    the critical path; each further read segment costs its start."""
     p = RESIDENT
+    host_csr_writes = csr_writes if host_csr_writes is None else host_csr_writes
     player = (p.RECORD + p.CSR_SETUP + p.CSR_WRITE * csr_writes + p.FIRST_SEGMENT
               + p.READ_LATENCY + p.SEGMENT * max(0, read_segments - 1) + p.STATUS_POLL)
-    host = p.HOST_READS + p.HOST_CSR_WRITE * csr_writes
+    host = p.HOST_READS + p.HOST_CSR_WRITE * host_csr_writes
     return core_cycles - host + player
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contract.regmap import REGISTERS
 from contract.resident import COLUMN_MULTIPLE, HEADER_COUNT_MAX, ResidentFormatError, header
 from contract.streams import POOL_MAX_WIDTH
 from models.requant import MULTIPLIER_MIN
@@ -48,6 +49,9 @@ from .trace import trace_layer
 __all__ = ["compile_layers", "compile_model", "device_segments"]
 
 _VIEWS = (g.Flatten, g.Reshape)
+#: The core's read-write registers (they hold what was written; writing one has no effect
+#: of its own), by offset.
+_RW_OFFSETS = frozenset(reg.offset for reg in REGISTERS if reg.access == "RW")
 _POOL_WINDOW = ((2, 2), (2, 2), (0, 0, 0, 0))
 
 
@@ -514,6 +518,24 @@ class _Compiler:
         def block(storage):
             return list(range(storage.address, storage.address + storage.words))
 
+        # The core's RW registers keep what was last written (the player is their only
+        # writer while it runs): a pass writes those whose value differs from what the passes
+        # before it in the program left, 2 cycles each saved. The first pass of the program
+        # writes all of its own, so every iteration, and a run after a soft reset or after
+        # layer-at-a-time passes, starts from values it wrote itself. Strobes (CTRL) and W1C
+        # bits (STATUS) are always written.
+        held = {}
+
+        def changed(writes):
+            kept = []
+            for offset, value in writes:
+                value &= 0xFFFFFFFF
+                if offset in _RW_OFFSETS and held.get(offset) == value:
+                    continue
+                held[offset] = value
+                kept.append((offset, value))
+            return kept
+
         ports_in = [self._port(n) for n in self.inputs]
         recv = compress([a for n in self.inputs for a in block(self.base(n))])
         emit("RECV", "the inputs", writes=recv)
@@ -531,11 +553,12 @@ class _Compiler:
                 writes = [None if e is None else e[0].address + e[1] for e in c2h]
                 record = len(program)
                 reads, writes = compress(reads), compress(writes)
-                emit("PASS", f"pass {prog.name!r}", csr=prog.csr_writes,
-                     reads=reads, writes=writes)
+                csr = changed(prog.csr_writes)
+                emit("PASS", f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
                 passes.append(PassInfo(step.layer.name, prog.name, record, int(cycles),
-                                       len(h2c), len(c2h), len(prog.csr_writes),
-                                       len(reads), len(writes)))
+                                       len(h2c), len(c2h), len(csr), len(reads),
+                                       len(writes),
+                                       host_csr_writes=len(prog.csr_writes)))
         ports_out = [self._port(n) for n in self.outputs]
         send = compress([a for n in self.outputs for a in block(self.base(n))])
         emit("SEND", "the outputs", reads=send)
