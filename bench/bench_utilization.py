@@ -113,7 +113,8 @@ def _utilization(records):
 def main():
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     require_counters(CONFIG, "bench_utilization")
-    provider = SimProvider(CONFIG, log=lambda message: None)
+    # Layer at a time: every layer's own PERF_CYCLES (a resident run counts a segment's).
+    provider = SimProvider(CONFIG, resident=False, log=lambda message: None)
     try:
         resnet, resnet_wall = measure("resnet8", provider, CONFIG)
         depthwise, _ = measure("dwsep", provider, CONFIG,
