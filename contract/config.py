@@ -299,18 +299,18 @@ class ConvEngineConfig:
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
-        # The resident depths only when there is a resident block: the environment of a
-        # build without one stays what it was.
-        resident = ({"TESSERA_RESIDENT_WORDS": str(self.resident_words),
-                     "TESSERA_PROGRAM_WORDS": str(self.program_words)}
-                    if self.resident else {})
+        # The resident depths only when there is a resident block, and the add's lanes only
+        # when not the default: the environment of a build without them stays what it was.
+        extra = ({"TESSERA_RESIDENT_WORDS": str(self.resident_words),
+                  "TESSERA_PROGRAM_WORDS": str(self.program_words)}
+                 if self.resident else {})
         if self.add_lanes != ADD_LANES_PER_UNIT:
-            resident["TESSERA_ADD_LANES"] = str(self.add_lanes)
+            extra["TESSERA_ADD_LANES"] = str(self.add_lanes)
         return {"TESSERA_ACT_DEPTH": str(self.act_depth),
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
                 "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
                 **{f"TESSERA_{block.upper()}": str(int(getattr(self, block)))
-                   for block in OPTIONAL_BLOCKS}, **resident}
+                   for block in OPTIONAL_BLOCKS}, **extra}
 
     @classmethod
     def from_env(cls, environ):
