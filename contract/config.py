@@ -135,6 +135,16 @@ ADDED_FEATURES = {
 }
 
 
+#: Lanes one residual-add datapath of the post-processing bank serves
+#: (``contract.postprocess.add_units``) unless a configuration's ``add_lanes`` says fewer.
+ADD_LANES_PER_UNIT = 8
+#: The values ``ConvEngineConfig.add_lanes`` may take, in the order of the ``CONFIG``
+#: register's ``add_wider`` field (0: 8, as every build before the field): 8 lanes a
+#: datapath, or 4 (two datapaths on 8 lanes: a beat every 4 cycles, the pace at which the
+#: host stream brings an ADD's operands), 2, 1.
+ADD_LANES_CHOICES = (8, 4, 2, 1)
+
+
 def check_count(name, value, *, maximum):
     """Raise ``ValueError`` naming ``name`` unless ``value`` is an int in [0, maximum]."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= maximum:
@@ -226,6 +236,12 @@ class ConvEngineConfig:
         the driver never reads them back), which leaves their bits out of the CSR bank's
         read multiplexer, and the ``CONFIG`` register's ``no_readback`` bit is set. False
         only where logic cells are scarce (the iCEBreaker).
+    add_lanes : int
+        Lanes each residual-add datapath of the post-processing bank serves (one of
+        :data:`ADD_LANES_CHOICES`): 8 by default (one datapath, three rescalers, on 8
+        lanes: an ADD beat every 8 cycles); 4 gives the 8-lane bank two datapaths (six
+        rescalers, 8 more MULT18X18D) and a beat every 4 cycles, as fast as the host
+        stream brings the operands. The ``CONFIG`` register says which.
     pipelined : bool
         Whether the engine has the registers that only buy clock speed: the address
         generator's derived registers and per-lane copies (``hw/addrgen.py``) and the skid
@@ -248,6 +264,7 @@ class ConvEngineConfig:
     pipelined: bool = True
     depthwise: bool = False
     resident_words: int = 0
+    add_lanes: int = ADD_LANES_PER_UNIT
     program_words: int = 0
 
     def __post_init__(self):
@@ -266,6 +283,9 @@ class ConvEngineConfig:
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
         for name, block in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}.items():
             check_bool(name, getattr(self, name), meaning=block.meaning)
+        if self.add_lanes not in ADD_LANES_CHOICES or isinstance(self.add_lanes, bool):
+            raise ValueError(f"add_lanes must be one of {list(ADD_LANES_CHOICES)} (lanes a "
+                             f"residual-add datapath serves), not {self.add_lanes!r}")
         check_count("resident_words", self.resident_words, maximum=MAX_RESIDENT_WORDS)
         check_count("program_words", self.program_words, maximum=MAX_PROGRAM_WORDS)
         if bool(self.resident_words) != bool(self.program_words):
@@ -305,6 +325,7 @@ class ConvEngineConfig:
                           if not getattr(self, name))
                 + "".join(feature.suffix for name, feature in ADDED_FEATURES.items()
                           if getattr(self, name))
+                + (f"-al{self.add_lanes}" if self.add_lanes != ADD_LANES_PER_UNIT else "")
                 + (f"-m{self.resident_words}p{self.program_words}" if self.resident else ""))
 
     @property
@@ -321,16 +342,18 @@ class ConvEngineConfig:
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
-        # The resident depths only when there is a resident block: the environment of a
-        # build without one stays what it was.
-        resident = ({"TESSERA_RESIDENT_WORDS": str(self.resident_words),
-                     "TESSERA_PROGRAM_WORDS": str(self.program_words)}
-                    if self.resident else {})
+        # The resident depths only when there is a resident block, and the add's lanes only
+        # when not the default: the environment of a build without them stays what it was.
+        extra = ({"TESSERA_RESIDENT_WORDS": str(self.resident_words),
+                  "TESSERA_PROGRAM_WORDS": str(self.program_words)}
+                 if self.resident else {})
+        if self.add_lanes != ADD_LANES_PER_UNIT:
+            extra["TESSERA_ADD_LANES"] = str(self.add_lanes)
         return {"TESSERA_ACT_DEPTH": str(self.act_depth),
                 "TESSERA_WEIGHT_DEPTH": str(self.weight_depth),
                 "TESSERA_MAX_COL_TILES": str(self.max_col_tiles),
                 **{f"TESSERA_{block.upper()}": str(int(getattr(self, block)))
-                   for block in OPTIONAL_BLOCKS}, **resident,
+                   for block in OPTIONAL_BLOCKS}, **extra,
                 # Only when on: the environment of a build without it stays what it was.
                 **{f"TESSERA_{name.upper()}": "1" for name in ADDED_FEATURES
                    if getattr(self, name)}}
@@ -345,6 +368,7 @@ class ConvEngineConfig:
                    max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]),
                    resident_words=int(environ.get("TESSERA_RESIDENT_WORDS", "0")),
                    program_words=int(environ.get("TESSERA_PROGRAM_WORDS", "0")),
+                   add_lanes=int(environ.get("TESSERA_ADD_LANES", str(ADD_LANES_PER_UNIT))),
                    **{block: environ.get(f"TESSERA_{block.upper()}", "1") == "1"
                       for block in OPTIONAL_BLOCKS},
                    **{name: environ.get(f"TESSERA_{name.upper()}", "0") == "1"

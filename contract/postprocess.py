@@ -9,10 +9,10 @@ most R*C results every K cycles, so a few rescalers keep up with it at a fractio
 array's multipliers. Read by the RTL and by the driver's cycle model.
 """
 
-from .config import check_bool
+from .config import ADD_LANES_CHOICES, ADD_LANES_PER_UNIT, check_bool
 from .requant import MULTIPLIER_WIDTH, SHIFT_MAX, SHIFT_MIN
 
-__all__ = ["ADD_LANES_PER_UNIT", "ADD_LATENCY", "ADD_RESCALERS_PER_UNIT",
+__all__ = ["ADD_LANES_CHOICES", "ADD_LANES_PER_UNIT", "ADD_LATENCY", "ADD_RESCALERS_PER_UNIT",
            "MULTIPLIERS_PER_RESCALER", "REQUANT_LANES_PER_UNIT", "REQUANT_LATENCY",
            "add_units", "bank_rescalers", "postprocess_multipliers", "requant_units",
            "SERIAL_BEAT_CYCLES", "SERIAL_MAX_LANE_CYCLES", "serial_lane_cycles",
@@ -21,8 +21,9 @@ __all__ = ["ADD_LANES_PER_UNIT", "ADD_LATENCY", "ADD_RESCALERS_PER_UNIT",
 #: Lanes one rescaler serves in requantization (CONV passes): 4 rescalers for 8 lanes, a
 #: beat every 2 cycles, as fast as a 1x1 layer with 16 input channels yields them.
 REQUANT_LANES_PER_UNIT = 2
-#: Lanes one residual-add datapath serves (ADD passes): 1 for 8 lanes, a lane a cycle.
-ADD_LANES_PER_UNIT = 8
+# ADD_LANES_PER_UNIT (lanes one residual-add datapath serves unless the configuration's
+# ``add_lanes`` says fewer: 1 datapath for 8 lanes, a lane a cycle) and ADD_LANES_CHOICES
+# live with the configuration that checks them (contract.config).
 #: Rescalers one residual-add datapath takes: the two input rescales and the output one.
 ADD_RESCALERS_PER_UNIT = 3
 #: MULT18X18D of one 32 x 31-bit rescaler (``hw.wide_multiply``).
@@ -51,20 +52,25 @@ def requant_units(lanes):
     return shared_units(lanes, REQUANT_LANES_PER_UNIT)
 
 
-def add_units(lanes):
-    """Residual-add datapaths (three rescalers each) serving a beat ``lanes`` wide (1 for
-    the 8x8 array: a beat every 8 cycles)."""
-    return shared_units(lanes, ADD_LANES_PER_UNIT)
+def add_units(lanes, add_lanes=ADD_LANES_PER_UNIT):
+    """Residual-add datapaths (three rescalers each) serving a beat ``lanes`` wide, each
+    for about ``add_lanes`` lanes (1 for the 8x8 array by default: a beat every 8 cycles;
+    2 with ``add_lanes`` 4: a beat every 4)."""
+    if add_lanes not in ADD_LANES_CHOICES or isinstance(add_lanes, bool):
+        raise ValueError(f"add_lanes must be one of {list(ADD_LANES_CHOICES)}, "
+                         f"not {add_lanes!r}")
+    return shared_units(lanes, add_lanes)
 
 
-def bank_rescalers(lanes, *, residual_add=True):
-    """Rescalers of the post-processing bank: enough for either mode (4 for the 8x8); a
-    bank built without the residual add (``ConvEngineConfig.residual_add``) keeps only
-    the requantizer's (1 for 2 lanes instead of 3)."""
+def bank_rescalers(lanes, *, residual_add=True, add_lanes=ADD_LANES_PER_UNIT):
+    """Rescalers of the post-processing bank: enough for either mode (4 for the 8x8; 6
+    with ``add_lanes`` 4); a bank built without the residual add
+    (``ConvEngineConfig.residual_add``) keeps only the requantizer's (1 for 2 lanes
+    instead of 3)."""
     check_bool("residual_add", residual_add)
     if not residual_add:
         return requant_units(lanes)
-    return max(requant_units(lanes), ADD_RESCALERS_PER_UNIT * add_units(lanes))
+    return max(requant_units(lanes), ADD_RESCALERS_PER_UNIT * add_units(lanes, add_lanes))
 
 
 def serial_requantizer(*, residual_add=True, pipelined=True):
@@ -94,9 +100,11 @@ SERIAL_BEAT_CYCLES = 2
 SERIAL_MAX_LANE_CYCLES = max(serial_lane_cycles(n) for n in range(SHIFT_MIN, SHIFT_MAX + 1))
 
 
-def postprocess_multipliers(lanes, *, residual_add=True, pipelined=True):
+def postprocess_multipliers(lanes, *, residual_add=True, pipelined=True,
+                            add_lanes=ADD_LANES_PER_UNIT):
     """MULT18X18D outside the array: the bank's rescalers (16 for the 8x8 array; 4 for a
     2-lane bank without the residual add; none for the serial requantizer)."""
     if serial_requantizer(residual_add=residual_add, pipelined=pipelined):
         return 0
-    return MULTIPLIERS_PER_RESCALER * bank_rescalers(lanes, residual_add=residual_add)
+    return MULTIPLIERS_PER_RESCALER * bank_rescalers(lanes, residual_add=residual_add,
+                                                     add_lanes=add_lanes)

@@ -11,7 +11,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ADDED_FEATURES, OPTIONAL_BLOCKS
+from .config import ADD_LANES_CHOICES, ADD_LANES_PER_UNIT, ADDED_FEATURES, OPTIONAL_BLOCKS
 from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
@@ -19,7 +19,8 @@ ID_VALUE = 0x54455353  # "TESS"
 # CONFIG.no_perf. Minor 4: CONFIG.no_readback. Minor 5: CONFIG.no_pipeline. Minor 6: the
 # resident block's RES_* registers (reading 0 on a build without it, as on older builds).
 # Minor 7: CONFIG.depthwise and CONV_DEPTHWISE (the depthwise mode, on builds with it).
-MAP_VERSION = (0 << 16) | 7
+# Minor 8: CONFIG.add_wider (the residual add's datapaths; 0 on older builds, as then).
+MAP_VERSION = (0 << 16) | 8
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware
@@ -74,6 +75,11 @@ class Register:
 ABSENCE_LSB = 24
 
 
+#: The CONFIG field that says how many lanes a residual-add datapath serves (the index of
+#: ``ConvEngineConfig.add_lanes`` in ``contract.config.ADD_LANES_CHOICES``).
+ADD_WIDER_LSB = 30
+
+
 def _whole(doc):
     return (Field("value", 0, 32, doc),)
 
@@ -99,7 +105,9 @@ REGISTERS = (
         # Set for a feature a build adds: a build from before the bit reads 0 (without it).
         *(Field(feature.presence_bit, ABSENCE_LSB + len(OPTIONAL_BLOCKS) + index, 1,
                 feature.presence_doc)
-          for index, feature in enumerate(ADDED_FEATURES.values())))),
+          for index, feature in enumerate(ADDED_FEATURES.values())),
+        Field("add_wider", ADD_WIDER_LSB, 2,
+              "lanes a residual-add datapath serves: 0: 8, 1: 4, 2: 2, 3: 1"))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
              _whole("elements")),
     Register("WEIGHT_DEPTH", 0x010, "RO", "Weight buffer depth in words of C int8 weights",
@@ -275,7 +283,7 @@ def _fields(register_name):
 ARRAY_FIELDS = ("rows", "cols", "acc_width")
 
 
-def pack_config(*, rows, cols, acc_width, **flags):
+def pack_config(*, rows, cols, acc_width, add_lanes=ADD_LANES_PER_UNIT, **flags):
     """The CONFIG register's word for an array of ``rows`` x ``cols`` with ``acc_width``-bit
     accumulators (each must fit its field) and the absence bit of each optional block that
     ``flags`` (``contract.config.OPTIONAL_BLOCKS`` field -> present, true when not named;
@@ -295,7 +303,15 @@ def pack_config(*, rows, cols, acc_width, **flags):
                 word |= 1 << _fields("CONFIG")[ADDED_FEATURES[name].presence_bit].lsb
         elif not present:
             word |= 1 << _fields("CONFIG")[OPTIONAL_BLOCKS[name].absence_bit].lsb
-    return word
+    if add_lanes not in ADD_LANES_CHOICES:
+        raise ValueError(f"CONFIG.add_wider: add_lanes must be one of "
+                         f"{list(ADD_LANES_CHOICES)}, not {add_lanes!r}")
+    return word | ADD_LANES_CHOICES.index(add_lanes) << ADD_WIDER_LSB
+
+
+def unpack_add_lanes(word):
+    """``ConvEngineConfig.add_lanes`` read from a CONFIG register word."""
+    return ADD_LANES_CHOICES[(word >> ADD_WIDER_LSB) & 0b11]
 
 
 def unpack_config(word):

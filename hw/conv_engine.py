@@ -310,7 +310,7 @@ class ConvEngine(wiring.Component):
             m.submodules.postprocess = post = SerialRequantizer(lanes=cols)
         else:
             m.submodules.postprocess = post = PostProcessBank(
-                lanes=cols, residual_add=cfg.residual_add)
+                lanes=cols, residual_add=cfg.residual_add, add_lanes=cfg.add_lanes)
         # The mode fans out to every multiplexer of the bank: it leaves a register (a pass's
         # first beat comes cycles after the opcode is latched, and the bank's streams stay
         # not ready until its mode matches).

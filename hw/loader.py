@@ -10,8 +10,11 @@ h2c words ──► gather ─ *_WEIGHTS ──► weights (C int8, weight_words
 ```
 
 Words are gathered into an entry of as many words as the phase's beat needs; the entry goes
-out when full and the next word is taken only once it has (no skid buffer: the loads are
-word-rate and the engine takes an entry a cycle). Each output's ``valid`` is a flip-flop,
+out when full, and the next entry's first word is taken in the cycle the full one goes out
+(its word slot is written at the clock edge, after the consumer has read the entry), so an
+entry of n words takes n cycles, not n + 1. Not after the phase's last entry (``load_last``
+while one waits): the word after it belongs to the next phase, which the sequencer starts
+a cycle later. Each output's ``valid`` is a flip-flop,
 set by the word that completes an entry (the phase is stable while one gathers), so the
 handshake the sequencer counts (``entry_taken``) starts from registers rather than from the
 sequencer's own state through this decode (the ECP5 board build's critical path).
@@ -50,6 +53,7 @@ class HostLoader(wiring.Component):
             "phase": In(Phase),
             "adding": In(1),        # STREAM carries ADD operand pairs, else POOL pixels
             "load_last": In(1),
+            "phase_last": In(1),    # the entry out (or being gathered) ends the phase
             "weights_held": In(1),
             "clear": In(1),
             "params": Out(stream.Signature(param_load_layout(cols))),
@@ -85,16 +89,26 @@ class HostLoader(wiring.Component):
 
         gathering = (phase == Phase.PARAMS) | (phase == Phase.REST_WEIGHTS) \
             | streaming | ((phase == Phase.FIRST_WEIGHTS) & ~self.weights_held)
+        taken = Signal()
+        m.d.comb += taken.eq(Cat(out.valid & out.ready for out in outputs).any())
         with m.If(gathering):
-            m.d.comb += self.h2c.ready.eq(~full)
+            m.d.comb += self.h2c.ready.eq(~full | (taken & ~self.phase_last))
         with m.Elif(phase == Phase.ACTIVATIONS):
             m.d.comb += self.h2c.ready.eq(self.acts.ready)
+        # A word taken while the full entry goes out starts the next entry.
+        slot = Mux(taken, 0, count)
         with m.If(self.h2c.valid & self.h2c.ready & gathering):
-            m.d.sync += [gathered.word_select(count, WORD_BITS).eq(self.h2c.payload.data),
-                         count.eq(count + 1)]
-            with m.If(count + 1 == needed):
+            m.d.sync += [gathered.word_select(slot, WORD_BITS).eq(self.h2c.payload.data),
+                         count.eq(slot + 1)]
+            with m.If(slot + 1 == needed):
                 m.d.sync += [out.valid.eq(is_for)
                              for out, is_for in zip(outputs, destined, strict=True)]
+            with m.Elif(taken):
+                m.d.sync += [out.valid.eq(0) for out in outputs]
+        with m.Elif(taken):
+            m.d.sync += [count.eq(0), *(out.valid.eq(0) for out in outputs)]
+        with m.If(self.clear):
+            m.d.sync += [count.eq(0), *(out.valid.eq(0) for out in outputs)]
 
         m.d.comb += [
             self.params.payload.word.eq(gathered),
@@ -113,10 +127,5 @@ class HostLoader(wiring.Component):
             self.acts.valid.eq((phase == Phase.ACTIVATIONS) & self.h2c.valid),
             self.act_taken.eq(self.acts.valid & self.acts.ready),
         ]
-        m.d.comb += self.entry_taken.eq((self.params.valid & self.params.ready)
-                                        | (self.weights.valid & self.weights.ready)
-                                        | (self.pairs.valid & self.pairs.ready)
-                                        | (self.pixels.valid & self.pixels.ready))
-        with m.If(self.entry_taken | self.clear):
-            m.d.sync += [count.eq(0), *(out.valid.eq(0) for out in outputs)]
+        m.d.comb += self.entry_taken.eq(taken)
         return m

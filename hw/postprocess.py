@@ -34,7 +34,7 @@ from amaranth import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.config import check_bool, check_positive_int
+from contract.config import ADD_LANES_PER_UNIT, check_bool, check_positive_int
 from contract.descriptor import ADD_PARAM_FIELDS
 from contract.postprocess import (
     ADD_LATENCY,
@@ -159,19 +159,22 @@ class PostProcessBank(wiring.Component):
         Whether the add's datapath is built. Without it the bank is a requantizer alone:
         ``adding`` is ignored, ``operands`` is never ready and ``sums`` never valid, and
         only ``requant_units`` rescalers remain (``contract.postprocess.bank_rescalers``).
+    add_lanes : int
+        Lanes each residual-add datapath serves (``ConvEngineConfig.add_lanes``): 8 lanes
+        with 4 give two datapaths, an ADD beat every 4 cycles instead of 8.
     """
 
     #: ``contract.postprocess``'s latencies, which the driver's cycle model reads.
     REQUANT_LATENCY = REQUANT_LATENCY
     ADD_LATENCY = ADD_LATENCY
 
-    def __init__(self, *, lanes, residual_add=True):
+    def __init__(self, *, lanes, residual_add=True, add_lanes=ADD_LANES_PER_UNIT):
         self.lanes = check_positive_int("lanes", lanes, maximum=256)
         self.residual_add = check_bool("residual_add", residual_add)
         self.requant_units = requant_units(lanes)
         # Without the add, no datapath: the loops below see no unit in an add role.
-        self.add_units = add_units(lanes) if residual_add else 0
-        self.rescalers = bank_rescalers(lanes, residual_add=residual_add)
+        self.add_units = add_units(lanes, add_lanes) if residual_add else 0
+        self.rescalers = bank_rescalers(lanes, residual_add=residual_add, add_lanes=add_lanes)
         super().__init__(bank_ports(lanes))
 
     def cycles_per_beat(self, adding):

@@ -109,7 +109,8 @@ class CommandSequencer(wiring.Component):
       ``opcode``, ``adding`` (the opcode is ``ADD``: a flip-flop for the loader's and the
       result path's multiplexers, not a 32-bit comparison), ``pooling`` and
       ``pool_from_host`` (the pool's input is the host's pixels; both latched at start),
-      ``last_frame``.
+      ``last_frame``, ``phase_last`` (the entry the loader holds is its phase's last: the
+      load's, or the first column tile's last weight row).
     - status (out): ``error_code``, ``set_done``, ``set_error`` (one-cycle pulses).
 
     Parameters
@@ -137,6 +138,7 @@ class CommandSequencer(wiring.Component):
             "phase": Out(Phase),
             "busy": Out(1),
             "load_last": Out(1),
+            "phase_last": Out(1),
             "weights_held": Out(1),
             "engine_start": Out(1),
             "opcode": Out(32),
@@ -179,7 +181,9 @@ class CommandSequencer(wiring.Component):
         # to IDLE, so the loader's clear, the pool and the counters far from here read a
         # register rather than a decode of this FSM's state (a long path at the board clock).
         busy = Signal()
+        phase_last = Signal()
         m.d.comb += [self.busy.eq(busy), self.load_last.eq(last_word),
+                     self.phase_last.eq(last_word | phase_last),
                      self.last_frame.eq(last_frame), self.set_done.eq(self.finished)]
         m.d.sync += self.engine_start.eq(0)  # a one-cycle pulse (set in FIRST_WEIGHTS)
 
@@ -279,7 +283,7 @@ class CommandSequencer(wiring.Component):
                 # in: `engine_start` leaves a register, so the start reaches the engine a
                 # cycle after the last row (STARTING) and no path runs from the loader's
                 # handshake through this FSM into the engine's start logic.
-                m.d.comb += self.phase.eq(Phase.FIRST_WEIGHTS)
+                m.d.comb += [self.phase.eq(Phase.FIRST_WEIGHTS), phase_last.eq(last_row)]
                 with m.If(self.entry_taken):
                     m.d.sync += count_down(rows_to_go, last_row)
                     with m.If(self.load_last | last_row):

@@ -102,7 +102,7 @@ class AcceleratorTop(wiring.Component):
             csr.id.eq(ID_VALUE),
             csr.version.eq(MAP_VERSION),
             csr.config.eq(pack_config(rows=rows, cols=cols, acc_width=cfg.array.acc_width,
-                                      **cfg.features())),
+                                      add_lanes=cfg.add_lanes, **cfg.features())),
             csr.act_depth.eq(cfg.act_depth),
             csr.weight_depth.eq(cfg.weight_depth),
             csr.param_depth.eq(cfg.max_col_tiles),
@@ -139,7 +139,8 @@ class AcceleratorTop(wiring.Component):
         wiring.connect(m, wiring.flipped(self.h2c), loader.h2c)
         m.d.comb += [
             loader.phase.eq(seq.phase), loader.adding.eq(seq.adding),
-            loader.load_last.eq(seq.load_last), loader.weights_held.eq(seq.weights_held),
+            loader.load_last.eq(seq.load_last), loader.phase_last.eq(seq.phase_last),
+            loader.weights_held.eq(seq.weights_held),
             # Idle, the loader holds nothing: a pass that ends early (a forced error) must
             # not leave a gathered entry offered to the engine or the pool.
             loader.clear.eq(soft_reset | ~seq.busy),

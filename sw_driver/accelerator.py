@@ -13,7 +13,7 @@ import numpy as np
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.descriptor import ADD_PARAM_FIELDS, DEPTHWISE_FIELDS, DESCRIPTOR_FIELDS
-from contract.regmap import unpack_config, unpack_features
+from contract.regmap import unpack_add_lanes, unpack_config, unpack_features
 from contract.streams import (
     ACTIVATIONS_PER_WORD,
     POOL_MAX_WIDTH,
@@ -279,6 +279,7 @@ class Accelerator:
                                        # on one from before the registers).
                                        resident_words=read(Reg.RES_DATA_WORDS),
                                        program_words=read(Reg.RES_PROGRAM_WORDS),
+                                       add_lanes=unpack_add_lanes(config_word),
                                        **unpack_features(config_word))
         #: Widest feature map the device's 2x2 max pool takes.
         self.pool_max_width = read(Reg.POOL_MAX_WIDTH)

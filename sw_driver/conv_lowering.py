@@ -308,7 +308,8 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
             # A depthwise pass holds each pixel's channels as whole words.
             per_pixel = (ACTIVATIONS_PER_WORD * depthwise_words(cols)
                          * -(-len(in_chans) // cols) if on_array else len(in_chans))
-            for row0, rows in _row_bands(config, per_pixel, wd, oh, kh, sh, row_multiple):
+            for row0, rows in _row_bands(config, per_pixel, wd, oh, kh, sh, row_multiple,
+                                         height=h):
                 # Input rows of this band of output rows; rows outside the image are the
                 # band's own padding (the engine feeds z_x there).
                 first = row0 * sh - top
@@ -325,11 +326,17 @@ def lower_conv2d(x, w, bias, multiplier, shift, *, x_zero_point, y_zero_point,
     return passes
 
 
-def _row_bands(config, channels, width, out_height, kernel_h, stride, row_multiple):
+def _row_bands(config, channels, width, out_height, kernel_h, stride, row_multiple, *,
+               height=None):
     """``(first output row, rows)`` of each band whose input rows fit the activation buffer
-    (one band when the whole image fits). Band heights are multiples of ``row_multiple``
-    (2 when a fused 2x2 pool follows) except possibly the last."""
+    (one band when the whole image of ``height`` rows fits). Band heights are multiples of
+    ``row_multiple`` (2 when a fused 2x2 pool follows) except possibly the last."""
     input_rows = config.act_depth // max(1, width * channels)
+    if height is not None and height <= input_rows:
+        # The padding rows are the engine's own (it feeds z_x there), not the buffer's: a
+        # 3x3 layer whose image just fits runs in one pass, not in a band of H - 2 rows and
+        # a second pass that loads its weights again for the last two.
+        return [(0, out_height)]
     rows = (input_rows - kernel_h) // stride + 1
     rows -= rows % row_multiple
     if rows >= out_height:

@@ -55,6 +55,21 @@ def test_bands_for_a_fused_pool_have_even_heights(rng):
     assert np.array_equal(max_pool2d(out, 2, 2), max_pool2d(want, 2, 2))
 
 
+def test_an_image_that_just_fits_is_one_pass(rng):
+    """6 x 20 x 5 = 600 elements fill the buffer exactly: with padding 1 the 3x3 layer
+    needs no stored row beyond them, so it is one pass (not a band of 18 rows and one of
+    2); one more row and it is split."""
+    weights = rng.integers(-128, 128, (4, 6, 3, 3), dtype=np.int8)
+    for height, count in ((20, 1), (21, 2)):
+        x = rng.integers(-128, 128, (1, 6, height, 5), dtype=np.int8)
+        passes = lower_conv2d(x, weights, None, 2**30, 20, x_zero_point=3, y_zero_point=0,
+                              padding=1, config=SMALL)
+        assert len(passes) == count, [p.out_size for p in passes]
+        out = assemble_output(passes, [engine_reference(p) for p in passes], 4)
+        want = requantize(conv2d(x, weights, None, x_zero_point=3, padding=1), 2**30, 20, 0)
+        assert np.array_equal(out, want)
+
+
 def test_a_fused_pool_gets_no_band_of_one_row(rng):
     """13 output rows in bands of 2: the 13th row, which the pool drops, is not a band of
     its own (it would pool to nothing); found by the resident soak (seed 1, case 3)."""

@@ -35,6 +35,9 @@ LAYERS = [
     (16, 12, (6, 6), 1, 1, 0),   # 1x1: the output path is the bottleneck
     (2, 9, (5, 13), 5, 1, 2),    # K = 50, three tiles
     (8, 8, (16, 16), 3, 1, 1),   # activations (2048 bytes) fill the buffer
+    # A Dense pass's shape (samples as pixels of 512 channels): a group starts once its
+    # last sample's first word is in, not all of its 128 words.
+    (512, 4, (1, 4), 1, 1, 0),
 ]
 
 

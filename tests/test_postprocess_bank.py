@@ -63,11 +63,11 @@ def add_pass(rng, lanes, beats, scales=None, zero_points=None):
             "label": f"add scales={scales} zero points={zero_points} lo={lo}"}
 
 
-def run_bank(lanes, passes, rng, stall=0.3):
+def run_bank(lanes, passes, rng, stall=0.3, add_lanes=8):
     """Run ``passes`` one after the other through one bank (the mode switched between
     them, once the previous pass has left), with random stalls on both sides; returns
     per pass the results and their ``last`` flags."""
-    dut = PostProcessBank(lanes=lanes)
+    dut = PostProcessBank(lanes=lanes, add_lanes=add_lanes)
     got = [[] for _ in passes]
     lasts = [[] for _ in passes]
 
@@ -132,6 +132,16 @@ def test_modes_alternate_bit_exact(lanes, rng, seed):
     check(passes, got, lasts, seed, lanes)
 
 
+@pytest.mark.parametrize("lanes, add_lanes", [(8, 4), (8, 2), (6, 4)])
+def test_more_add_datapaths_bit_exact(lanes, add_lanes, rng, seed):
+    """With two or more add datapaths (``add_lanes`` below the lanes), each takes its own
+    lanes of a beat: every pass still bit-exact, modes alternating."""
+    passes = [add_pass(rng, lanes, 9), requant_pass(rng, lanes, 7),
+              add_pass(rng, lanes, 6, (0.5, 0.001, 0.03), (-128, 127, -128))]
+    got, lasts = run_bank(lanes, passes, rng, add_lanes=add_lanes)
+    check(passes, got, lasts, seed, lanes)
+
+
 def test_add_extremes(rng, seed):
     """Very different input scales, extreme zero points, a saturating output."""
     passes = [add_pass(rng, 8, 20, (0.5, 0.001, 0.03), (-128, 127, -128)),
@@ -141,11 +151,11 @@ def test_add_extremes(rng, seed):
     check(passes, got, lasts, seed, 8)
 
 
-def beat_times(lanes, adding, beats):
+def beat_times(lanes, adding, beats, add_lanes=8):
     """Cycles at which result beats leave under a ready consumer and an eager producer."""
     rng = np.random.default_rng(0)
     work = add_pass(rng, lanes, beats) if adding else requant_pass(rng, lanes, beats)
-    dut = PostProcessBank(lanes=lanes)
+    dut = PostProcessBank(lanes=lanes, add_lanes=add_lanes)
     times = []
 
     async def feed(ctx):
@@ -185,6 +195,15 @@ def test_beats_leave_at_the_contract_rate(adding):
     latency = dut.ADD_LATENCY if adding else dut.REQUANT_LATENCY
     # The first beat: its transfer in, then the latency plus a cycle per further group.
     assert times[0] == 1 + latency + per_beat - 1
+
+
+def test_two_add_datapaths_give_a_sum_every_four_cycles():
+    times, dut = beat_times(8, 1, 6, add_lanes=4)
+    assert (dut.add_units, dut.rescalers, dut.cycles_per_beat(1)) == (2, 6, 4)
+    assert np.diff(times).tolist() == [4] * 5
+    assert postprocess_multipliers(8, add_lanes=4) == 24
+    with pytest.raises(ValueError, match="add_lanes must be one of"):
+        add_units(8, 3)
 
 
 def test_the_bank_owns_four_rescalers_on_eight_lanes():

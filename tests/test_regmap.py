@@ -15,6 +15,7 @@ from contract.regmap import (
     by_name,
     pack_config,
     stale_files,
+    unpack_add_lanes,
     unpack_config,
 )
 from contract.requant import (
@@ -211,6 +212,21 @@ def test_config_word_packs_and_unpacks():
     assert unpack_config(word) == {"rows": 8, "cols": 16, "acc_width": 32}
     # The driver's constants are generated from the same fields.
     assert regs.CONFIG_COLS_MASK == 0xFF00 and regs.CONFIG_COLS_SHIFT == 8
+
+
+def test_config_word_says_how_many_lanes_an_add_datapath_serves():
+    # 0 (every build before the field) is the default 8; the others round-trip.
+    assert unpack_add_lanes(pack_config(rows=8, cols=8, acc_width=32)) == 8
+    for lanes in (8, 4, 2, 1):
+        word = pack_config(rows=8, cols=8, acc_width=32, add_lanes=lanes)
+        assert unpack_add_lanes(word) == lanes
+        assert unpack_config(word) == {"rows": 8, "cols": 8, "acc_width": 32}
+    with pytest.raises(ValueError, match=r"add_lanes must be one of \[8, 4, 2, 1\], not 3"):
+        pack_config(rows=8, cols=8, acc_width=32, add_lanes=3)
+    with pytest.raises(ValueError, match=r"add_lanes must be one of \[8, 4, 2, 1\].*not 5"):
+        ConvEngineConfig(add_lanes=5)
+    assert ConvEngineConfig(add_lanes=4).name.endswith("-al4")
+    assert "-al" not in ConvEngineConfig().name
 
 
 def test_config_word_refuses_values_its_fields_cannot_hold():

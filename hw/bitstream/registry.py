@@ -64,7 +64,8 @@ def multipliers_needed(config):
     PE and four per rescaler of the post-processing bank (``contract.postprocess``); what
     ``synth_ecp5`` produces for the default tops."""
     return config.rows * config.cols + postprocess_multipliers(
-        config.cols, residual_add=config.residual_add, pipelined=config.pipelined)
+        config.cols, residual_add=config.residual_add, pipelined=config.pipelined,
+        add_lanes=config.add_lanes)
 
 
 def ram_blocks(depth, width, family):

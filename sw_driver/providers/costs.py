@@ -222,8 +222,9 @@ POOL_CSR_WRITES, ADD_CSR_WRITES = 7, 15
 #: since the skid buffers on their input and output streams (hw/top.py, hw/conv_engine.py;
 #: measured on the twins).
 POOL_FIXED_CYCLES, ADD_FIXED_CYCLES = 32, 75
-#: Cycles per POOL input beat beyond its words (the gatherer hands the beat on).
-EXTRA_CYCLES_PER_BEAT = 1
+#: Cycles per POOL or ADD input beat beyond its words: none since the loader takes a beat's
+#: first word in the cycle the gathered one goes out (hw/loader.py).
+EXTRA_CYCLES_PER_BEAT = 0
 
 
 def pool_work(shape, config):
@@ -248,17 +249,20 @@ def _add_size(layer, shape):
     return int(np.prod(shape))
 
 
-def add_cycles_per_beat(cols):
-    """Cycles one ADD beat (C pairs) takes: its words plus one to gather them, or the
-    post-processing bank's ``C // add_units(C)`` in add mode if slower (8 on the 8x8)."""
-    return max(add_words(cols) + EXTRA_CYCLES_PER_BEAT, cols // add_units(cols))
+def add_cycles_per_beat(config):
+    """Cycles one ADD beat (C pairs) takes on an engine of ``config``: its words, or the
+    post-processing bank's ``C // add_units(C)`` in add mode if slower (8 on the 8x8 with
+    one add datapath, 4 with two: ``config.add_lanes``)."""
+    cols = config.cols
+    return max(add_words(cols) + EXTRA_CYCLES_PER_BEAT,
+               cols // add_units(cols, config.add_lanes))
 
 
 def add_work(size, config):
     """One ADD pass: C pairs per input beat, one output beat of C each."""
     beats = -(-size // config.cols)
     words = add_words(config.cols)
-    return DeviceWork(1, ADD_FIXED_CYCLES + beats * add_cycles_per_beat(config.cols),
+    return DeviceWork(1, ADD_FIXED_CYCLES + beats * add_cycles_per_beat(config),
                       beats * words * 4, beats * output_words(config.cols) * 4,
                       ADD_CSR_WRITES + CSR_READS_PER_PASS)
 

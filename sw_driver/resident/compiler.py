@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from contract.regmap import REGISTERS
 from contract.resident import COLUMN_MULTIPLE, HEADER_COUNT_MAX, ResidentFormatError, header
 from contract.streams import POOL_MAX_WIDTH
 from models.requant import MULTIPLIER_MIN
@@ -35,7 +36,9 @@ from models.requant import MULTIPLIER_MIN
 from .. import graph as g
 from ..accelerator import skip_strided_1x1
 from ..conv_lowering import lower_conv2d
+from ..cycle_model import resident_pass_cycles
 from ..errors import ResidentFitError
+from ..gap_lowering import dense_chunk, gap_requantization, gap_weights
 from ..providers.costs import add_work, pool_work
 from ..shapes import infer_shapes
 from .image import DeviceImage, PassInfo, Port
@@ -46,6 +49,9 @@ from .trace import trace_layer
 __all__ = ["compile_layers", "compile_model", "device_segments"]
 
 _VIEWS = (g.Flatten, g.Reshape)
+#: The core's read-write registers (they hold what was written; writing one has no effect
+#: of its own), by offset.
+_RW_OFFSETS = frozenset(reg.offset for reg in REGISTERS if reg.access == "RW")
 _POOL_WINDOW = ((2, 2), (2, 2), (0, 0, 0, 0))
 
 
@@ -239,6 +245,9 @@ class _Compiler:
         if isinstance(layer, g.GlobalAveragePool):
             # Over the padded channel count too: those means land in the output's padding.
             x = self._own(layer.inputs[0], layer)
+            grouped = self._gap_as_samples(layer, x, out)
+            if grouped is not None:
+                return grouped
 
             def run(acc, xs):
                 return acc.global_average_pool(
@@ -249,6 +258,54 @@ class _Compiler:
                                config, self.pool_max_width)
         raise ResidentFitError(f"layer {layer.name!r}: {layer.op} does not run resident",
                                what=layer.name)
+
+    def _gap_as_samples(self, layer, x, out):
+        """A global average pool as Dense passes whose samples are the image's groups of
+        ``g`` channels, or None when no group size reads whole words.
+
+        Layer at a time the samples are the batch's images (``Accelerator.
+        global_average_pool``); a resident iteration has one image, which would leave all
+        but one of the array's rows idle and reload the same weights for each group of
+        channels. Sample ``j`` here is channels ``j*g .. j*g + g - 1`` in pixel-major order
+        (``g`` bytes of every pixel of the HWC block: whole words when ``g`` is a multiple
+        of 4), and the weights ``gap_weights(g, HW)`` sum each column's channel over the
+        pixels exactly as the per-group passes do, so the results are the same bits. The
+        group size with the fewest modelled cycles wins."""
+        channels, hw = x.stride, x.height * x.width
+        shape = self._shape(layer.inputs[0])
+        try:
+            multiplier, shift = gap_requantization(layer.x_scale, layer.y_scale,
+                                                   shape[2] * shape[3], layer.name)
+        except ValueError:
+            return None  # the layer-at-a-time path says why
+        ids = x.ids(channels)[0].reshape(channels, hw)
+        out_ids = self._padded_out(out, channels)
+        best = None
+        for group in range(4, min(self.config.cols, channels) + 1, 4):
+            size = hw * group
+            if (channels % group or size > self.config.weight_depth
+                    or size > self.config.act_depth):
+                continue
+            samples = channels // group
+            xs = ids.reshape(samples, group, hw).transpose(0, 2, 1).reshape(samples, size)
+            weights = gap_weights(group, hw)
+            chunk = dense_chunk(size, self.config)
+
+            def run(acc, xs, group=group, weights=weights, chunk=chunk):
+                parts = [acc.dense(xs[start:start + chunk], weights, None,
+                                   np.full(group, multiplier), np.full(group, shift),
+                                   x_zero_point=layer.x_zero_point,
+                                   y_zero_point=layer.y_zero_point, lo=layer.lo, hi=layer.hi,
+                                   name=layer.name)
+                         for start in range(0, len(xs), chunk)]
+                return np.concatenate(parts).reshape(1, -1, 1, 1)
+            traces = trace_layer(run, [xs], out_ids, self.config, self.pool_max_width)
+            cycles = sum(resident_pass_cycles(t.expected_cycles,
+                                              csr_writes=len(t.program.csr_writes),
+                                              read_segments=1) for t in traces)
+            if best is None or cycles < best[0]:
+                best = (cycles, traces)
+        return None if best is None else best[1]
 
     def _own(self, name, layer):
         if name in self.views:
@@ -461,6 +518,24 @@ class _Compiler:
         def block(storage):
             return list(range(storage.address, storage.address + storage.words))
 
+        # The core's RW registers keep what was last written (the player is their only
+        # writer while it runs): a pass writes those whose value differs from what the passes
+        # before it in the program left, 2 cycles each saved. The first pass of the program
+        # writes all of its own, so every iteration, and a run after a soft reset or after
+        # layer-at-a-time passes, starts from values it wrote itself. Strobes (CTRL) and W1C
+        # bits (STATUS) are always written.
+        held = {}
+
+        def changed(writes):
+            kept = []
+            for offset, value in writes:
+                value &= 0xFFFFFFFF
+                if offset in _RW_OFFSETS and held.get(offset) == value:
+                    continue
+                held[offset] = value
+                kept.append((offset, value))
+            return kept
+
         ports_in = [self._port(n) for n in self.inputs]
         recv = compress([a for n in self.inputs for a in block(self.base(n))])
         emit("RECV", "the inputs", writes=recv)
@@ -478,11 +553,12 @@ class _Compiler:
                 writes = [None if e is None else e[0].address + e[1] for e in c2h]
                 record = len(program)
                 reads, writes = compress(reads), compress(writes)
-                emit("PASS", f"pass {prog.name!r}", csr=prog.csr_writes,
-                     reads=reads, writes=writes)
+                csr = changed(prog.csr_writes)
+                emit("PASS", f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
                 passes.append(PassInfo(step.layer.name, prog.name, record, int(cycles),
-                                       len(h2c), len(c2h), len(prog.csr_writes),
-                                       len(reads), len(writes)))
+                                       len(h2c), len(c2h), len(csr), len(reads),
+                                       len(writes),
+                                       host_csr_writes=len(prog.csr_writes)))
         ports_out = [self._port(n) for n in self.outputs]
         send = compress([a for n in self.outputs for a in block(self.base(n))])
         emit("SEND", "the outputs", reads=send)

@@ -68,11 +68,15 @@ class PassInfo:
     csr_writes: int
     read_segments: int = 1
     write_segments: int = 1
+    #: The register writes of the pass layer at a time (``csr_writes`` leaves out those
+    #: whose value the registers already hold); None: the same.
+    host_csr_writes: int | None = None
 
     @property
     def expected_cycles(self):
         return resident_pass_cycles(self.core_cycles, csr_writes=self.csr_writes,
-                                    read_segments=self.read_segments)
+                                    read_segments=self.read_segments,
+                                    host_csr_writes=self.host_csr_writes)
 
 
 @dataclass

@@ -37,6 +37,7 @@ class _Registers(Transport):
         self.values = {Reg.ID: ID_VALUE, Reg.VERSION: MAP_VERSION,
                        Reg.CONFIG: pack_config(rows=config.rows, cols=config.cols,
                                                acc_width=config.acc_width,
+                                               add_lanes=config.add_lanes,
                                                **config.features()),
                        Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
                        Reg.PARAM_DEPTH: config.max_col_tiles,

@@ -101,7 +101,8 @@ def features(config, family):
         "edge": float(r + c),
         "side": math.sqrt(r * c),
         "post_mults": float(postprocess_multipliers(c, residual_add=config.residual_add,
-                                                       pipelined=config.pipelined)),
+                                                       pipelined=config.pipelined,
+                                                       add_lanes=config.add_lanes)),
         "ram_blocks": float(r * ram_blocks(config.act_depth, 8, family)
                             + ram_blocks(config.weight_depth, 8 * c, family)
                             + _param_table_blocks(config, family)

@@ -45,7 +45,8 @@ class GoldenDevice(Transport):
         self.config = config
         self.regs = {Reg.ID: regs.ID_VALUE, Reg.VERSION: regs.MAP_VERSION,
                      Reg.CONFIG: pack_config(rows=config.rows, cols=config.cols,
-                                             acc_width=config.acc_width, **config.features()),
+                                             acc_width=config.acc_width,
+                                             add_lanes=config.add_lanes, **config.features()),
                      Reg.ACT_DEPTH: config.act_depth, Reg.WEIGHT_DEPTH: config.weight_depth,
                      Reg.PARAM_DEPTH: config.max_col_tiles, Reg.POOL_MAX_WIDTH: pool_max_width}
         self.h2c = bytearray()
