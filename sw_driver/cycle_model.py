@@ -96,7 +96,8 @@ def pass_cycles(engine_pass, config):
 
     A lean engine (``config.pipelined`` false) adds R cycles a group (its address
     generator's rotation) and, without the residual add, requantizes a lane at a time:
-    ``contract.postprocess.serial_lane_cycles`` of the pass's largest shift per lane.
+    ``contract.postprocess.serial_lane_cycles`` of the pass's largest shift per lane, and
+    its last group's requantization starts only after that group's K cycles.
     """
     rows, cols = config.rows, config.cols
     d = engine_pass.descriptor
@@ -117,7 +118,12 @@ def pass_cycles(engine_pass, config):
         if serial_requantizer(residual_add=config.residual_add, pipelined=False):
             lane = serial_lane_cycles(int(engine_pass.shift.max()))
             per_output = max(per_output, cols * lane + SERIAL_BEAT_CYCLES)
-    costs = [max(k, rows * per_output)] * (groups - 1) + [max(k, d["last_rows"] * per_output)]
+    last = d["last_rows"] * per_output
+    # The lean engine's serial requantizer takes a group's results only once the array has
+    # summed them, so the last group's drain follows its K cycles instead of hiding under
+    # them (the pipelined engine's drain of a few cycles is in PASS_LATENCY_CYCLES).
+    costs = [max(k, rows * per_output)] * (groups - 1) + [
+        max(k, last) if config.pipelined else k + last]
     end = 0
     for ready, cost in zip(_group_ready_words(engine_pass, rows), costs, strict=True):
         end = max(end, ready) + cost
