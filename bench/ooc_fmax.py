@@ -64,9 +64,58 @@ class Harness(wiring.Component):
 
 
 #: The blocks ``make_block`` builds.
-BLOCKS = ("addrgen", "maxpool", "postprocess", "conv_engine", "host_bridge")
+BLOCKS = ("addrgen", "maxpool", "postprocess", "conv_engine", "host_bridge", "resident")
 #: Names of standalone blocks that were retired into the post-processing bank.
 RETIRED = {"requant": "the standalone requantizer", "residual_add": "the standalone residual add"}
+
+
+class ResidentBlock(wiring.Component):
+    """The resident player with its data and program memories, wired as ``ResidentTop``
+    wires them, without the accelerator core: the player's other ports are the block's."""
+
+    _MEMORY_PORTS = ("data_rd_addr", "data_rd_data", "prog_rd_addr", "prog_rd_data",
+                     "w_addr", "w_data", "w_en", "w_target")
+
+    def __init__(self, *, data_words, program_words):
+        from hw.resident import DataMemory, ResidentPlayer
+        self.player = ResidentPlayer(data_words=data_words, program_words=program_words,
+                                     data_read_latency=DataMemory.READ_LATENCY)
+        super().__init__({name: member for name, member in self.player.signature.members.items()
+                          if name not in self._MEMORY_PORTS})
+
+    def elaborate(self, platform):
+        from amaranth.lib.memory import Memory
+        from amaranth.utils import ceil_log2
+
+        from hw.resident import DataMemory
+
+        m = Module()
+        m.submodules.player = player = self.player
+        m.submodules.data_memory = data = DataMemory(depth=player.data_words)
+        m.submodules.program_memory = prog = Memory(shape=32, depth=player.program_words,
+                                                    init=[])
+        prog_read, prog_write = prog.read_port(), prog.write_port()
+        data_bits, program_bits = len(data.rd_addr), ceil_log2(player.program_words)
+        m.d.comb += [
+            data.rd_addr.eq(player.data_rd_addr[:data_bits]),
+            player.data_rd_data.eq(data.rd_data),
+            data.w_addr.eq(player.w_addr[:data_bits]), data.w_data.eq(player.w_data),
+            data.w_en.eq(player.w_en & (player.w_target == 0)),
+            prog_read.addr.eq(player.prog_rd_addr[:program_bits]),
+            player.prog_rd_data.eq(prog_read.data),
+            prog_write.addr.eq(player.w_addr[:program_bits]),
+            prog_write.data.eq(player.w_data),
+            prog_write.en.eq(player.w_en & (player.w_target == 1)),
+        ]
+        for path, member, value in self.signature.flatten(self):
+            theirs = player
+            for step in path:
+                theirs = getattr(theirs, step)
+            if member.flow == wiring.In:
+                m.d.comb += theirs.eq(value)
+            else:
+                m.d.comb += value.eq(theirs)
+        return m
 
 
 def make_block(name, rows, cols):
@@ -87,6 +136,11 @@ def make_block(name, rows, cols):
     if name == "host_bridge":  # the UART bridge; the array size does not change it
         from hw.host_bridge import HostBridge
         return HostBridge()
+    if name == "resident":  # the player and memories at the 85F resident preset's depths
+        from contract.config_file import PRESETS
+        preset = PRESETS["ulx3s-85f-resident"]
+        return ResidentBlock(data_words=preset.resident_words,
+                             program_words=preset.program_words)
     if name in RETIRED:
         raise SystemExit(f"block {name!r} ({RETIRED[name]}) was retired; the engine's "
                          f"post-processing bank does its work: block 'postprocess'. Blocks: "

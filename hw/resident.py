@@ -34,7 +34,7 @@ from .csr import CsrBank, csr_bus_signature, word_layout
 from .resident_segments import SegmentReader, SegmentWriter
 from .top import AcceleratorTop
 
-__all__ = ["ResidentPlayer", "ResidentTop", "accelerator_top"]
+__all__ = ["DataMemory", "ResidentPlayer", "ResidentTop", "accelerator_top"]
 
 _REG = by_name()
 _CSR_STATUS, _CSR_ERROR_CODE, _CSR_CTRL = (_REG[name].offset
@@ -59,6 +59,86 @@ def accelerator_top(config, image=None):
     return AcceleratorTop(config)
 
 
+class DataMemory(wiring.Component):
+    """The data memory: 32-bit words in banks of ``bank_words``, each bank a memory of its
+    own behind registers, so that no path crosses the die from one register to a block RAM
+    and on to another (the 85F's data memory is 72 DP16KD, placed wherever they are).
+
+    A bank copies the read address when it falls in that bank (so that the copies are not
+    merged into one register that drives every block), reads every cycle, and its word is
+    registered (zero unless it is the bank read); the word read is the OR of those
+    registers: on ``rd_data`` :attr:`READ_LATENCY` cycles after its address was on
+    ``rd_addr``. A write is registered in its bank too and lands the cycle after the
+    write port's.
+
+    Parameters
+    ----------
+    depth : int
+        Words in all.
+    bank_words : int
+        Words in a bank, a power of 2 (the last bank holds the rest).
+    init : sequence of int
+        The first words' initial contents (the rest zero).
+    """
+
+    #: Cycles from an address on ``rd_addr`` to its word on ``rd_data``: the bank's copy of
+    #: the address, the block RAM's read, the bank's output register.
+    READ_LATENCY = 3
+
+    def __init__(self, *, depth, bank_words=4096, init=()):
+        self._MustUse__silence = True  # until the parameters are accepted
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be a positive integer, not {depth!r}")
+        if not isinstance(bank_words, int) or bank_words < 1 or bank_words & (bank_words - 1):
+            raise ValueError(f"bank_words must be a power of 2, not {bank_words!r}")
+        self.depth, self.bank_words, self.init = depth, bank_words, list(init)
+        if len(self.init) > depth:
+            raise ValueError(f"init has {len(self.init)} words, more than the {depth} "
+                             f"of the memory")
+        self._MustUse__silence = False
+        bits = max(1, ceil_log2(depth))
+        super().__init__({"rd_addr": In(bits), "rd_data": Out(WORD_BITS),
+                          "w_addr": In(bits), "w_data": In(WORD_BITS), "w_en": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        bank_bits = ceil_log2(self.bank_words)
+        banks = -(-self.depth // self.bank_words)
+        rd_bank, w_bank = self.rd_addr[bank_bits:], self.w_addr[bank_bits:]
+        # The bank whose block RAMs read the address now, and the one whose word is out.
+        at_ram, at_out = Signal(range(banks)), Signal(range(banks))
+        m.d.sync += [at_ram.eq(rd_bank), at_out.eq(at_ram)]
+        words = []
+        for index in range(banks):
+            base = index * self.bank_words
+            depth = min(self.bank_words, self.depth - base)
+            memory = Memory(shape=WORD_BITS, depth=depth,
+                            init=self.init[base:base + depth])
+            m.submodules[f"bank{index}"] = memory
+            read, write = memory.read_port(), memory.write_port()
+            here = rd_bank == index if banks > 1 else 1
+            rd_addr = Signal(len(read.addr), name=f"bank{index}_rd_addr")
+            with m.If(here):
+                m.d.sync += rd_addr.eq(self.rd_addr[:len(read.addr)])
+            w_here = self.w_en & (w_bank == index if banks > 1 else 1)
+            w_addr = Signal(len(write.addr), name=f"bank{index}_w_addr")
+            w_data = Signal(WORD_BITS, name=f"bank{index}_w_data")
+            w_en = Signal(name=f"bank{index}_w_en")
+            m.d.sync += w_en.eq(w_here)
+            with m.If(w_here):
+                m.d.sync += [w_addr.eq(self.w_addr[:len(write.addr)]), w_data.eq(self.w_data)]
+            word = Signal(WORD_BITS, name=f"bank{index}_word")
+            m.d.sync += word.eq(Mux(at_out == index, read.data, 0))
+            m.d.comb += [read.addr.eq(rd_addr), write.addr.eq(w_addr),
+                         write.data.eq(w_data), write.en.eq(w_en)]
+            words.append(word)
+        result = words[0]
+        for word in words[1:]:
+            result = result | word
+        m.d.comb += self.rd_data.eq(result)
+        return m
+
+
 class ResidentPlayer(wiring.Component):
     """Runs the program of the program memory, loads the memories from the host's stream
     and reads the data memory back to it (``contract.resident``).
@@ -72,10 +152,14 @@ class ResidentPlayer(wiring.Component):
     ----------
     data_words, program_words : int
         Depths of the data memory and of the program memory (32-bit words).
+    data_read_latency : int
+        Cycles from ``data_rd_addr`` to its word on ``data_rd_data`` (the data memory reads
+        every cycle: :class:`DataMemory`).
     """
 
-    def __init__(self, *, data_words, program_words):
+    def __init__(self, *, data_words, program_words, data_read_latency=1):
         self.data_words, self.program_words = data_words, program_words
+        self.data_read_latency = data_read_latency
         word = stream.Signature(word_layout())
         super().__init__({
             "run": In(1), "load_data": In(1), "load_program": In(1), "read_data": In(1),
@@ -86,7 +170,7 @@ class ResidentPlayer(wiring.Component):
             "accel_csr": Out(csr_bus_signature()),
             "to_accel": Out(word), "from_accel": In(word),
             "to_host": Out(word), "from_host": In(word),
-            "data_rd_addr": Out(32), "data_rd_en": Out(1), "data_rd_data": In(WORD_BITS),
+            "data_rd_addr": Out(32), "data_rd_data": In(WORD_BITS),
             "prog_rd_addr": Out(32), "prog_rd_data": In(WORD_BITS),
             # The writer's registered write, to the data memory (target 0) or the
             # program memory (target 1).
@@ -97,11 +181,10 @@ class ResidentPlayer(wiring.Component):
         m = Module()
         engine_reset = Signal()
         m.submodules.reader = reader = ResetInserter(engine_reset)(
-            SegmentReader(depth=self.data_words))
+            SegmentReader(depth=self.data_words, latency=self.data_read_latency))
         m.submodules.writer = writer = ResetInserter(engine_reset)(
             SegmentWriter(depths=(self.data_words, self.program_words)))
-        m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), self.data_rd_en.eq(reader.rd_en),
-                     reader.rd_data.eq(self.data_rd_data),
+        m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), reader.rd_data.eq(self.data_rd_data),
                      self.w_addr.eq(writer.w_addr), self.w_data.eq(writer.w_data),
                      self.w_en.eq(writer.w_en), self.w_target.eq(writer.target_now)]
 
@@ -218,14 +301,18 @@ class ResidentPlayer(wiring.Component):
             with m.State("HEADER"):
                 word = self.prog_rd_data
                 fields = {name: word[lsb:lsb + 8] for name, lsb in HEADER_FIELDS}
-                m.d.sync += [op.eq(word[:8]), cursor.eq(pc + 1),
-                             record_end.eq(pc + 1 + (fields["csr"] << 1)
-                                           + ((fields["reads"] + fields["writes"])
-                                              * SEGMENT_WORDS))]
+                m.d.sync += [op.eq(word[:8]), cursor.eq(pc + 1)]
                 m.d.sync += [counts[name].eq(value) for name, value in fields.items()]
                 m.next = "DISPATCH"
             with m.State("DISPATCH"):
-                with m.If(record_end > self.program_words):
+                # The record's end from the header's registered counts and ``cursor``
+                # (``pc + 1``), not from the program memory's output: a block RAM's read
+                # is most of a cycle already.
+                body = ((counts["csr"] << 1)
+                        + (counts["reads"] + counts["writes"]) * SEGMENT_WORDS)
+                end = (cursor + body)[:32]
+                m.d.sync += record_end.eq(end)
+                with m.If(end > self.program_words):
                     fail(bad_address)
                 with m.Elif(op == OPS["END"]):
                     with m.If(loops_left == 1):
@@ -360,12 +447,10 @@ class ResidentTop(wiring.Component):
         # A boot image is the memories' initial contents (block RAM initialised with the
         # bitstream), the rest of each memory zero as without one.
         image = self.image
-        data_memory = Memory(shape=WORD_BITS, depth=cfg.resident_words,
-                             init=image.data if image else [])
+        data_memory = DataMemory(depth=cfg.resident_words, init=image.data if image else [])
         program_memory = Memory(shape=WORD_BITS, depth=cfg.program_words,
                                 init=image.program if image else [])
         m.submodules.data_memory, m.submodules.program_memory = data_memory, program_memory
-        data_read, data_write = data_memory.read_port(), data_memory.write_port()
         program_read, program_write = program_memory.read_port(), program_memory.write_port()
 
         # The host's soft reset aborts the player too (a cycle later, as the core's).
@@ -376,15 +461,17 @@ class ResidentTop(wiring.Component):
         abort = Signal()
         m.d.sync += abort.eq(soft_reset)
         m.submodules.player = player = ResetInserter(abort)(ResidentPlayer(
-            data_words=cfg.resident_words, program_words=cfg.program_words))
+            data_words=cfg.resident_words, program_words=cfg.program_words,
+            data_read_latency=DataMemory.READ_LATENCY))
 
         # --- memories --------------------------------------------------------------------
-        data_bits, program_bits = ceil_log2(cfg.resident_words), ceil_log2(cfg.program_words)
+        data_bits, program_bits = len(data_memory.rd_addr), ceil_log2(cfg.program_words)
         m.d.comb += [
-            data_read.addr.eq(player.data_rd_addr[:data_bits]),
-            data_read.en.eq(player.data_rd_en), player.data_rd_data.eq(data_read.data),
-            data_write.addr.eq(player.w_addr[:data_bits]), data_write.data.eq(player.w_data),
-            data_write.en.eq(player.w_en & (player.w_target == 0)),
+            data_memory.rd_addr.eq(player.data_rd_addr[:data_bits]),
+            player.data_rd_data.eq(data_memory.rd_data),
+            data_memory.w_addr.eq(player.w_addr[:data_bits]),
+            data_memory.w_data.eq(player.w_data),
+            data_memory.w_en.eq(player.w_en & (player.w_target == 0)),
             program_read.addr.eq(player.prog_rd_addr[:program_bits]),
             player.prog_rd_data.eq(program_read.data),
             program_write.addr.eq(player.w_addr[:program_bits]),

@@ -121,15 +121,17 @@ class RESIDENT:
     #: Each further segment of the command's stream: fetched while the one before is
     #: walked, then 2 cycles to start it.
     SEGMENT = 2
-    #: A reader's first word after its segment is fetched (read port, FIFO, output register).
-    READ_LATENCY = 4
+    #: A reader's first word after its segment is fetched: the data memory's 3 cycles (the
+    #: bank's copy of the address, the block RAM, the bank's output register), the FIFO
+    #: and the reader's output register.
+    READ_LATENCY = 6
     #: A ``PASS``'s end after the core's ``STATUS.done``: a ``STATUS`` read every 3 cycles,
     #: 2 of latency (at most 5; 3 on average).
     STATUS_POLL = 3
-    #: A ``SEND`` of one segment of L words takes L + 22 from its record to done, a ``RECV``
+    #: A ``SEND`` of one segment of L words takes L + 24 from its record to done, a ``RECV``
     #: L + 19: the record, the first segment, and the reader's latency (SEND) or the
     #: writer's last store (RECV).
-    SEND_EXTRA = 22
+    SEND_EXTRA = 24
     RECV_EXTRA = 19
     #: Cycles the host spends inside a layer-at-a-time pass that :func:`pass_cycles` counts
     #: and a played pass does not have: the twin's host reads the other five performance
