@@ -105,8 +105,9 @@ class DataMemory(wiring.Component):
         bank_bits = ceil_log2(self.bank_words)
         banks = -(-self.depth // self.bank_words)
         rd_bank, w_bank = self.rd_addr[bank_bits:], self.w_addr[bank_bits:]
-        # The bank whose block RAMs read the address now, and the one whose word is out.
-        at_ram, at_out = Signal(range(banks)), Signal(range(banks))
+        # The bank whose block RAMs read the address now, and the one whose word is out
+        # (at least a bit wide: a zero-width register trips Yosys's ABC9 pass).
+        at_ram, at_out = Signal(max(1, len(rd_bank))), Signal(max(1, len(rd_bank)))
         m.d.sync += [at_ram.eq(rd_bank), at_out.eq(at_ram)]
         words = []
         for index in range(banks):
