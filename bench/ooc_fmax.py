@@ -84,28 +84,21 @@ class ResidentBlock(wiring.Component):
                           if name not in self._MEMORY_PORTS})
 
     def elaborate(self, platform):
-        from amaranth.lib.memory import Memory
-        from amaranth.utils import ceil_log2
-
-        from hw.resident import DataMemory
+        from hw.resident import DataMemory, ProgramMemory
 
         m = Module()
         m.submodules.player = player = self.player
         m.submodules.data_memory = data = DataMemory(depth=player.data_words)
-        m.submodules.program_memory = prog = Memory(shape=32, depth=player.program_words,
-                                                    init=[])
-        prog_read, prog_write = prog.read_port(), prog.write_port()
-        data_bits, program_bits = len(data.rd_addr), ceil_log2(player.program_words)
+        m.submodules.program_memory = prog = ProgramMemory(depth=player.program_words)
         m.d.comb += [
-            data.rd_addr.eq(player.data_rd_addr[:data_bits]),
+            data.rd_addr.eq(player.data_rd_addr[:len(data.rd_addr)]),
             player.data_rd_data.eq(data.rd_data),
-            data.w_addr.eq(player.w_addr[:data_bits]), data.w_data.eq(player.w_data),
+            data.w_addr.eq(player.w_addr[:len(data.w_addr)]), data.w_data.eq(player.w_data),
             data.w_en.eq(player.w_en & (player.w_target == 0)),
-            prog_read.addr.eq(player.prog_rd_addr[:program_bits]),
-            player.prog_rd_data.eq(prog_read.data),
-            prog_write.addr.eq(player.w_addr[:program_bits]),
-            prog_write.data.eq(player.w_data),
-            prog_write.en.eq(player.w_en & (player.w_target == 1)),
+            prog.rd_addr.eq(player.prog_rd_addr[:len(prog.rd_addr)]),
+            player.prog_rd_data.eq(prog.rd_data),
+            prog.w_addr.eq(player.w_addr[:len(prog.w_addr)]), prog.w_data.eq(player.w_data),
+            prog.w_en.eq(player.w_en & (player.w_target == 1)),
         ]
         for path, member, value in self.signature.flatten(self):
             theirs = player

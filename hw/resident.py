@@ -34,7 +34,7 @@ from .csr import CsrBank, csr_bus_signature, word_layout
 from .resident_segments import SegmentReader, SegmentWriter
 from .top import AcceleratorTop
 
-__all__ = ["DataMemory", "ResidentPlayer", "ResidentTop", "accelerator_top"]
+__all__ = ["DataMemory", "ProgramMemory", "ResidentPlayer", "ResidentTop", "accelerator_top"]
 
 _REG = by_name()
 _CSR_STATUS, _CSR_ERROR_CODE, _CSR_CTRL = (_REG[name].offset
@@ -45,6 +45,9 @@ _CTRL_SOFT_RESET = 1 << {f.name: f for f in _REG["CTRL"].fields}["soft_reset"].l
 _RES_CTRL = {f.name: f.lsb for f in _REG["RES_CTRL"].fields}
 #: Cycles from the player's read strobe on the accelerator's bus to the answer it samples.
 _POLL_PERIOD = 3
+#: Cycles from an address on the program memory's read port to its word at the player: the
+#: block RAM, then a register (:class:`ProgramMemory`).
+PROGRAM_READ_LATENCY = 2
 
 
 def accelerator_top(config, image=None):
@@ -140,6 +143,36 @@ class DataMemory(wiring.Component):
         return m
 
 
+class ProgramMemory(wiring.Component):
+    """The program memory: 32-bit words, read every cycle, its word registered after the
+    block RAM (on ``rd_data`` :data:`PROGRAM_READ_LATENCY` cycles after its address), so
+    that the player's logic never starts from a block RAM's slow output.
+
+    Parameters
+    ----------
+    depth : int
+        Words.
+    init : sequence of int
+        The first words' initial contents (the rest zero).
+    """
+
+    def __init__(self, *, depth, init=()):
+        self.depth, self.init = depth, list(init)
+        bits = max(1, ceil_log2(depth))
+        super().__init__({"rd_addr": In(bits), "rd_data": Out(WORD_BITS),
+                          "w_addr": In(bits), "w_data": In(WORD_BITS), "w_en": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.memory = memory = Memory(shape=WORD_BITS, depth=self.depth,
+                                              init=self.init)
+        read, write = memory.read_port(), memory.write_port()
+        m.d.comb += [read.addr.eq(self.rd_addr), write.addr.eq(self.w_addr),
+                     write.data.eq(self.w_data), write.en.eq(self.w_en)]
+        m.d.sync += self.rd_data.eq(read.data)
+        return m
+
+
 class ResidentPlayer(wiring.Component):
     """Runs the program of the program memory, loads the memories from the host's stream
     and reads the data memory back to it (``contract.resident``).
@@ -172,6 +205,7 @@ class ResidentPlayer(wiring.Component):
             "to_accel": Out(word), "from_accel": In(word),
             "to_host": Out(word), "from_host": In(word),
             "data_rd_addr": Out(32), "data_rd_data": In(WORD_BITS),
+            # The program memory's word comes PROGRAM_READ_LATENCY cycles after its address.
             "prog_rd_addr": Out(32), "prog_rd_data": In(WORD_BITS),
             # The writer's registered write, to the data memory (target 0) or the
             # program memory (target 1).
@@ -210,9 +244,12 @@ class ResidentPlayer(wiring.Component):
         # asked, one word a cycle: an engine with nothing to walk first, then the reader ---
         fetching, for_writer = Signal(), Signal()
         fetch_addr, fetch_index = Signal(32), Signal(range(SEGMENT_WORDS + 1))
+        # A word read arrives PROGRAM_READ_LATENCY (2) cycles after its address.
+        asked, asked_index = Signal(), Signal(range(SEGMENT_WORDS))
         arrived, arrived_index = Signal(), Signal(range(SEGMENT_WORDS))
-        m.d.sync += [arrived.eq(fetching & (fetch_index < SEGMENT_WORDS)),
-                     arrived_index.eq(fetch_index)]
+        m.d.sync += [asked.eq(fetching & (fetch_index < SEGMENT_WORDS)),
+                     asked_index.eq(fetch_index),
+                     arrived.eq(asked), arrived_index.eq(asked_index)]
         with m.If(~fetching):
             writer_first = writer.starved & ~reader.starved | ~reader.need_segment
             with m.If(reader.need_segment | writer.need_segment):
@@ -222,7 +259,7 @@ class ResidentPlayer(wiring.Component):
                                                reader.segment_ptr))]
         with m.Elif(fetch_index < SEGMENT_WORDS):
             m.d.sync += [fetch_addr.eq(fetch_addr + 1), fetch_index.eq(fetch_index + 1)]
-        done_fetch = fetching & (fetch_index == SEGMENT_WORDS) & ~arrived
+        done_fetch = fetching & (fetch_index == SEGMENT_WORDS) & ~asked & ~arrived
         with m.If(done_fetch):
             m.d.sync += fetching.eq(0)
         for engine, mine in ((reader, ~for_writer), (writer, for_writer)):
@@ -298,7 +335,9 @@ class ResidentPlayer(wiring.Component):
                 with m.If(pc >= self.program_words):
                     fail(bad_address)
                 with m.Else():
-                    m.next = "HEADER"
+                    m.next = "FETCH_WAIT"
+            with m.State("FETCH_WAIT"):  # the program memory's second cycle of latency
+                m.next = "HEADER"
             with m.State("HEADER"):
                 word = self.prog_rd_data
                 fields = {name: word[lsb:lsb + 8] for name, lsb in HEADER_FIELDS}
@@ -337,17 +376,20 @@ class ResidentPlayer(wiring.Component):
                     fail(bad_record)
 
             # --- PASS: register writes, 2 cycles each once under way (the read port
-            # gives a word a cycle: the offset, then the value while the next offset is
-            # read) ----------------------------------------------------------------------
+            # gives a word a cycle, 2 cycles after its address: the offset, then the
+            # value, while the next pair is asked for) -----------------------------------
             with m.State("CSR_OFFSET"):
                 m.d.comb += main_addr.eq(cursor)
+                m.next = "CSR_PRIME"
+            with m.State("CSR_PRIME"):
+                m.d.comb += main_addr.eq(cursor + 1)
                 m.next = "CSR_VALUE"
             with m.State("CSR_VALUE"):
-                m.d.comb += main_addr.eq(cursor + 1)
+                m.d.comb += main_addr.eq(cursor + 2)
                 m.d.sync += offset.eq(self.prog_rd_data)
                 m.next = "CSR_WRITE"
             with m.State("CSR_WRITE"):
-                m.d.comb += main_addr.eq(cursor + 2)
+                m.d.comb += main_addr.eq(cursor + 3)
                 m.d.sync += [bus.addr.eq(offset), bus.w_data.eq(self.prog_rd_data),
                              bus.w_en.eq(1), cursor.eq(cursor + 2),
                              counts["csr"].eq(counts["csr"] - 1)]
@@ -449,10 +491,9 @@ class ResidentTop(wiring.Component):
         # bitstream), the rest of each memory zero as without one.
         image = self.image
         data_memory = DataMemory(depth=cfg.resident_words, init=image.data if image else [])
-        program_memory = Memory(shape=WORD_BITS, depth=cfg.program_words,
-                                init=image.program if image else [])
+        program_memory = ProgramMemory(depth=cfg.program_words,
+                                       init=image.program if image else [])
         m.submodules.data_memory, m.submodules.program_memory = data_memory, program_memory
-        program_read, program_write = program_memory.read_port(), program_memory.write_port()
 
         # The host's soft reset aborts the player too (a cycle later, as the core's).
         host = self.csr
@@ -466,18 +507,18 @@ class ResidentTop(wiring.Component):
             data_read_latency=DataMemory.READ_LATENCY))
 
         # --- memories --------------------------------------------------------------------
-        data_bits, program_bits = len(data_memory.rd_addr), ceil_log2(cfg.program_words)
+        data_bits, program_bits = len(data_memory.rd_addr), len(program_memory.rd_addr)
         m.d.comb += [
             data_memory.rd_addr.eq(player.data_rd_addr[:data_bits]),
             player.data_rd_data.eq(data_memory.rd_data),
             data_memory.w_addr.eq(player.w_addr[:data_bits]),
             data_memory.w_data.eq(player.w_data),
             data_memory.w_en.eq(player.w_en & (player.w_target == 0)),
-            program_read.addr.eq(player.prog_rd_addr[:program_bits]),
-            player.prog_rd_data.eq(program_read.data),
-            program_write.addr.eq(player.w_addr[:program_bits]),
-            program_write.data.eq(player.w_data),
-            program_write.en.eq(player.w_en & (player.w_target == 1)),
+            program_memory.rd_addr.eq(player.prog_rd_addr[:program_bits]),
+            player.prog_rd_data.eq(program_memory.rd_data),
+            program_memory.w_addr.eq(player.w_addr[:program_bits]),
+            program_memory.w_data.eq(player.w_data),
+            program_memory.w_en.eq(player.w_en & (player.w_target == 1)),
         ]
 
         # --- registers: the resident bank, the commands, the checksum -------------------
