@@ -31,6 +31,7 @@ from contract.resident import HEADER_FIELDS, OPS, SEGMENT_WORDS, BootImage
 from contract.streams import WORD_BITS
 
 from .csr import CsrBank, csr_bus_signature, word_layout
+from .pipeline import SkidBuffer
 from .resident_segments import SegmentReader, SegmentWriter
 from .top import AcceleratorTop
 
@@ -224,20 +225,28 @@ class ResidentPlayer(wiring.Component):
                      self.w_en.eq(writer.w_en), self.w_target.eq(writer.target_now)]
 
         # --- streams: the reader feeds the accelerator or the host, the writer takes
-        # from either; the choice is made when the engine starts -------------------------
+        # from either; the choice is made when the engine starts. The accelerator's
+        # streams pass skid buffers, so that no combinational path runs from the player's
+        # engines into the core's stream logic and back (a cycle of latency each way) ----
         sink_host, source_host = Signal(), Signal()
+        m.submodules.to_accel_skid = to_accel = ResetInserter(engine_reset)(
+            SkidBuffer(word_layout()))
+        m.submodules.from_accel_skid = from_accel = ResetInserter(engine_reset)(
+            SkidBuffer(word_layout()))
+        wiring.connect(m, to_accel.source, wiring.flipped(self.to_accel))
+        wiring.connect(m, wiring.flipped(self.from_accel), from_accel.sink)
         out = reader.output
         m.d.comb += [
-            self.to_host.payload.eq(out.payload), self.to_accel.payload.eq(out.payload),
+            self.to_host.payload.eq(out.payload), to_accel.sink.payload.eq(out.payload),
             self.to_host.valid.eq(out.valid & sink_host),
-            self.to_accel.valid.eq(out.valid & ~sink_host),
-            out.ready.eq(Mux(sink_host, self.to_host.ready, self.to_accel.ready)),
+            to_accel.sink.valid.eq(out.valid & ~sink_host),
+            out.ready.eq(Mux(sink_host, self.to_host.ready, to_accel.sink.ready)),
             writer.input.payload.eq(Mux(source_host, self.from_host.payload,
-                                        self.from_accel.payload)),
+                                        from_accel.source.payload)),
             writer.input.valid.eq(Mux(source_host, self.from_host.valid,
-                                      self.from_accel.valid)),
+                                      from_accel.source.valid)),
             self.from_host.ready.eq(writer.input.ready & source_host),
-            self.from_accel.ready.eq(writer.input.ready & ~source_host),
+            from_accel.source.ready.eq(writer.input.ready & ~source_host),
         ]
 
         # --- the fetcher: a segment's words from the program memory into the engine that
@@ -339,20 +348,19 @@ class ResidentPlayer(wiring.Component):
             with m.State("FETCH_WAIT"):  # the program memory's second cycle of latency
                 m.next = "HEADER"
             with m.State("HEADER"):
+                # The record's end from the header word, which comes from the program
+                # memory's output register (a block RAM's own output would leave no time
+                # for these adders).
                 word = self.prog_rd_data
                 fields = {name: word[lsb:lsb + 8] for name, lsb in HEADER_FIELDS}
-                m.d.sync += [op.eq(word[:8]), cursor.eq(pc + 1)]
+                m.d.sync += [op.eq(word[:8]), cursor.eq(pc + 1),
+                             record_end.eq(pc + 1 + (fields["csr"] << 1)
+                                           + ((fields["reads"] + fields["writes"])
+                                              * SEGMENT_WORDS))]
                 m.d.sync += [counts[name].eq(value) for name, value in fields.items()]
                 m.next = "DISPATCH"
             with m.State("DISPATCH"):
-                # The record's end from the header's registered counts and ``cursor``
-                # (``pc + 1``), not from the program memory's output: a block RAM's read
-                # is most of a cycle already.
-                body = ((counts["csr"] << 1)
-                        + (counts["reads"] + counts["writes"]) * SEGMENT_WORDS)
-                end = (cursor + body)[:32]
-                m.d.sync += record_end.eq(end)
-                with m.If(end > self.program_words):
+                with m.If(record_end > self.program_words):
                     fail(bad_address)
                 with m.Elif(op == OPS["END"]):
                     with m.If(loops_left == 1):
