@@ -64,9 +64,51 @@ class Harness(wiring.Component):
 
 
 #: The blocks ``make_block`` builds.
-BLOCKS = ("addrgen", "maxpool", "postprocess", "conv_engine", "host_bridge")
+BLOCKS = ("addrgen", "maxpool", "postprocess", "conv_engine", "host_bridge", "resident")
 #: Names of standalone blocks that were retired into the post-processing bank.
 RETIRED = {"requant": "the standalone requantizer", "residual_add": "the standalone residual add"}
+
+
+class ResidentBlock(wiring.Component):
+    """The resident player with its data and program memories, wired as ``ResidentTop``
+    wires them, without the accelerator core: the player's other ports are the block's."""
+
+    _MEMORY_PORTS = ("data_rd_addr", "data_rd_data", "prog_rd_addr", "prog_rd_data",
+                     "w_addr", "w_data", "w_en", "w_target")
+
+    def __init__(self, *, data_words, program_words):
+        from hw.resident import DataMemory, ResidentPlayer
+        self.player = ResidentPlayer(data_words=data_words, program_words=program_words,
+                                     data_read_latency=DataMemory.READ_LATENCY)
+        super().__init__({name: member for name, member in self.player.signature.members.items()
+                          if name not in self._MEMORY_PORTS})
+
+    def elaborate(self, platform):
+        from hw.resident import DataMemory, ProgramMemory
+
+        m = Module()
+        m.submodules.player = player = self.player
+        m.submodules.data_memory = data = DataMemory(depth=player.data_words)
+        m.submodules.program_memory = prog = ProgramMemory(depth=player.program_words)
+        m.d.comb += [
+            data.rd_addr.eq(player.data_rd_addr[:len(data.rd_addr)]),
+            player.data_rd_data.eq(data.rd_data),
+            data.w_addr.eq(player.w_addr[:len(data.w_addr)]), data.w_data.eq(player.w_data),
+            data.w_en.eq(player.w_en & (player.w_target == 0)),
+            prog.rd_addr.eq(player.prog_rd_addr[:len(prog.rd_addr)]),
+            player.prog_rd_data.eq(prog.rd_data),
+            prog.w_addr.eq(player.w_addr[:len(prog.w_addr)]), prog.w_data.eq(player.w_data),
+            prog.w_en.eq(player.w_en & (player.w_target == 1)),
+        ]
+        for path, member, value in self.signature.flatten(self):
+            theirs = player
+            for step in path:
+                theirs = getattr(theirs, step)
+            if member.flow == wiring.In:
+                m.d.comb += theirs.eq(value)
+            else:
+                m.d.comb += value.eq(theirs)
+        return m
 
 
 def make_block(name, rows, cols):
@@ -87,6 +129,11 @@ def make_block(name, rows, cols):
     if name == "host_bridge":  # the UART bridge; the array size does not change it
         from hw.host_bridge import HostBridge
         return HostBridge()
+    if name == "resident":  # the player and memories at the 85F resident preset's depths
+        from contract.config_file import PRESETS
+        preset = PRESETS["ulx3s-85f-resident"]
+        return ResidentBlock(data_words=preset.resident_words,
+                             program_words=preset.program_words)
     if name in RETIRED:
         raise SystemExit(f"block {name!r} ({RETIRED[name]}) was retired; the engine's "
                          f"post-processing bank does its work: block 'postprocess'. Blocks: "

@@ -31,10 +31,11 @@ from contract.resident import HEADER_FIELDS, OPS, SEGMENT_WORDS, BootImage
 from contract.streams import WORD_BITS
 
 from .csr import CsrBank, csr_bus_signature, word_layout
+from .pipeline import SkidBuffer
 from .resident_segments import SegmentReader, SegmentWriter
 from .top import AcceleratorTop
 
-__all__ = ["ResidentPlayer", "ResidentTop", "accelerator_top"]
+__all__ = ["DataMemory", "ProgramMemory", "ResidentPlayer", "ResidentTop", "accelerator_top"]
 
 _REG = by_name()
 _CSR_STATUS, _CSR_ERROR_CODE, _CSR_CTRL = (_REG[name].offset
@@ -45,6 +46,9 @@ _CTRL_SOFT_RESET = 1 << {f.name: f for f in _REG["CTRL"].fields}["soft_reset"].l
 _RES_CTRL = {f.name: f.lsb for f in _REG["RES_CTRL"].fields}
 #: Cycles from the player's read strobe on the accelerator's bus to the answer it samples.
 _POLL_PERIOD = 3
+#: Cycles from an address on the program memory's read port to its word at the player: the
+#: block RAM, then a register (:class:`ProgramMemory`).
+PROGRAM_READ_LATENCY = 2
 
 
 def accelerator_top(config, image=None):
@@ -57,6 +61,117 @@ def accelerator_top(config, image=None):
         raise ValueError(f"a boot image needs a configuration with resident memories "
                          f"(resident_words > 0), not {config.name}")
     return AcceleratorTop(config)
+
+
+class DataMemory(wiring.Component):
+    """The data memory: 32-bit words in banks of ``bank_words``, each bank a memory of its
+    own behind registers, so that no path crosses the die from one register to a block RAM
+    and on to another (the 85F's data memory is 72 DP16KD, placed wherever they are).
+
+    A bank copies the read address when it falls in that bank (so that the copies are not
+    merged into one register that drives every block), reads every cycle, and its word is
+    registered (zero unless it is the bank read); the word read is the OR of those
+    registers: on ``rd_data`` :attr:`READ_LATENCY` cycles after its address was on
+    ``rd_addr``. A write is registered in its bank too and lands the cycle after the
+    write port's.
+
+    Parameters
+    ----------
+    depth : int
+        Words in all.
+    bank_words : int
+        Words in a bank, a power of 2 (the last bank holds the rest).
+    init : sequence of int
+        The first words' initial contents (the rest zero).
+    """
+
+    #: Cycles from an address on ``rd_addr`` to its word on ``rd_data``: the bank's copy of
+    #: the address, the block RAM's read, the bank's output register.
+    READ_LATENCY = 3
+
+    def __init__(self, *, depth, bank_words=4096, init=()):
+        self._MustUse__silence = True  # until the parameters are accepted
+        if not isinstance(depth, int) or depth < 1:
+            raise ValueError(f"depth must be a positive integer, not {depth!r}")
+        if not isinstance(bank_words, int) or bank_words < 1 or bank_words & (bank_words - 1):
+            raise ValueError(f"bank_words must be a power of 2, not {bank_words!r}")
+        self.depth, self.bank_words, self.init = depth, bank_words, list(init)
+        if len(self.init) > depth:
+            raise ValueError(f"init has {len(self.init)} words, more than the {depth} "
+                             f"of the memory")
+        self._MustUse__silence = False
+        bits = max(1, ceil_log2(depth))
+        super().__init__({"rd_addr": In(bits), "rd_data": Out(WORD_BITS),
+                          "w_addr": In(bits), "w_data": In(WORD_BITS), "w_en": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        bank_bits = ceil_log2(self.bank_words)
+        banks = -(-self.depth // self.bank_words)
+        rd_bank, w_bank = self.rd_addr[bank_bits:], self.w_addr[bank_bits:]
+        # The bank whose block RAMs read the address now, and the one whose word is out
+        # (at least a bit wide: a zero-width register trips Yosys's ABC9 pass).
+        at_ram, at_out = Signal(max(1, len(rd_bank))), Signal(max(1, len(rd_bank)))
+        m.d.sync += [at_ram.eq(rd_bank), at_out.eq(at_ram)]
+        words = []
+        for index in range(banks):
+            base = index * self.bank_words
+            depth = min(self.bank_words, self.depth - base)
+            memory = Memory(shape=WORD_BITS, depth=depth,
+                            init=self.init[base:base + depth])
+            m.submodules[f"bank{index}"] = memory
+            read, write = memory.read_port(), memory.write_port()
+            here = rd_bank == index if banks > 1 else 1
+            rd_addr = Signal(len(read.addr), name=f"bank{index}_rd_addr")
+            with m.If(here):
+                m.d.sync += rd_addr.eq(self.rd_addr[:len(read.addr)])
+            w_here = self.w_en & (w_bank == index if banks > 1 else 1)
+            w_addr = Signal(len(write.addr), name=f"bank{index}_w_addr")
+            w_data = Signal(WORD_BITS, name=f"bank{index}_w_data")
+            w_en = Signal(name=f"bank{index}_w_en")
+            m.d.sync += w_en.eq(w_here)
+            with m.If(w_here):
+                m.d.sync += [w_addr.eq(self.w_addr[:len(write.addr)]), w_data.eq(self.w_data)]
+            word = Signal(WORD_BITS, name=f"bank{index}_word")
+            m.d.sync += word.eq(Mux(at_out == index, read.data, 0))
+            m.d.comb += [read.addr.eq(rd_addr), write.addr.eq(w_addr),
+                         write.data.eq(w_data), write.en.eq(w_en)]
+            words.append(word)
+        result = words[0]
+        for word in words[1:]:
+            result = result | word
+        m.d.comb += self.rd_data.eq(result)
+        return m
+
+
+class ProgramMemory(wiring.Component):
+    """The program memory: 32-bit words, read every cycle, its word registered after the
+    block RAM (on ``rd_data`` :data:`PROGRAM_READ_LATENCY` cycles after its address), so
+    that the player's logic never starts from a block RAM's slow output.
+
+    Parameters
+    ----------
+    depth : int
+        Words.
+    init : sequence of int
+        The first words' initial contents (the rest zero).
+    """
+
+    def __init__(self, *, depth, init=()):
+        self.depth, self.init = depth, list(init)
+        bits = max(1, ceil_log2(depth))
+        super().__init__({"rd_addr": In(bits), "rd_data": Out(WORD_BITS),
+                          "w_addr": In(bits), "w_data": In(WORD_BITS), "w_en": In(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.memory = memory = Memory(shape=WORD_BITS, depth=self.depth,
+                                              init=self.init)
+        read, write = memory.read_port(), memory.write_port()
+        m.d.comb += [read.addr.eq(self.rd_addr), write.addr.eq(self.w_addr),
+                     write.data.eq(self.w_data), write.en.eq(self.w_en)]
+        m.d.sync += self.rd_data.eq(read.data)
+        return m
 
 
 class ResidentPlayer(wiring.Component):
@@ -72,10 +187,14 @@ class ResidentPlayer(wiring.Component):
     ----------
     data_words, program_words : int
         Depths of the data memory and of the program memory (32-bit words).
+    data_read_latency : int
+        Cycles from ``data_rd_addr`` to its word on ``data_rd_data`` (the data memory reads
+        every cycle: :class:`DataMemory`).
     """
 
-    def __init__(self, *, data_words, program_words):
+    def __init__(self, *, data_words, program_words, data_read_latency=1):
         self.data_words, self.program_words = data_words, program_words
+        self.data_read_latency = data_read_latency
         word = stream.Signature(word_layout())
         super().__init__({
             "run": In(1), "load_data": In(1), "load_program": In(1), "read_data": In(1),
@@ -86,7 +205,8 @@ class ResidentPlayer(wiring.Component):
             "accel_csr": Out(csr_bus_signature()),
             "to_accel": Out(word), "from_accel": In(word),
             "to_host": Out(word), "from_host": In(word),
-            "data_rd_addr": Out(32), "data_rd_en": Out(1), "data_rd_data": In(WORD_BITS),
+            "data_rd_addr": Out(32), "data_rd_data": In(WORD_BITS),
+            # The program memory's word comes PROGRAM_READ_LATENCY cycles after its address.
             "prog_rd_addr": Out(32), "prog_rd_data": In(WORD_BITS),
             # The writer's registered write, to the data memory (target 0) or the
             # program memory (target 1).
@@ -97,38 +217,48 @@ class ResidentPlayer(wiring.Component):
         m = Module()
         engine_reset = Signal()
         m.submodules.reader = reader = ResetInserter(engine_reset)(
-            SegmentReader(depth=self.data_words))
+            SegmentReader(depth=self.data_words, latency=self.data_read_latency))
         m.submodules.writer = writer = ResetInserter(engine_reset)(
             SegmentWriter(depths=(self.data_words, self.program_words)))
-        m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), self.data_rd_en.eq(reader.rd_en),
-                     reader.rd_data.eq(self.data_rd_data),
+        m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), reader.rd_data.eq(self.data_rd_data),
                      self.w_addr.eq(writer.w_addr), self.w_data.eq(writer.w_data),
                      self.w_en.eq(writer.w_en), self.w_target.eq(writer.target_now)]
 
         # --- streams: the reader feeds the accelerator or the host, the writer takes
-        # from either; the choice is made when the engine starts -------------------------
+        # from either; the choice is made when the engine starts. The accelerator's
+        # streams pass skid buffers, so that no combinational path runs from the player's
+        # engines into the core's stream logic and back (a cycle of latency each way) ----
         sink_host, source_host = Signal(), Signal()
+        m.submodules.to_accel_skid = to_accel = ResetInserter(engine_reset)(
+            SkidBuffer(word_layout()))
+        m.submodules.from_accel_skid = from_accel = ResetInserter(engine_reset)(
+            SkidBuffer(word_layout()))
+        wiring.connect(m, to_accel.source, wiring.flipped(self.to_accel))
+        wiring.connect(m, wiring.flipped(self.from_accel), from_accel.sink)
         out = reader.output
         m.d.comb += [
-            self.to_host.payload.eq(out.payload), self.to_accel.payload.eq(out.payload),
+            self.to_host.payload.eq(out.payload), to_accel.sink.payload.eq(out.payload),
             self.to_host.valid.eq(out.valid & sink_host),
-            self.to_accel.valid.eq(out.valid & ~sink_host),
-            out.ready.eq(Mux(sink_host, self.to_host.ready, self.to_accel.ready)),
+            to_accel.sink.valid.eq(out.valid & ~sink_host),
+            out.ready.eq(Mux(sink_host, self.to_host.ready, to_accel.sink.ready)),
             writer.input.payload.eq(Mux(source_host, self.from_host.payload,
-                                        self.from_accel.payload)),
+                                        from_accel.source.payload)),
             writer.input.valid.eq(Mux(source_host, self.from_host.valid,
-                                      self.from_accel.valid)),
+                                      from_accel.source.valid)),
             self.from_host.ready.eq(writer.input.ready & source_host),
-            self.from_accel.ready.eq(writer.input.ready & ~source_host),
+            from_accel.source.ready.eq(writer.input.ready & ~source_host),
         ]
 
         # --- the fetcher: a segment's words from the program memory into the engine that
         # asked, one word a cycle: an engine with nothing to walk first, then the reader ---
         fetching, for_writer = Signal(), Signal()
         fetch_addr, fetch_index = Signal(32), Signal(range(SEGMENT_WORDS + 1))
+        # A word read arrives PROGRAM_READ_LATENCY (2) cycles after its address.
+        asked, asked_index = Signal(), Signal(range(SEGMENT_WORDS))
         arrived, arrived_index = Signal(), Signal(range(SEGMENT_WORDS))
-        m.d.sync += [arrived.eq(fetching & (fetch_index < SEGMENT_WORDS)),
-                     arrived_index.eq(fetch_index)]
+        m.d.sync += [asked.eq(fetching & (fetch_index < SEGMENT_WORDS)),
+                     asked_index.eq(fetch_index),
+                     arrived.eq(asked), arrived_index.eq(asked_index)]
         with m.If(~fetching):
             writer_first = writer.starved & ~reader.starved | ~reader.need_segment
             with m.If(reader.need_segment | writer.need_segment):
@@ -138,7 +268,7 @@ class ResidentPlayer(wiring.Component):
                                                reader.segment_ptr))]
         with m.Elif(fetch_index < SEGMENT_WORDS):
             m.d.sync += [fetch_addr.eq(fetch_addr + 1), fetch_index.eq(fetch_index + 1)]
-        done_fetch = fetching & (fetch_index == SEGMENT_WORDS) & ~arrived
+        done_fetch = fetching & (fetch_index == SEGMENT_WORDS) & ~asked & ~arrived
         with m.If(done_fetch):
             m.d.sync += fetching.eq(0)
         for engine, mine in ((reader, ~for_writer), (writer, for_writer)):
@@ -214,8 +344,13 @@ class ResidentPlayer(wiring.Component):
                 with m.If(pc >= self.program_words):
                     fail(bad_address)
                 with m.Else():
-                    m.next = "HEADER"
+                    m.next = "FETCH_WAIT"
+            with m.State("FETCH_WAIT"):  # the program memory's second cycle of latency
+                m.next = "HEADER"
             with m.State("HEADER"):
+                # The record's end from the header word, which comes from the program
+                # memory's output register (a block RAM's own output would leave no time
+                # for these adders).
                 word = self.prog_rd_data
                 fields = {name: word[lsb:lsb + 8] for name, lsb in HEADER_FIELDS}
                 m.d.sync += [op.eq(word[:8]), cursor.eq(pc + 1),
@@ -249,17 +384,20 @@ class ResidentPlayer(wiring.Component):
                     fail(bad_record)
 
             # --- PASS: register writes, 2 cycles each once under way (the read port
-            # gives a word a cycle: the offset, then the value while the next offset is
-            # read) ----------------------------------------------------------------------
+            # gives a word a cycle, 2 cycles after its address: the offset, then the
+            # value, while the next pair is asked for) -----------------------------------
             with m.State("CSR_OFFSET"):
                 m.d.comb += main_addr.eq(cursor)
+                m.next = "CSR_PRIME"
+            with m.State("CSR_PRIME"):
+                m.d.comb += main_addr.eq(cursor + 1)
                 m.next = "CSR_VALUE"
             with m.State("CSR_VALUE"):
-                m.d.comb += main_addr.eq(cursor + 1)
+                m.d.comb += main_addr.eq(cursor + 2)
                 m.d.sync += offset.eq(self.prog_rd_data)
                 m.next = "CSR_WRITE"
             with m.State("CSR_WRITE"):
-                m.d.comb += main_addr.eq(cursor + 2)
+                m.d.comb += main_addr.eq(cursor + 3)
                 m.d.sync += [bus.addr.eq(offset), bus.w_data.eq(self.prog_rd_data),
                              bus.w_en.eq(1), cursor.eq(cursor + 2),
                              counts["csr"].eq(counts["csr"] - 1)]
@@ -360,13 +498,10 @@ class ResidentTop(wiring.Component):
         # A boot image is the memories' initial contents (block RAM initialised with the
         # bitstream), the rest of each memory zero as without one.
         image = self.image
-        data_memory = Memory(shape=WORD_BITS, depth=cfg.resident_words,
-                             init=image.data if image else [])
-        program_memory = Memory(shape=WORD_BITS, depth=cfg.program_words,
-                                init=image.program if image else [])
+        data_memory = DataMemory(depth=cfg.resident_words, init=image.data if image else [])
+        program_memory = ProgramMemory(depth=cfg.program_words,
+                                       init=image.program if image else [])
         m.submodules.data_memory, m.submodules.program_memory = data_memory, program_memory
-        data_read, data_write = data_memory.read_port(), data_memory.write_port()
-        program_read, program_write = program_memory.read_port(), program_memory.write_port()
 
         # The host's soft reset aborts the player too (a cycle later, as the core's).
         host = self.csr
@@ -376,20 +511,22 @@ class ResidentTop(wiring.Component):
         abort = Signal()
         m.d.sync += abort.eq(soft_reset)
         m.submodules.player = player = ResetInserter(abort)(ResidentPlayer(
-            data_words=cfg.resident_words, program_words=cfg.program_words))
+            data_words=cfg.resident_words, program_words=cfg.program_words,
+            data_read_latency=DataMemory.READ_LATENCY))
 
         # --- memories --------------------------------------------------------------------
-        data_bits, program_bits = ceil_log2(cfg.resident_words), ceil_log2(cfg.program_words)
+        data_bits, program_bits = len(data_memory.rd_addr), len(program_memory.rd_addr)
         m.d.comb += [
-            data_read.addr.eq(player.data_rd_addr[:data_bits]),
-            data_read.en.eq(player.data_rd_en), player.data_rd_data.eq(data_read.data),
-            data_write.addr.eq(player.w_addr[:data_bits]), data_write.data.eq(player.w_data),
-            data_write.en.eq(player.w_en & (player.w_target == 0)),
-            program_read.addr.eq(player.prog_rd_addr[:program_bits]),
-            player.prog_rd_data.eq(program_read.data),
-            program_write.addr.eq(player.w_addr[:program_bits]),
-            program_write.data.eq(player.w_data),
-            program_write.en.eq(player.w_en & (player.w_target == 1)),
+            data_memory.rd_addr.eq(player.data_rd_addr[:data_bits]),
+            player.data_rd_data.eq(data_memory.rd_data),
+            data_memory.w_addr.eq(player.w_addr[:data_bits]),
+            data_memory.w_data.eq(player.w_data),
+            data_memory.w_en.eq(player.w_en & (player.w_target == 0)),
+            program_memory.rd_addr.eq(player.prog_rd_addr[:program_bits]),
+            player.prog_rd_data.eq(program_memory.rd_data),
+            program_memory.w_addr.eq(player.w_addr[:program_bits]),
+            program_memory.w_data.eq(player.w_data),
+            program_memory.w_en.eq(player.w_en & (player.w_target == 1)),
         ]
 
         # --- registers: the resident bank, the commands, the checksum -------------------

@@ -9,7 +9,7 @@ checked against the memory's depth before it is used; a bad one stops the engine
 ``error`` set instead of wrapping onto another word.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -22,9 +22,9 @@ from .csr import word_layout
 #: One segment as the engines hold it: its program words in order, 32 bits each (strides
 #: are added modulo 2**32, which is two's complement arithmetic without a sign).
 SEGMENT_LAYOUT = data.StructLayout({name: 32 for name, _ in SEGMENT_FIELDS})
-#: Words the reader's output FIFO holds: enough for a word a cycle behind the read port's
-#: cycle of latency (a word in flight, one leaving, two to spare).
-READ_FIFO_DEPTH = 4
+#: Words the reader's output FIFO holds beyond the reads in flight: one leaving, two to
+#: spare, so that it takes a word a cycle whatever the read port's latency.
+READ_FIFO_SPARE = 3
 
 
 class SegmentWalker(wiring.Component):
@@ -180,7 +180,7 @@ def _engine_control(m, engine, walker, *, on_walk, drained):
 
 class SegmentReader(wiring.Component):
     """Streams segments of a memory out on ``output``, a word a cycle (the read port's
-    cycle of latency hidden by a small FIFO), ``last`` on the command's final word when
+    latency hidden by a small FIFO), ``last`` on the command's final word when
     ``mark_last`` was set with ``start``. The final word is known only once every segment
     has been walked (the last ones may be empty), so each word waits in an output register
     until the next one is there or the command is over.
@@ -189,15 +189,19 @@ class SegmentReader(wiring.Component):
     ----------
     depth : int
         Words of the memory read; an address at or past it sets ``error``.
+    latency : int
+        Cycles from an address on ``rd_addr`` to its word on ``rd_data`` (the memory reads
+        every cycle, so the reader needs no read enable).
     """
 
-    def __init__(self, *, depth):
-        self.depth = depth
+    def __init__(self, *, depth, latency=1):
+        if not isinstance(latency, int) or latency < 1:
+            raise ValueError(f"latency must be a positive integer, not {latency!r}")
+        self.depth, self.latency = depth, latency
         super().__init__({
             **_engine_ports(),
             "mark_last": In(1),
             "rd_addr": Out(32),
-            "rd_en": Out(1),
             "rd_data": In(WORD_BITS),
             "output": Out(stream.Signature(word_layout())),
         })
@@ -205,19 +209,28 @@ class SegmentReader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.walker = walker = SegmentWalker()
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS, depth=READ_FIFO_DEPTH)
+        fifo_depth = self.latency + READ_FIFO_SPARE
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS, depth=fifo_depth)
         mark_last = Signal()
         with m.If(self.start & ~self.busy):
             m.d.sync += mark_last.eq(self.mark_last)
-        # Stage 1: the word read (or the gap's fill) arrives the cycle after its issue.
-        in_flight, s1_gap, s1_fill = Signal(), Signal(), Signal(32)
+        # The word read (or the gap's fill) arrives ``latency`` cycles after its issue:
+        # each issue, whether a gap and its fill, travel down a pipeline that long.
         issue = Signal()
-        m.d.sync += [in_flight.eq(issue), s1_gap.eq(walker.gap)]
-        m.d.comb += [fifo.w_en.eq(in_flight),
-                     fifo.w_data.eq(Mux(s1_gap, s1_fill, self.rd_data)),
-                     self.rd_addr.eq(walker.addr), self.rd_en.eq(issue & ~walker.gap)]
-        # Issue only what the FIFO has room for, counting the word in flight.
-        room = (fifo.level + in_flight) < READ_FIFO_DEPTH
+        flight = [Signal(name=f"in_flight_{k}") for k in range(self.latency)]
+        gaps = [Signal(name=f"gap_{k}") for k in range(self.latency)]
+        fills = [Signal(32, name=f"fill_{k}") for k in range(self.latency)]
+        m.d.sync += [flight[0].eq(issue), gaps[0].eq(walker.gap)]
+        for k in range(1, self.latency):
+            m.d.sync += [flight[k].eq(flight[k - 1]), gaps[k].eq(gaps[k - 1]),
+                         fills[k].eq(fills[k - 1])]
+        in_flight = Cat(*flight).any()
+        m.d.comb += [fifo.w_en.eq(flight[-1]),
+                     fifo.w_data.eq(Mux(gaps[-1], fills[-1], self.rd_data)),
+                     self.rd_addr.eq(walker.addr)]
+        # Issue only what the FIFO has room for, counting the words in flight.
+        in_flight_count = sum(flight[1:], flight[0].as_unsigned())
+        room = (fifo.level + in_flight_count) < fifo_depth
 
         def on_walk(m):
             bad = ~walker.gap & (walker.addr >= self.depth)
@@ -233,7 +246,7 @@ class SegmentReader(wiring.Component):
             m, self, walker, on_walk=on_walk,
             drained=~in_flight & ~fifo.r_rdy & ~held_valid)
         m.d.comb += draining.eq(draining_now)
-        m.d.sync += s1_fill.eq(segment.fill)
+        m.d.sync += fills[0].eq(segment.fill)
         # The output register: its word is the command's last when nothing follows.
         over = draining & ~in_flight & ~fifo.r_rdy
         out = self.output

@@ -156,28 +156,32 @@ class RESIDENT:
 
     #: A run's start, and ``done`` after the last ``END``.
     RUN = 3
-    #: Each record's fetch and decode (an ``END`` costs this alone, once per iteration).
-    RECORD = 3
+    #: Each record's fetch and decode (an ``END`` costs this alone, once per iteration); the
+    #: program memory's word comes 2 cycles after its address (a register after the block
+    #: RAM).
+    RECORD = 4
     #: A ``PASS``'s register writes: ``CSR_SETUP`` plus ``CSR_WRITE`` each (the program
     #: memory gives a word a cycle: the offset, then the value).
-    CSR_SETUP = 1
+    CSR_SETUP = 2
     CSR_WRITE = 2
     #: A command's first segment fetched from the program memory (8 words, one a cycle,
     #: and the hand-over) plus 2 to start its walk.
-    FIRST_SEGMENT = 14
+    FIRST_SEGMENT = 15
     #: Each further segment of the command's stream: fetched while the one before is
     #: walked, then 2 cycles to start it.
     SEGMENT = 2
-    #: A reader's first word after its segment is fetched (read port, FIFO, output register).
-    READ_LATENCY = 4
+    #: A reader's first word after its segment is fetched: the data memory's 3 cycles (the
+    #: bank's copy of the address, the block RAM, the bank's output register), the FIFO
+    #: and the reader's output register.
+    READ_LATENCY = 6
     #: A ``PASS``'s end after the core's ``STATUS.done``: a ``STATUS`` read every 3 cycles,
     #: 2 of latency (at most 5; 3 on average).
     STATUS_POLL = 3
-    #: A ``SEND`` of one segment of L words takes L + 22 from its record to done, a ``RECV``
-    #: L + 19: the record, the first segment, and the reader's latency (SEND) or the
+    #: A ``SEND`` of one segment of L words takes L + 26 from its record to done, a ``RECV``
+    #: L + 21: the record, the first segment, and the reader's latency (SEND) or the
     #: writer's last store (RECV).
-    SEND_EXTRA = 22
-    RECV_EXTRA = 19
+    SEND_EXTRA = 26
+    RECV_EXTRA = 21
     #: Cycles the host spends inside a layer-at-a-time pass that :func:`pass_cycles` counts
     #: and a played pass does not have: the twin's host reads the other five performance
     #: counters after ``PERF_CYCLES`` and ``STATUS`` at the end, 2 cycles a register access.

@@ -14,7 +14,7 @@ from resident_images import single_pass_image, words_of
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.regmap import ERROR_CODES, by_name
 from contract.resident import BootImage, ResidentFormatError, Segment, header, image_checksum
-from hw.resident import ResidentTop, accelerator_top
+from hw.resident import DataMemory, ResidentTop, accelerator_top
 from hw.top import AcceleratorTop
 from models.conv import conv2d
 from models.eltwise import add, add_multipliers
@@ -445,3 +445,52 @@ def test_a_boot_image_is_checked():
         ResidentTop(CONFIG, image=big)
     with pytest.raises(ValueError, match="a boot image needs a configuration with resident"):
         accelerator_top(replace(CONFIG, resident_words=0, program_words=0), image)
+
+
+def test_the_banked_data_memory_reads_and_writes_as_one_memory(rng, seed):
+    """``DataMemory`` over several banks (the last one short), with its initial contents:
+    each read gives, ``READ_LATENCY`` cycles after its address, the word a plain memory
+    would hold, writes landing a cycle after the write port's (random addresses, reads
+    and writes in the same cycles)."""
+    depth, bank_words = 200, 64
+    init = [int(w) for w in rng.integers(0, 2**32, size=150, dtype=np.uint64)]
+    dut = DataMemory(depth=depth, bank_words=bank_words, init=init)
+    model = init + [0] * (depth - len(init))
+    mismatches = []
+
+    async def bench(ctx):
+        pending = deque()  # (cycle the word is due, address, word expected)
+        for cycle in range(600):
+            address = int(rng.integers(0, depth))
+            write = bool(rng.random() < 0.3)
+            w_address, w_data = int(rng.integers(0, depth)), int(rng.integers(0, 2**32))
+            ctx.set(dut.rd_addr, address)
+            ctx.set(dut.w_en, write)
+            ctx.set(dut.w_addr, w_address)
+            ctx.set(dut.w_data, w_data)
+            # A read takes the memory as it is this cycle (a write given now lands after).
+            pending.append((cycle + DataMemory.READ_LATENCY, address, model[address]))
+            if pending[0][0] == cycle:
+                _, at, want = pending.popleft()
+                got = ctx.get(dut.rd_data)
+                if got != want and not mismatches:
+                    mismatches.append(f"cycle {cycle}: word {at} read {got:#x}, "
+                                      f"expected {want:#x}")
+            await ctx.tick()
+            if write:
+                model[w_address] = w_data
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert not mismatches, f"seed={seed}: {mismatches[0]}"
+
+
+def test_the_data_memory_checks_its_parameters():
+    with pytest.raises(ValueError, match="bank_words must be a power of 2, not 48"):
+        DataMemory(depth=100, bank_words=48)
+    with pytest.raises(ValueError, match="depth must be a positive integer, not 0"):
+        DataMemory(depth=0)
+    with pytest.raises(ValueError, match="init has 5 words, more than the 4 of the memory"):
+        DataMemory(depth=4, init=[0] * 5)
