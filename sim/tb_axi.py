@@ -6,9 +6,15 @@ programs are the driver's own (``sw_driver.accelerator.pass_program`` of the pas
 ``sw_driver.conv_lowering`` makes), executed the way ``XdmaTransport`` would: CSR writes
 as 4-byte AXI-Lite writes, the H2C words as one transfer ending in ``tlast``, the results
 as one C2H transfer; the assembled layer must equal the golden model's.
+
+A resident program (``sw_driver.resident``) runs the way ``ResidentRunner`` runs it on a
+Transport: loaded over AXI-Lite and H2C with the checksum read back, then one start of two
+loops. The image, its inputs and the golden outputs come from the pytest wrapper, which
+compiles them (a pickle named by ``TESSERA_RESIDENT_CASE``).
 """
 
 import os
+import pickle
 
 import cocotb
 import numpy as np
@@ -33,6 +39,16 @@ from sw_driver import regs
 from sw_driver.accelerator import pass_program
 from sw_driver.conv_lowering import assemble_output, lower_conv2d
 from sw_driver.regs import Reg
+from sw_driver.resident.runner import (
+    CTRL_CLEAR_CHECKSUM,
+    CTRL_LOAD_DATA,
+    CTRL_LOAD_PROGRAM,
+    CTRL_RUN,
+    RES,
+    STATUS_BUSY,
+    STATUS_DONE,
+    STATUS_ERROR,
+)
 
 
 def _gaps(rng, idle):
@@ -192,3 +208,78 @@ async def test_conv_layer(dut, idle):
     await bench.csr_write(Reg.IRQ_ENABLE, regs.IRQ_ENABLE_DONE_MASK)
     await RisingEdge(dut.axi_aclk)
     assert int(dut.usr_irq_req.value) == 1, "usr_irq_req low with DONE set and enabled"
+
+
+async def wait_resident_idle(bench, what, cycles):
+    """Poll ``RES_STATUS`` until the player is idle; it must then read done only."""
+    for _ in range(cycles // 20):
+        status = await bench.csr_read(RES["STATUS"])
+        if not status & STATUS_BUSY:
+            break
+    error, pc = await bench.csr_read(RES["ERROR"]), await bench.csr_read(RES["PC"])
+    assert status & (STATUS_BUSY | STATUS_DONE | STATUS_ERROR) == STATUS_DONE, (
+        f"seed={testbench_seed()} {what}: RES_STATUS {status:#x}, RES_ERROR {error} at "
+        f"RES_PC {pc}")
+
+
+async def receive_words(bench, count):
+    """``count`` words from C2H: each SEND ends its own transfer with ``tlast``."""
+    data = b""
+    while len(data) < 4 * count:
+        frame = await bench.c2h.recv()
+        data += bytes(frame.tdata)
+    assert len(data) == 4 * count, (
+        f"seed={testbench_seed()}: C2H carried {len(data)} bytes, expected {4 * count}")
+    return np.frombuffer(data, "<u4")
+
+
+@cocotb.test()
+async def test_resident_program(dut):
+    """A compiled model loaded over AXI (checksum read back) and run for two inputs from
+    one start with stream gaps, bit-exact with the golden outputs."""
+    path = os.environ.get("TESSERA_RESIDENT_CASE")
+    assert path, "TESSERA_RESIDENT_CASE is not set: run this bench from tests/test_axi_wrapper.py"
+    with open(path, "rb") as f:
+        case = pickle.load(f)
+    image, feeds, want, idle = case["image"], case["feeds"], case["want"], case["idle"]
+    seed = testbench_seed()
+    dut._log.info(f"seed={seed} idle={idle} image: {len(image.program)} program words, "
+                  f"{len(image.data)} data words, {len(image.passes)} passes")
+    bench = AxiBench(dut, np.random.default_rng(seed), idle)
+    await bench.reset()
+    assert await bench.csr_read(RES["DATA_WORDS"]) >= image.data_words
+    assert await bench.csr_read(RES["PROGRAM_WORDS"]) >= len(image.program)
+
+    # --- load, as ResidentRunner.load does --------------------------------------------
+    await bench.csr_write(RES["CTRL"], CTRL_CLEAR_CHECKSUM)
+    for kind, address, words in image.load_order:
+        await bench.csr_write(RES["STATUS"], STATUS_DONE | STATUS_ERROR)
+        await bench.csr_write(RES["ADDR"], address)
+        await bench.csr_write(RES["COUNT"], len(words))
+        await bench.csr_write(RES["CTRL"], CTRL_LOAD_PROGRAM if kind == "program"
+                              else CTRL_LOAD_DATA)
+        await with_timeout(bench.dma_write(np.asarray(words, "<u4").tobytes()),
+                           (len(words) + 100) * 10 * 10, "ns")
+        await wait_resident_idle(bench, f"{kind} load of {len(words)} words", 2000)
+    checksum = (await bench.csr_read(RES["CHECKSUM_A"]), await bench.csr_read(RES["CHECKSUM_B"]))
+    assert checksum == image.checksum, (
+        f"seed={seed}: the device's checksum {checksum[0]:#010x}/{checksum[1]:#010x}, the "
+        f"image's {image.checksum[0]:#010x}/{image.checksum[1]:#010x}")
+
+    # --- one start, N loops, as ResidentRunner.run does -------------------------------
+    words, count = image.pack_inputs(feeds)
+    await bench.csr_write(RES["STATUS"], STATUS_DONE | STATUS_ERROR)
+    await bench.csr_write(RES["LOOPS"], count)
+    await bench.csr_write(RES["CTRL"], CTRL_RUN)
+    sender = cocotb.start_soon(bench.dma_write(words.astype("<u4").tobytes()))
+    # The modelled cycles with a margin, stretched by the gaps on both streams.
+    budget = int(4 * image.run_cycles(count) / (1 - idle)) + 20_000
+    raw = await with_timeout(receive_words(bench, image.output_words * count),
+                             budget * 10, "ns")
+    await with_timeout(sender, 20000, "ns")
+    await wait_resident_idle(bench, f"run of {count} loops", 400)
+    got = image.unpack_outputs(raw, count)
+    assert got.keys() == want.keys(), f"seed={seed}: outputs {sorted(got)}, want {sorted(want)}"
+    for name, array in want.items():
+        assert np.array_equal(got[name], array), \
+            f"seed={seed} output {name!r}: {first_difference(got[name], array)}"
