@@ -7,6 +7,8 @@ discovery registers of an 8x8 engine, so its estimates are the real ones and not
 The model's agreement with the twin's cycle counters is in ``test_providers_sim.py``.
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from fake_device import Registers
@@ -234,15 +236,19 @@ def test_pool_work_moves_the_bytes_the_driver_sends(shape):
 
 
 def test_add_work_counts_the_time_shared_adder():
-    """An ADD beat of 8 pairs takes 8 cycles on the 8x8 engine (one shared datapath), not
-    its 4 words + 1 (measured on the twin: bench/results/utilization.json)."""
+    """An ADD beat of 8 pairs takes 8 cycles on the 8x8 engine with one add datapath (the
+    boards' presets), 4 with the default preset's two, not its 4 words (measured on the
+    twin: bench/results/utilization.json)."""
     from sw_driver.accelerator import add_program
 
     layer = g.Add("add", ("a", "b"), "y", a_scale=0.1, b_scale=0.1, y_scale=0.1)
     shape = (1, 16, 32, 32)
-    work = device_work(layer, shape, DEFAULT_CONFIG)
     beats = 16 * 32 * 32 // 8
-    assert work.cycles == 75 + 8 * beats == 16_459, work  # the twin's PERF_CYCLES
+    one_datapath = replace(DEFAULT_CONFIG, add_lanes=8)
+    assert device_work(layer, shape, one_datapath).cycles == 75 + 8 * beats == 16_459
+    work = device_work(layer, shape, DEFAULT_CONFIG)
+    assert DEFAULT_CONFIG.add_lanes == 4
+    assert work.cycles == 75 + 4 * beats == 8_267, work  # the twin's PERF_CYCLES
     a = np.zeros(shape, np.int8)
     program = add_program(a, a, {name: 0 for name in (
         "a_zero_point", "b_zero_point", "y_zero_point", "lo", "hi", "a_multiplier",
