@@ -202,11 +202,14 @@ def measured_build(board, config=None, path=BOARD_BUILDS_PATH):
 
 def fit_records(sweep_records, builds=None):
     """The records the model is fitted on: the board ``builds`` (default: the recorded
-    ones) and the sweep records of any other board and configuration."""
+    ones) without the resident block, and the sweep records of any other board and
+    configuration."""
     builds = board_builds() if builds is None else builds
     recorded = {_build_key(b) for b in builds}
+    # Builds with the resident block are left out: the features have no term for its
+    # player's logic, so they would skew the LUT, FF and clock fits of every engine.
     return [r for r in sweep_records if "error" in r or _build_key(r) not in recorded] \
-        + list(builds)
+        + [b for b in builds if not _config_of(b).resident]
 
 
 def _build_key(record):
