@@ -45,50 +45,56 @@ def check_positive_int(name, value, *, maximum=None):
 
 
 @dataclass(frozen=True)
-class OptionalBlock:
-    """One optional block of the engine: a bool field of :class:`ConvEngineConfig`, true by
-    default. The configuration, the netlist's name, the register map (``contract.regmap``:
-    the ``CONFIG`` bit and the registers left out), the hardware top and the driver all read
-    it from :data:`OPTIONAL_BLOCKS`.
+class EngineFlag:
+    """One switchable part of the engine: a bool field of :class:`ConvEngineConfig`. The
+    configuration, the netlist's name, the register map (``contract.regmap``: the ``CONFIG``
+    bit and the registers left out), the hardware top and the driver all read it from
+    :data:`ENGINE_FLAGS`. A build from before the flag existed had its ``default``, so both
+    the name's suffix and the ``CONFIG`` bit mark the other value (a build from before the
+    bit reads 0: the default, as it was).
 
     Parameters
     ----------
     meaning : str
         What the flag switches (put in the error for a value that is not a bool).
     suffix : str
-        The netlist name's suffix on a build without the block.
-    absence_bit : str
-        The ``CONFIG`` register field set on a build without the block (a build from before
-        the bit reads 0 there: everything present).
-    absence_doc : str
+        The netlist name's suffix on a build whose value is not the default.
+    bit : str
+        The ``CONFIG`` register field set on such a build.
+    bit_doc : str
         That field's description in the register map.
-    registers : str or None
-        The name prefix of the registers a build without the block leaves out (they read 0).
+    registers : str or tuple of str, optional
+        The name prefix (or prefixes) of the registers a build without the part leaves out
+        (they read 0).
+    default : bool
+        The value of a configuration that does not name the flag.
     """
 
     meaning: str
     suffix: str
-    absence_bit: str
-    absence_doc: str
-    registers: str | None = None
+    bit: str
+    bit_doc: str
+    registers: str | tuple | None = None
+    default: bool = True
 
 
-#: The engine's optional blocks: :class:`ConvEngineConfig` field -> :class:`OptionalBlock`.
-#: The order is that of the netlist name's suffixes and of the ``CONFIG`` absence bits
-#: (``contract.regmap`` gives them consecutive bits in this order): append, never reorder.
+#: The engine's optional blocks, present by default: :class:`ConvEngineConfig` field ->
+#: :class:`EngineFlag`. The order is that of the netlist name's suffixes and of the
+#: ``CONFIG`` absence bits (``contract.regmap`` gives them consecutive bits in this order):
+#: append, never reorder.
 OPTIONAL_BLOCKS = {
-    "residual_add": OptionalBlock(
+    "residual_add": EngineFlag(
         "whether the engine has the residual add", "-noadd", "no_add",
         "1: built without the residual add; an ADD start is refused with BAD_OPCODE",
         registers="ADD_"),
-    "perf_counters": OptionalBlock(
+    "perf_counters": EngineFlag(
         "whether the device has its performance counters", "-noperf", "no_perf",
         "1: built without the performance counters; the PERF_* registers read 0",
         registers="PERF_"),
-    "csr_readback": OptionalBlock(
+    "csr_readback": EngineFlag(
         "whether the RW registers read back", "-wo", "no_readback",
         "1: the RW registers read 0 (written values still hold and are used)"),
-    "pipelined": OptionalBlock(
+    "pipelined": EngineFlag(
         "whether the engine has the registers that only buy clock speed", "-lean",
         "no_pipeline",
         "1: built for a slow clock without the registers that only buy clock speed; a layer "
@@ -96,44 +102,18 @@ OPTIONAL_BLOCKS = {
 }
 
 
-@dataclass(frozen=True)
-class AddedFeature:
-    """A feature a build may add to the engine: a bool field of :class:`ConvEngineConfig`,
-    false by default, so a configuration that does not name it describes the netlist it
-    always did. Its ``CONFIG`` bit is set on a build *with* it (a build from before the bit
-    reads 0: without it, as it was).
-
-    Parameters
-    ----------
-    meaning : str
-        What the flag switches (put in the error for a value that is not a bool).
-    suffix : str
-        The netlist name's suffix on a build with the feature.
-    presence_bit : str
-        The ``CONFIG`` register field set on a build with the feature.
-    presence_doc : str
-        That field's description in the register map.
-    registers : tuple of str
-        The name prefixes of the registers a build without the feature leaves out.
-    """
-
-    meaning: str
-    suffix: str
-    presence_bit: str
-    presence_doc: str
-    registers: tuple
-
-
-#: Features a build may add: :class:`ConvEngineConfig` field -> :class:`AddedFeature`. Their
-#: ``CONFIG`` bits follow the optional blocks' absence bits in this order (append, never
-#: reorder).
+#: Features a build may add, absent by default (so a configuration from before one names
+#: the netlist it always did): :class:`ConvEngineConfig` field -> :class:`EngineFlag`.
+#: Their ``CONFIG`` bits follow the optional blocks' in this order (append, never reorder).
 ADDED_FEATURES = {
-    "depthwise": AddedFeature(
+    "depthwise": EngineFlag(
         "whether the engine has the depthwise mode", "-dw", "depthwise",
         "1: built with the depthwise mode (CONV_DEPTHWISE: each column its own channel)",
-        registers=("CONV_DEPTHWISE", "CONV_DW_")),
+        registers=("CONV_DEPTHWISE", "CONV_DW_"), default=False),
 }
 
+#: Every flag, in the order of their ``CONFIG`` bits.
+ENGINE_FLAGS = {**OPTIONAL_BLOCKS, **ADDED_FEATURES}
 
 #: Lanes one residual-add datapath of the post-processing bank serves
 #: (``contract.postprocess.add_units``) unless a configuration's ``add_lanes`` says fewer.
@@ -281,8 +261,8 @@ class ConvEngineConfig:
                 or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
             raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
-        for name, block in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}.items():
-            check_bool(name, getattr(self, name), meaning=block.meaning)
+        for name, flag in ENGINE_FLAGS.items():
+            check_bool(name, getattr(self, name), meaning=flag.meaning)
         if self.add_lanes not in ADD_LANES_CHOICES or isinstance(self.add_lanes, bool):
             raise ValueError(f"add_lanes must be one of {list(ADD_LANES_CHOICES)} (lanes a "
                              f"residual-add datapath serves), not {self.add_lanes!r}")
@@ -321,10 +301,8 @@ class ConvEngineConfig:
         """Folder-friendly name: one netlist per configuration."""
         return (f"{self.top_name}-{self.array.name}-x{self.act_depth}-w{self.weight_depth}"
                 f"-t{self.max_col_tiles}"
-                + "".join(block.suffix for name, block in OPTIONAL_BLOCKS.items()
-                          if not getattr(self, name))
-                + "".join(feature.suffix for name, feature in ADDED_FEATURES.items()
-                          if getattr(self, name))
+                + "".join(flag.suffix for name, flag in ENGINE_FLAGS.items()
+                          if getattr(self, name) != flag.default)
                 + (f"-al{self.add_lanes}" if self.add_lanes != ADD_LANES_PER_UNIT else "")
                 + (f"-m{self.resident_words}p{self.program_words}" if self.resident else ""))
 
@@ -338,7 +316,7 @@ class ConvEngineConfig:
         :data:`OPTIONAL_BLOCKS` and :data:`ADDED_FEATURES`, the keywords of
         ``contract.regmap.pack_config`` and ``implemented_registers`` and what
         ``unpack_features`` reads back."""
-        return {name: getattr(self, name) for name in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}}
+        return {name: getattr(self, name) for name in ENGINE_FLAGS}
 
     def env(self):
         """Environment a cocotb testbench rebuilds this configuration from."""
@@ -369,10 +347,9 @@ class ConvEngineConfig:
                    resident_words=int(environ.get("TESSERA_RESIDENT_WORDS", "0")),
                    program_words=int(environ.get("TESSERA_PROGRAM_WORDS", "0")),
                    add_lanes=int(environ.get("TESSERA_ADD_LANES", str(ADD_LANES_PER_UNIT))),
-                   **{block: environ.get(f"TESSERA_{block.upper()}", "1") == "1"
-                      for block in OPTIONAL_BLOCKS},
-                   **{name: environ.get(f"TESSERA_{name.upper()}", "0") == "1"
-                      for name in ADDED_FEATURES})
+                   **{name: environ.get(f"TESSERA_{name.upper()}",
+                                        str(int(flag.default))) == "1"
+                      for name, flag in ENGINE_FLAGS.items()})
 
     def as_dict(self):
         return asdict(self)

@@ -11,7 +11,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ADD_LANES_CHOICES, ADD_LANES_PER_UNIT, ADDED_FEATURES, OPTIONAL_BLOCKS
+from .config import ADD_LANES_CHOICES, ADD_LANES_PER_UNIT, ENGINE_FLAGS
 from .descriptor import ADD_PARAM_FIELDS, DESCRIPTOR_FIELDS
 
 ID_VALUE = 0x54455353  # "TESS"
@@ -70,9 +70,9 @@ class Register:
         return mask
 
 
-#: The CONFIG bit of the first optional block's absence; the others follow, one bit each in
-#: ``contract.config.OPTIONAL_BLOCKS``' order.
-ABSENCE_LSB = 24
+#: The CONFIG bit of the first engine flag; the others follow, one bit each in
+#: ``contract.config.ENGINE_FLAGS``' order.
+FLAGS_LSB = 24
 
 
 #: The CONFIG field that says how many lanes a residual-add datapath serves (the index of
@@ -98,14 +98,10 @@ REGISTERS = (
     Register("CONFIG", 0x008, "RO", "Build parameters of the compute array", (
         Field("rows", 0, 8, "array rows R"), Field("cols", 8, 8, "array columns C"),
         Field("acc_width", 16, 8, "accumulator bits"),
-        # Set for a feature a build leaves out, so a build from before the bit reads 0
-        # (everything present), as it should.
-        *(Field(block.absence_bit, ABSENCE_LSB + index, 1, block.absence_doc)
-          for index, block in enumerate(OPTIONAL_BLOCKS.values())),
-        # Set for a feature a build adds: a build from before the bit reads 0 (without it).
-        *(Field(feature.presence_bit, ABSENCE_LSB + len(OPTIONAL_BLOCKS) + index, 1,
-                feature.presence_doc)
-          for index, feature in enumerate(ADDED_FEATURES.values())),
+        # Set for a flag whose value is not its default, so a build from before the bit
+        # reads 0 (the default, as it was).
+        *(Field(flag.bit, FLAGS_LSB + index, 1, flag.bit_doc)
+          for index, flag in enumerate(ENGINE_FLAGS.values())),
         Field("add_wider", ADD_WIDER_LSB, 2,
               "lanes a residual-add datapath serves: 0: 8, 1: 4, 2: 2, 3: 1"))),
     Register("ACT_DEPTH", 0x00C, "RO", "Activation buffer depth in int8 elements per copy",
@@ -240,15 +236,14 @@ def by_name():
 
 
 def _present(caller, flags):
-    """``flags`` (optional block or added feature -> present) completed with those not
-    named: a build has its optional blocks by default and its added features
-    (``contract.config.ADDED_FEATURES``) only when named; another name is refused."""
+    """``flags`` (``contract.config.ENGINE_FLAGS`` field -> present) completed with those
+    not named, at their defaults: a build has its optional blocks unless named and its
+    added features only when named; another name is refused."""
     for name in flags:
-        if name not in OPTIONAL_BLOCKS and name not in ADDED_FEATURES:
+        if name not in ENGINE_FLAGS:
             raise TypeError(f"{caller}: {name!r} is not an optional block; expected one of "
-                            f"{', '.join([*OPTIONAL_BLOCKS, *ADDED_FEATURES])}")
-    return {**{name: flags.get(name, True) for name in OPTIONAL_BLOCKS},
-            **{name: flags.get(name, False) for name in ADDED_FEATURES}}
+                            f"{', '.join(ENGINE_FLAGS)}")
+    return {name: flags.get(name, flag.default) for name, flag in ENGINE_FLAGS.items()}
 
 
 def resident_registers():
@@ -269,9 +264,9 @@ def implemented_registers(*, resident=False, **flags):
     read zero like unmapped ones and writes to them are dropped."""
     present = _present("implemented_registers", flags)
     return tuple(reg for reg in REGISTERS
-                 if all(present[name] or not reg.name.startswith(block.registers)
-                        for name, block in {**OPTIONAL_BLOCKS, **ADDED_FEATURES}.items()
-                        if block.registers)  # a prefix, or a tuple of them
+                 if all(present[name] or not reg.name.startswith(flag.registers)
+                        for name, flag in ENGINE_FLAGS.items()
+                        if flag.registers)  # a prefix, or a tuple of them
                  and (resident or not reg.name.startswith(RESIDENT_PREFIX)))
 
 
@@ -298,11 +293,8 @@ def pack_config(*, rows, cols, acc_width, add_lanes=ADD_LANES_PER_UNIT, **flags)
                              f"{(1 << f.width) - 1}, not {value!r}")
         word |= value << f.lsb
     for name, present in _present("pack_config", flags).items():
-        if name in ADDED_FEATURES:
-            if present:
-                word |= 1 << _fields("CONFIG")[ADDED_FEATURES[name].presence_bit].lsb
-        elif not present:
-            word |= 1 << _fields("CONFIG")[OPTIONAL_BLOCKS[name].absence_bit].lsb
+        if present != ENGINE_FLAGS[name].default:
+            word |= 1 << _fields("CONFIG")[ENGINE_FLAGS[name].bit].lsb
     if add_lanes not in ADD_LANES_CHOICES:
         raise ValueError(f"CONFIG.add_wider: add_lanes must be one of "
                          f"{list(ADD_LANES_CHOICES)}, not {add_lanes!r}")
@@ -323,13 +315,10 @@ def unpack_config(word):
 def unpack_features(word):
     """The engine's optional features a CONFIG register word advertises, as
     :class:`contract.config.ConvEngineConfig` fields: ``{"residual_add": bool,
-    "perf_counters": bool, ...}`` over ``contract.config.OPTIONAL_BLOCKS`` and
-    ``ADDED_FEATURES``."""
+    "perf_counters": bool, ...}`` over ``contract.config.ENGINE_FLAGS``."""
     fields = _fields("CONFIG")
-    return {**{name: not (word >> fields[block.absence_bit].lsb) & 1
-               for name, block in OPTIONAL_BLOCKS.items()},
-            **{name: bool((word >> fields[feature.presence_bit].lsb) & 1)
-               for name, feature in ADDED_FEATURES.items()}}
+    return {name: flag.default != bool((word >> fields[flag.bit].lsb) & 1)
+            for name, flag in ENGINE_FLAGS.items()}
 
 
 def field_constants(register):
