@@ -349,6 +349,22 @@ def _row_bands(config, channels, width, out_height, kernel_h, stride, row_multip
     return [(row0, min(rows, out_height - row0)) for row0 in range(0, out_height, rows)]
 
 
+def _lane_tables(tiles, cols, out_chans, bias, multiplier, shift):
+    """A pass's per-lane tables over ``tiles`` column tiles: the output channel of each lane
+    (-1 past the last) and its bias, multiplier and shift (lanes past the last get values
+    the requantizer takes, their results dropped)."""
+    count = len(out_chans)
+
+    def table(values, fill):
+        padded = np.full(tiles * cols, fill, np.int64)
+        padded[:count] = values
+        return padded
+
+    return {"channels": table(out_chans, -1), "bias": table(bias, 0).reshape(tiles, cols),
+            "multiplier": table(multiplier, MULTIPLIER_MIN).reshape(tiles, cols),
+            "shift": table(shift, SHIFT_MIN).reshape(tiles, cols)}
+
+
 def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, *, stride,
                 pads, out_size, zero_points, clamp, row0=0):
     cols = config.cols
@@ -376,21 +392,12 @@ def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, 
     w_pad[:o] = w
     # word (t, u, v, c) -> lanes of tile t: the address generator's k order (c innermost).
     words = w_pad.reshape(tiles, cols, c_in, kh, kw).transpose(0, 3, 4, 2, 1)
-    channels = np.full(lanes, -1, np.int64)
-    channels[:o] = out_chans
-
-    def table(values, fill):
-        padded = np.full(lanes, fill, np.int64)
-        padded[:o] = values
-        return padded.reshape(tiles, cols)
-
     return EnginePass(
         name=label, descriptor=desc,
         activations=np.ascontiguousarray(x.transpose(1, 2, 0)).reshape(-1),
-        weights=np.ascontiguousarray(words).reshape(tiles * k, cols),
-        bias=table(bias, 0), multiplier=table(multiplier, MULTIPLIER_MIN),
-        shift=table(shift, SHIFT_MIN), image=image, channels=channels, out_size=out_size,
-        row0=row0)
+        weights=np.ascontiguousarray(words).reshape(tiles * k, cols), image=image,
+        out_size=out_size, row0=row0,
+        **_lane_tables(tiles, cols, out_chans, bias, multiplier, shift))
 
 
 def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, *,
@@ -437,19 +444,10 @@ def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chan
     kernels = np.zeros((lanes, kh, kw), np.int8)
     kernels[:c] = w[:, 0]
     weights = kernels.reshape(tiles, cols, kh, kw).transpose(0, 2, 3, 1)  # (t, u, v, j)
-    channels = np.full(lanes, -1, np.int64)
-    channels[:c] = out_chans
-
-    def table(values, fill):
-        padded = np.full(lanes, fill, np.int64)
-        padded[:c] = values
-        return padded.reshape(tiles, cols)
-
     return EnginePass(
         name=label, descriptor=desc, activations=acts.reshape(-1),
-        weights=weights.reshape(tiles * k, cols), bias=table(bias, 0),
-        multiplier=table(multiplier, MULTIPLIER_MIN), shift=table(shift, SHIFT_MIN),
-        image=image, channels=channels, out_size=out_size, row0=row0)
+        weights=weights.reshape(tiles * k, cols), image=image, out_size=out_size, row0=row0,
+        **_lane_tables(tiles, cols, out_chans, bias, multiplier, shift))
 
 
 def engine_reference(p):
