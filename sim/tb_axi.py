@@ -41,13 +41,12 @@ from sw_driver.conv_lowering import assemble_output, lower_conv2d
 from sw_driver.regs import Reg
 from sw_driver.resident.runner import (
     CTRL_CLEAR_CHECKSUM,
-    CTRL_LOAD_DATA,
-    CTRL_LOAD_PROGRAM,
-    CTRL_RUN,
     RES,
     STATUS_BUSY,
     STATUS_DONE,
     STATUS_ERROR,
+    load_steps,
+    start_writes,
 )
 
 
@@ -252,15 +251,11 @@ async def test_resident_program(dut):
 
     # --- load, as ResidentRunner.load does --------------------------------------------
     await bench.csr_write(RES["CTRL"], CTRL_CLEAR_CHECKSUM)
-    for kind, address, words in image.load_order:
-        await bench.csr_write(RES["STATUS"], STATUS_DONE | STATUS_ERROR)
-        await bench.csr_write(RES["ADDR"], address)
-        await bench.csr_write(RES["COUNT"], len(words))
-        await bench.csr_write(RES["CTRL"], CTRL_LOAD_PROGRAM if kind == "program"
-                              else CTRL_LOAD_DATA)
-        await with_timeout(bench.dma_write(np.asarray(words, "<u4").tobytes()),
-                           (len(words) + 100) * 10 * 10, "ns")
-        await wait_resident_idle(bench, f"{kind} load of {len(words)} words", 2000)
+    for what, writes, data in load_steps(image):
+        for offset, value in writes:
+            await bench.csr_write(offset, value)
+        await with_timeout(bench.dma_write(data), (len(data) // 4 + 100) * 10 * 10, "ns")
+        await wait_resident_idle(bench, what, 2000)
     checksum = (await bench.csr_read(RES["CHECKSUM_A"]), await bench.csr_read(RES["CHECKSUM_B"]))
     assert checksum == image.checksum, (
         f"seed={seed}: the device's checksum {checksum[0]:#010x}/{checksum[1]:#010x}, the "
@@ -268,9 +263,8 @@ async def test_resident_program(dut):
 
     # --- one start, N loops, as ResidentRunner.run does -------------------------------
     words, count = image.pack_inputs(feeds)
-    await bench.csr_write(RES["STATUS"], STATUS_DONE | STATUS_ERROR)
-    await bench.csr_write(RES["LOOPS"], count)
-    await bench.csr_write(RES["CTRL"], CTRL_RUN)
+    for offset, value in start_writes(count):
+        await bench.csr_write(offset, value)
     sender = cocotb.start_soon(bench.dma_write(words.astype("<u4").tobytes()))
     # The modelled cycles with a margin, stretched by the gaps on both streams.
     budget = int(4 * image.run_cycles(count) / (1 - idle)) + 20_000

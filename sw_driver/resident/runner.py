@@ -50,6 +50,25 @@ DONE_POLLS = 16
 RUN_CSR_ACCESSES = 6
 
 
+def load_steps(image):
+    """How ``image`` is loaded, after ``RES_CTRL.clear_checksum``: for each run of words of
+    ``image.load_order``, ``(what, writes, data)``: the register writes ``(offset, value)``
+    that arm the player, then the bytes to stream. The player takes its next command only
+    once idle, so each step waits for ``RES_STATUS`` done before the next."""
+    for kind, address, words in image.load_order:
+        command = CTRL_LOAD_PROGRAM if kind == "program" else CTRL_LOAD_DATA
+        yield (f"{kind} load of {len(words)} words",
+               ((RES["STATUS"], STATUS_DONE | STATUS_ERROR), (RES["ADDR"], address),
+                (RES["COUNT"], len(words)), (RES["CTRL"], command)),
+               np.asarray(words, "<u4").tobytes())
+
+
+def start_writes(loops):
+    """The register writes ``(offset, value)`` that start a run of ``loops`` iterations."""
+    return ((RES["STATUS"], STATUS_DONE | STATUS_ERROR), (RES["LOOPS"], loops),
+            (RES["CTRL"], CTRL_RUN))
+
+
 class ResidentRunner:
     """Runs a :class:`~.image.DeviceImage` on a device with the resident player.
 
@@ -93,16 +112,13 @@ class ResidentRunner:
         for _ in range(self.reload_retries + 1):
             t = self.transport
             t.csr_write(RES["CTRL"], CTRL_CLEAR_CHECKSUM)
-            for kind, address, words in self.image.load_order:
-                t.csr_write(RES["STATUS"], STATUS_DONE | STATUS_ERROR)
-                t.csr_write(RES["ADDR"], address)
-                t.csr_write(RES["COUNT"], len(words))
-                t.csr_write(RES["CTRL"], CTRL_LOAD_PROGRAM if kind == "program"
-                            else CTRL_LOAD_DATA)
-                t.dma_write(np.asarray(words, "<u4").tobytes())
+            for what, writes, data in load_steps(self.image):
+                for offset, value in writes:
+                    t.csr_write(offset, value)
+                t.dma_write(data)
                 # The player takes its commands only when idle: the next load (or a
                 # checksum read) must wait until this one has stored its last word.
-                self._wait_loaded(f"{kind} load of {len(words)} words", len(words))
+                self._wait_loaded(what, len(data) // 4)
             self.loads += 1
             got = self.device_checksum()
             if got == self.image.checksum:
@@ -145,9 +161,8 @@ class ResidentRunner:
             self.load()
             words, count = self.image.pack_inputs(feeds)
             t = self.transport
-            t.csr_write(RES["STATUS"], STATUS_DONE | STATUS_ERROR)
-            t.csr_write(RES["LOOPS"], count)
-            t.csr_write(RES["CTRL"], CTRL_RUN)
+            for offset, value in start_writes(count):
+                t.csr_write(offset, value)
             if deadline is None:
                 cycles = max(100_000, 8 * self.image.expected_cycles * count)
                 deadline = Deadline(cycles, max(1.0, cycles / t.min_cycles_per_second),
