@@ -14,9 +14,14 @@ import sys
 import numpy as np
 import pytest
 
-from hw.toolchain import apply_tool_env
+from hw.toolchain import ToolchainError, apply_tool_env
 
-apply_tool_env()
+try:
+    apply_tool_env()
+except ToolchainError:
+    # A runtime-only machine (a GPU box without the RTL tools) still runs the tests that
+    # build no RTL; a test that builds RTL fails there with this same error when it builds.
+    pass
 
 _WORKER_KEY = "tessera_seed"
 

@@ -457,6 +457,20 @@ def test_gpu_without_cuda_is_not_the_torch_provider():
         assert not isinstance(gpu, TorchProvider)
 
 
+def test_gpu_without_cuda_or_pyopencl_names_both(monkeypatch):
+    """A runtime-only machine without CUDA and without pyopencl: the refusal says both."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: 'gpu' is the torch provider here")
+    from sw_driver.providers import GPUProvider, opencl
+
+    monkeypatch.setattr(opencl, "_IMPORT_ERROR", ImportError("pyopencl is not installed"))
+    with pytest.raises(ProviderUnavailableError) as refusal:
+        GPUProvider()
+    message = str(refusal.value)
+    assert "no GPU" in message and "no CUDA device" in message
+    assert "pyopencl is not installed" in message
+
+
 def test_the_runtime_does_not_import_torch():
     child = textwrap.dedent("""
         import sys

@@ -49,6 +49,10 @@ class GPUProvider(OpenCLProvider):
                 return provider
         return super().__new__(cls)
 
+    def _without_pyopencl(self, why):
+        _, no_torch = torch_cuda_status()
+        return f"no GPU: {no_torch}; and OpenCL: {why}"
+
     def _make_runtime(self, device):
         # Imported here: this module must import (and say why not) without pyopencl.
         from ..opencl import (

@@ -129,7 +129,8 @@ class OpenCLProvider(Provider):
 
     def __init__(self, device=None):
         if _IMPORT_ERROR is not None:
-            raise unavailable(self.name, f"pyopencl does not import ({_IMPORT_ERROR})")
+            raise unavailable(self.name, self._without_pyopencl(
+                f"pyopencl does not import ({_IMPORT_ERROR})"))
         try:
             self.runtime = self._make_runtime(device)
         except (OpenCLError, cl.Error) as exc:
@@ -145,6 +146,10 @@ class OpenCLProvider(Provider):
         # Per thread: layer name -> profiling.Recording of its last run, until the session
         # asks for the figures at the end of the run (finish_profile).
         self._recordings = _ThreadRecordings()
+
+    def _without_pyopencl(self, why):
+        """The refusal when pyopencl does not import (the "gpu" provider adds CUDA's)."""
+        return why
 
     def _make_runtime(self, device):
         return OpenCLRuntime(device)
