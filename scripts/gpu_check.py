@@ -13,6 +13,8 @@ checks on PyTorch's CPU and says that the GPU figures are missing. Written to
   session (layer by layer), of the whole model captured once as a CUDA graph (CUDA only),
   and of PyTorch float16 on the same architecture (channels-last, cuDNN; eager and as a
   CUDA graph) in the same run; joules per image where nvidia-ml-py reads the energy counter.
+  The ``*_compiled`` figures are the provider with ``compile=True`` (requantization and
+  im2col through torch.compile), whose exactness ``exact_models_compiled`` checks.
 
 Usage: ``python scripts/gpu_check.py [--out PATH] [--quick]`` (``--quick``: fewer repeats).
 """
@@ -35,6 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 BATCHES = (1, 64, 256)
+#: The zoo models checked again with ``compile=True`` (each compiles for a while).
+COMPILED_MODELS = ("digits", "resnet8", "dwsep")
 SEED = 33
 
 
@@ -57,7 +61,7 @@ def _device_info(torch):
     return info
 
 
-def _exact_models(provider_spec, out_dir, batch):
+def _exact_models(provider_spec, out_dir, batch, only=None):
     from models.zoo import DIGITS_QDQ, load_digits_split, random_models
     from sw_driver import InferenceSession
 
@@ -73,6 +77,8 @@ def _exact_models(provider_spec, out_dir, batch):
               ("rowgru", str(ROOT / "models/zoo/rowgru_qdq.onnx"), "ort", seq)]
     results = {}
     for name, path, mode, x in cases:
+        if only is not None and name not in only:
+            continue
         cpu = InferenceSession(path, providers=["cpu"], sequence_mode=mode)
         feed = {cpu.get_inputs()[0].name: x}
         (want,) = cpu.run(None, feed)
@@ -213,12 +219,16 @@ def _energy(torch):
 def _speed(torch, provider, out_dir, quick):
     from models.zoo import random_models
     from sw_driver import InferenceSession
+    from sw_driver.providers import TorchProvider
+    from sw_driver.providers.torch_provider import ALWAYS_CHOSEN
 
     cuda = provider.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     repeats, min_seconds = (3, 0.2) if quick else (5, 0.5)
     path = str(random_models.build("resnet8", out_dir)[1])
     session = InferenceSession(path, providers=[provider])
+    fused = TorchProvider(provider.device, costs=ALWAYS_CHOSEN, compile=True)
+    fused_session = InferenceSession(path, providers=[fused])
     float_model = _float16_model(torch, session.graph, provider.device)
     energy = _energy(torch) if cuda else None
     rng = np.random.default_rng(SEED)
@@ -227,6 +237,11 @@ def _speed(torch, provider, out_dir, quick):
         x = random_models.random_inputs(rng, batch)
         timing = (sync, repeats, min_seconds)
         row = _one_batch(torch, provider, session, float_model(batch)[0], energy, timing, x)
+        fused_row = _one_batch(torch, fused, fused_session, float_model(batch)[0], energy,
+                               timing, x)
+        for key in ("session", "captured", "joules_per_image", "ratio_to_pytorch_float"):
+            if key in fused_row:
+                row[f"{key}_compiled"] = fused_row[key]
         rows[str(batch)] = row
         print(f"batch {batch}: {json.dumps(row)}", flush=True)
     return rows
@@ -314,6 +329,11 @@ def main(argv=None):
                               ("torch", {"device": str(provider.device),
                                          "costs": ALWAYS_CHOSEN}), Path(tmp),
                               64 if provider.device.type == "cuda" else 16)),
+                         ("exact_models_compiled", lambda: _exact_models(
+                              ("torch", {"device": str(provider.device),
+                                         "costs": ALWAYS_CHOSEN, "compile": True}),
+                              Path(tmp), 64 if provider.device.type == "cuda" else 16,
+                              only=COMPILED_MODELS)),
                          ("exact_layers", lambda: _exact_layers(provider)),
                          ("speed", lambda: _speed(torch, provider, Path(tmp), args.quick))):
             started = time.perf_counter()
@@ -323,8 +343,8 @@ def main(argv=None):
                 report[key] = {"error": traceback.format_exc()}
                 status = 1
             print(f"{key}: {time.perf_counter() - started:.1f} s", flush=True)
-    flags = [v["identical"] for v in report.get("exact_models", {}).values()
-             if isinstance(v, dict) and "identical" in v]
+    flags = [v["identical"] for key in ("exact_models", "exact_models_compiled")
+             for v in report.get(key, {}).values() if isinstance(v, dict) and "identical" in v]
     flags += [v for v in report.get("exact_layers", {}).values() if isinstance(v, bool)]
     report["bit_exact"] = bool(flags) and all(flags)
     if not report["bit_exact"]:

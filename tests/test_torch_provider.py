@@ -315,6 +315,44 @@ def test_zoo_models_identical_to_cpu(zoo, name, seed):
     assert sum(e["bytes"] for e in profile) == x.nbytes + got.nbytes
 
 
+#: im2col geometries in the order that once broke PyTorch's automatic dynamic shapes (the
+#: last came back as (384, 288): a kernel compiled for another geometry was reused).
+GATHER_GEOMETRIES = [(3, 3, 32, 3, 1, 1), (3, 16, 32, 3, 1, 1), (3, 16, 32, 3, 2, 1),
+                     (3, 16, 32, 1, 2, 0), (3, 32, 16, 3, 1, 1), (3, 32, 16, 3, 2, 1)]
+
+
+@pytest.mark.slow
+def test_compiled_im2col_identical_to_eager(seed):
+    gen = torch.Generator().manual_seed(seed)
+    for n, c, h, k, s, p in GATHER_GEOMETRIES:
+        x = torch.randint(-128, 128, (n, c, h, h), dtype=torch.int8, generator=gen)
+        args = (x, (k, k), (s, s), (p, p, p, p), (1, 1), -7.0, torch.float32)
+        want, got = tk._gather_cols(*args), tk.compiled("cols")(*args)
+        where = f"im2col n={n} c={c} h={h} k={k} s={s} p={p} seed={seed}"
+        assert tk.compiled("cols").error is None, f"{where}: not compiled here"
+        assert got.shape == want.shape, f"{where}: {tuple(got.shape)} != {tuple(want.shape)}"
+        assert torch.equal(got, want), where
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet8", "dwsep"])
+def test_compiled_zoo_models_identical_to_cpu(zoo, name, seed):
+    """``compile=True``: requantization and im2col through torch.compile (the C++ back end
+    here, Triton on CUDA), the GEMM eager; bit for bit the cpu provider's answer."""
+    from models.zoo import random_models
+
+    x = random_models.random_inputs(np.random.default_rng(seed), 3)
+    (want,) = InferenceSession(str(zoo[name]), providers=["cpu"]).run(None, {"input": x})
+    session = InferenceSession(
+        str(zoo[name]), providers=[("torch", {"device": "cpu", "compile": True})],
+        cpu_fallback=False)
+    (got,) = session.run(None, {"input": x})
+    assert_exact(got, want, f"compiled zoo {name} seed={seed}", names=("torch", "cpu"),
+                 same_dtype=True)
+    errors = {name: fn.error for name, fn in tk._COMPILED.items()}
+    assert errors.get("requant", "unused") is None, f"requant was not compiled: {errors}"
+
+
 def test_whole_model_that_fails_runs_layer_by_layer(zoo, monkeypatch, seed):
     """A whole-model function that raises (here: every kernel call of it) is dropped, and
     the request, and the ones after it, run layer by layer with the same answer."""

@@ -24,6 +24,13 @@ In short:
   half to even as :func:`models.requant.rounding_shift` does. The bound comes from the
   weights when they give it; else, on the CPU, from the data (one pass, no cost of a
   device synchronization); otherwise the golden shift formula runs in int64.
+- ``Kernels(device, compile=True)`` runs the elementwise parts through ``torch.compile``
+  (one fused kernel each): the float64 requantization, whose every intermediate is an exact
+  integer or a power-of-two scaling of one, so fusing or contracting its operations (an FMA
+  for ``t * M + c0 * M``) cannot change a value; and im2col, which only moves int8 values
+  into the compute dtype. The GEMM is never compiled: with it inside the compiled region the
+  H200 gave other results than the golden model (inductor chose its own matmul), so it stays
+  the ``torch.mm(..., out_dtype=float32)`` above.
 - Convolutions with one group run on NHWC storage (the output is an NCHW view of it, so
   the next layer's im2col reads it without a transpose): im2col is one strided view of the
   padded input, copied once.
@@ -159,6 +166,75 @@ def _bit_length(value):
     return bits + (rest > 0).to(torch.int64)
 
 
+def _requant_float(t, const, mf, scale, lo, hi, zy):
+    """The float64 requantization of :class:`Requant` as one function of tensors (what
+    ``torch.compile`` fuses into one kernel): ``lo``, ``hi`` and ``zy`` are float64 scalars
+    (``lo``/``hi`` already less ``zy``)."""
+    y = t * mf if const is None else torch.addcmul(const, t, mf)
+    return (torch.clamp(torch.round(y * scale), lo, hi) + zy).to(torch.int8)
+
+
+def _gather_cols(x, kernel, stride, padding, dilation, zx, dtype):
+    """im2col of int8 NCHW ``x``: ``(N * OH * OW, kh * kw * C)`` in ``dtype`` with K ordered
+    (kh, kw, c), the padding holding ``zx``. Only moves values, so it is exact however it is
+    fused."""
+    n, _, h, wd = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
+    top, left, bottom, right = padding
+    oh, ow = _output_shape((h, wd), kernel, stride, padding, dilation)
+    xp = F.pad(x.permute(0, 2, 3, 1).to(dtype), (0, 0, left, right, top, bottom), value=zx)
+    taps = [xp[:, u * dh:u * dh + sh * (oh - 1) + 1:sh, v * dw:v * dw + sw * (ow - 1) + 1:sw]
+            for u in range(kh) for v in range(kw)]
+    cols = torch.stack(taps, dim=3) if len(taps) > 1 else taps[0].unsqueeze(3)
+    return cols.reshape(n * oh * ow, kh * kw * x.shape[1])
+
+
+#: Compiled variants (input shapes and layer geometries) per function before torch.compile
+#: runs the rest eagerly: a model's layers times a few batch sizes.
+RECOMPILE_LIMIT = 64
+
+
+class _Compiled:
+    """``fn`` through ``torch.compile``; once compiling fails on this machine (no C++
+    compiler, no Triton) ``fn`` itself, which gives the same values, only slower.
+    ``error`` says why it fell back.
+
+    Shapes are static (``dynamic=False``): one compiled kernel per shape and geometry. With
+    automatic dynamic shapes, PyTorch 2.13 reused an im2col compiled for one geometry on
+    another and returned the wrong shape (``tests/test_torch_provider.py`` keeps a case).
+    """
+
+    def __init__(self, fn):
+        self.eager, self.error = fn, None
+        import torch._dynamo.config as dynamo
+
+        for name in ("recompile_limit", "cache_size_limit"):  # the name changed in 2.x
+            if hasattr(dynamo, name):
+                setattr(dynamo, name, max(getattr(dynamo, name), RECOMPILE_LIMIT))
+                break
+        self.compiled = torch.compile(fn, dynamic=False)
+
+    def __call__(self, *args):
+        if self.error is None:
+            try:
+                return self.compiled(*args)
+            except Exception as exc:  # any failure to compile: the eager function
+                self.error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return self.eager(*args)
+
+
+#: The compiled functions, made on first use and shared by every provider in the process
+#: (torch.compile caches its code per function object).
+_COMPILED = {}
+
+
+def compiled(name):
+    """The shared :class:`_Compiled` of ``"requant"`` or ``"cols"``."""
+    if name not in _COMPILED:
+        _COMPILED[name] = _Compiled({"requant": _requant_float, "cols": _gather_cols}[name])
+    return _COMPILED[name]
+
+
 class Requant:
     """``clamp(z_y + rounding_shift(t + c0, M, n), lo, hi)`` as int8, on the device.
 
@@ -199,10 +275,14 @@ class Requant:
         self.c0 = up(c0)
         self.m, self.n = up(m), up(n)
         self.half = up((np.int64(1) << (n - 1)) - 1)
+        self.fused = kernels.fused
         if self.float_ok:
             self.mf = up(m.astype(np.float64))
             self.const = up((c0 * m).astype(np.float64))         # |.| < 2**52: exact
             self.scale = up(np.ldexp(1.0, -n))
+            if self.fused:  # scalars as tensors: one compiled kernel for every layer
+                self.bounds = [up(np.float64(v)) for v in
+                               (self.lo - self.zy, self.hi - self.zy, self.zy)]
 
     def uses_float(self, t):
         """Whether ``t`` goes the float64 way: the weights bound it, or (on the CPU, where
@@ -218,6 +298,9 @@ class Requant:
         """``t``: integer values (float32, float64 or int64) broadcasting with the
         constants. Returns int8."""
         if self.uses_float(t):
+            if self.fused:
+                return compiled("requant")(t, self.const if self.any_c0 else None,
+                                           self.mf, self.scale, *self.bounds)
             # t * M + c0 * M, exact; * 2**-n exact; round: ties to even, as golden.
             y = torch.addcmul(self.const, t, self.mf) if self.any_c0 else t * self.mf
             y.mul_(self.scale).round_()
@@ -238,10 +321,13 @@ class Requant:
 
 
 class Kernels:
-    """The exact kernels on one device (``torch.device``); see the module docstring."""
+    """The exact kernels on one device (``torch.device``); see the module docstring.
+    ``compile``: run requantization and im2col through ``torch.compile`` (:func:`compiled`).
+    """
 
-    def __init__(self, device):
+    def __init__(self, device, *, compile=False):
         self.device = torch.device(device)
+        self.fused = bool(compile)
         # float16 feeds the tensor cores on CUDA; the CPU has no fast float16 GEMM.
         self.compute = torch.float16 if self.device.type == "cuda" else torch.float32
 
@@ -322,6 +408,10 @@ class Kernels:
         (kh, kw), (sh, sw), (dh, dw) = kernel, stride, dilation
         top, left, bottom, right = padding
         oh, ow = _output_shape((h, wd), kernel, stride, padding, dilation)
+        if self.fused:  # the whole batch: im2col as one compiled kernel, the GEMM eager
+            a = compiled("cols")(x, kernel, stride, padding, dilation, float(zx),
+                                 self.compute)
+            return rq(self.exact_matmul(a, w)).view(n, oh, ow, -1).permute(0, 3, 1, 2)
         hp, wp = h + top + bottom, wd + left + right
         # On the CPU, blocks of whole images of about BLOCK_ROWS output positions: the
         # buffers are reused from block to block and stay in cache (a fresh 40 MB im2col

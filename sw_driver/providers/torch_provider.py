@@ -200,6 +200,10 @@ class TorchProvider(Provider):
     costs : TorchCostModel, optional
         The rates of :meth:`estimate`. Default: on CUDA measured by :func:`measure_costs`
         (once per process and device, when first needed), on the CPU :data:`CPU_COSTS`.
+    compile : bool
+        Run requantization and im2col through ``torch.compile`` (fused kernels; the GEMM
+        stays eager, see ``torch_kernels``). The first run of each input shape compiles
+        (seconds to a minute); then a batch of 256 on an H200 runs about 1.6 times faster.
 
     Raises
     ------
@@ -210,7 +214,7 @@ class TorchProvider(Provider):
 
     name = "torch"
 
-    def __init__(self, device=None, *, costs=None):
+    def __init__(self, device=None, *, costs=None, compile=False):
         if costs is not None and not isinstance(costs, TorchCostModel):
             raise TypeError(f"costs must be a sw_driver.providers.torch_provider."
                             f"TorchCostModel, not {type(costs).__name__}")
@@ -230,7 +234,7 @@ class TorchProvider(Provider):
 
         self._torch = torch
         self._tk = torch_kernels
-        self.kernels = torch_kernels.Kernels(device)
+        self.kernels = torch_kernels.Kernels(device, compile=compile)
         self._cpu = CPUProvider()
         # Keyed by layer object: dropped with the session's graph.
         self._constants = weakref.WeakKeyDictionary()
