@@ -71,6 +71,23 @@ def test_dsp_and_block_ram_are_counted_exactly_on_every_recorded_build():
         assert counted == {"dsp": measured["dsp"], "ebr": measured["ebr"]}, r["label"]
 
 
+def test_counted_bank_registers_are_the_data_memorys():
+    """The flip-flops the model counts per data memory bank are the registers the banks'
+    Verilog declares (three banks, the last one short)."""
+    import re
+
+    from amaranth.back import verilog
+
+    from hw.resident import DataMemory, data_bank_registers
+
+    text = verilog.convert(DataMemory(depth=9000), name="data_memory")
+    registers = re.findall(r"^\s*reg (?:\[(\d+):0\] )?\\?(bank\d+_(?:rd_addr|w_addr|w_data|"
+                           r"w_en|word))\b", text, re.M)
+    assert len(registers) == 3 * 5
+    assert sum(int(top) + 1 if top else 1 for top, _ in registers) == \
+        data_bank_registers(9000) == 2 * (2 * 12 + 65) + (2 * 10 + 65)
+
+
 def test_fit_recovers_the_coefficients_of_exact_data():
     truth = {"lut": (5000, 120, 80, 3000), "ff": (4000, 150, 30, 2000),
              "period_ns": (4.0, 0.5, 1.5)}
