@@ -63,6 +63,22 @@ def accelerator_top(config, image=None):
     return AcceleratorTop(config)
 
 
+#: Words in one bank of the data memory (:class:`DataMemory`): 8 DP16KD of 4096 x 4.
+DATA_BANK_WORDS = 4096
+
+
+def data_bank_registers(words, bank_words=DATA_BANK_WORDS):
+    """Flip-flops of the banks of a :class:`DataMemory` of ``words``: each bank's copy of
+    the read address, its registered write (address, data and enable) and its registered
+    word. The resource model (``tessera.explore.resource_model``) counts them, since they
+    grow with the memory while the player's own logic does not."""
+    registers = 0
+    for base in range(0, words, bank_words):
+        address_bits = max(1, ceil_log2(min(bank_words, words - base)))
+        registers += 2 * address_bits + 2 * WORD_BITS + 1
+    return registers
+
+
 class DataMemory(wiring.Component):
     """The data memory: 32-bit words in banks of ``bank_words``, each bank a memory of its
     own behind registers, so that no path crosses the die from one register to a block RAM
@@ -89,7 +105,7 @@ class DataMemory(wiring.Component):
     #: the address, the block RAM's read, the bank's output register.
     READ_LATENCY = 3
 
-    def __init__(self, *, depth, bank_words=4096, init=()):
+    def __init__(self, *, depth, bank_words=DATA_BANK_WORDS, init=()):
         self._MustUse__silence = True  # until the parameters are accepted
         if not isinstance(depth, int) or depth < 1:
             raise ValueError(f"depth must be a positive integer, not {depth!r}")

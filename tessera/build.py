@@ -7,7 +7,8 @@ The search (``docs/build.md``):
    depths from :data:`ACT_DEPTHS` and :data:`WEIGHT_DEPTHS` (``max_col_tiles`` and the
    stream width stay at their defaults: the only stream width the contract has is 32 bits).
    The optional blocks (:data:`FEATURES`) are the board preset's, less the residual add
-   for a model with no Add layer (:func:`features_for`).
+   for a model with no Add layer (:func:`features_for`). No array has more PEs than the
+   model's largest routed build on the device (beyond it the clock is extrapolated).
 2. **Fit.** The resource model (``tessera.explore.resource_model``, fitted on real builds) predicts
    LUT/FF/DSP/EBR and fmax; a candidate fits when every prediction is within the board's
    limits (logic below 85 %, 95 % of the iCE40's packed logic cells: ``FAMILY_CAPS``).
@@ -23,10 +24,12 @@ The search (``docs/build.md``):
 5. **Pick** the best score; ties go to fewer LUTs.
 
 On a board with a resident preset (the ULX3S: ``ulx3s-85f-resident``...), only arrays whose
-columns are a multiple of :data:`contract.resident.COLUMN_MULTIPLE` are candidates, and the
-model goes
-into the bitstream (:func:`model_image`): its resident image is compiled for the chosen
-configuration, the resident memories are sized to it (whole DP16KD blocks), and the build
+columns are a multiple of :data:`contract.resident.COLUMN_MULTIPLE` are candidates, each
+predicted and scored with the smallest resident block, and the model goes into the
+bitstream (:func:`model_image`): its resident image is compiled for the chosen
+configuration, the resident memories are sized to it (whole DP16KD blocks; the buffers
+are halved where the block RAM would not hold them), the design is predicted and clocked
+again with them, and the build
 writes it into their initial contents with the checksum registers' reset values equal to
 its checksum, so the board boots with the model loaded and a session skips the load.
 
@@ -57,8 +60,9 @@ from tessera.explore.resource_model import (
 SIDES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)
 ACT_DEPTHS = (512, 1024, 2048, 4096, 8192, 16384)
 WEIGHT_DEPTHS = (256, 512, 1024, 2048, 4096, 8192)
-#: The design clock is chosen this far below the predicted fmax: the fmax model's error
-#: on held-out builds was within about 10 % (docs/build.md).
+#: The design clock is chosen this far below the predicted fmax: room for the fmax model's
+#: held-out error (at most 4.8 % on the recorded builds, docs/build.md) and for the spread
+#: of place and route between seeds and sources.
 CLOCK_MARGIN = 0.10
 #: A layer that no engine of the search space can run (the largest buffers, an 8x8
 #: array) falls back to the CPU; others must run on the chosen engine.
@@ -271,11 +275,19 @@ def candidates(board_info, model, features=None, *, resident=False):
     """``[(config, prediction)]`` of every configuration (with the optional blocks
     ``features``) predicted to fit the board, for each array size only the Pareto-largest
     buffers (see the module docstring); with ``resident``, only arrays the resident
-    compiler takes (columns a multiple of ``COLUMN_MULTIPLE``)."""
+    compiler takes (columns a multiple of ``COLUMN_MULTIPLE``), each with the smallest
+    resident block (a DP16KD per memory), so that the block's logic and clock are in every
+    prediction and score (its memories are sized to the model's image later). Arrays with
+    more PEs than the model's largest routed build on the device
+    (:meth:`~tessera.explore.resource_model.ResourceModel.largest_routed`) are left out:
+    their clock would be an extrapolation."""
     from contract.resident import COLUMN_MULTIPLE
 
     features = features or {}
-    family = board_info["family"]
+    family, device = board_info["family"], board_info["device"]
+    block = ({"resident_words": RESIDENT_BLOCK_WORDS, "program_words": RESIDENT_BLOCK_WORDS}
+             if resident else {})
+    routed = model.largest_routed(family, device)
     fitting = []
     for rows in SIDES:
         for cols in SIDES:
@@ -284,12 +296,14 @@ def candidates(board_info, model, features=None, *, resident=False):
             array = ArrayConfig(rows=rows, cols=cols)
             if rows * cols > board_info["limits"]["dsp"]:
                 continue
+            if routed is not None and rows * cols > routed:
+                continue
             best_weight = {}
             for act in ACT_DEPTHS:
                 for weight in WEIGHT_DEPTHS:
                     config = ConvEngineConfig(array=array, act_depth=act, weight_depth=weight,
-                                              **features)
-                    prediction = model.predict(config, family)
+                                              **features, **block)
+                    prediction = model.predict(config, family, device)
                     if not fits(prediction, board_info):
                         best_weight[act] = (config, prediction)
             # Keep (act, weight) pairs not dominated by a larger act with as large weights.
@@ -344,7 +358,7 @@ def search(model_path, board, *, resource_model=None, say=None):
     image, refused = None, None
     if resident_board(board):
         scored, image, refused = _with_model_image(model_path, board, board_info, scored,
-                                                   resource_model)
+                                                   resource_model, profile)
     best = scored[0]
     if say is not None:
         say(f"searched {len(fitting)} fitting configurations ({len(scored)} run the model) "
@@ -356,36 +370,78 @@ def search(model_path, board, *, resource_model=None, say=None):
         "layers": best["layers"], "fallbacks": profile.fallbacks,
         "candidates": len(fitting), "runnable": len(scored),
         "runners_up": scored[1:4], "image": image, "image_refused": refused,
+        "unmeasured": resource_model.unmeasured(best["config"], board_info["family"]),
     }
 
 
-def _with_model_image(model_path, board, board_info, scored, resource_model):
-    """``(scored, image, refused)``: the scored candidates (best first) with the first one
-    that holds the model's resident image (the compiler takes it, its memories fit the
-    device's DP16KD and the resource model still predicts a fit) moved to the front,
-    configured with the memories (:func:`model_image`); ``image`` is that candidate's
-    DeviceImage. When none does: ``scored`` as it was, ``None`` and the best candidate's
-    reason."""
-    from hw.bitstream.registry import check_fits
+def _with_model_image(model_path, board, board_info, scored, resource_model, profile):
+    """``(scored, image, refused)``: the scored candidates (best first, each with the
+    smallest resident block: :func:`candidates`) with the first one that holds the model's
+    resident image (the compiler takes it, its memories fit the device's DP16KD and the
+    resource model still predicts a fit) moved to the front, configured with the memories
+    (:func:`model_image`) and predicted, clocked and scored again; ``image`` is that
+    candidate's DeviceImage. When none does: the best candidate without the block, ``None``
+    and the best candidate's reason."""
     from sw_driver.errors import ResidentFitError
 
     reasons = []
     for index, candidate in enumerate(scored):
         try:
-            sized, image = model_image(model_path, candidate["config"])
-            check_fits(board, sized)
+            sized, image = _image_in_block_ram(model_path, board, candidate["config"])
         except (ResidentFitError, ValueError) as error:
             reasons.append(str(error))
             continue
-        prediction = resource_model.predict(sized, board_info["family"])
-        over = fits(prediction, board_info)
-        if over:
-            reasons.append(f"with the image's memories the resource model predicts "
-                           f"{', '.join(over)} over the board's")
+        chosen = _rescored(candidate, sized, board_info, resource_model, profile)
+        if isinstance(chosen, str):
+            reasons.append(f"with the image's memories {chosen}")
             continue
-        chosen = {**candidate, "config": sized, "prediction": prediction}
         return [chosen, *scored[:index], *scored[index + 1:]], image, None
+    for index, candidate in enumerate(scored):
+        bare = dataclasses.replace(candidate["config"], resident_words=0, program_words=0)
+        chosen = _rescored(candidate, bare, board_info, resource_model, profile)
+        if not isinstance(chosen, str):
+            return [chosen, *scored[:index], *scored[index + 1:]], None, \
+                reasons[0] if reasons else "no candidate"
     return scored, None, reasons[0] if reasons else "no candidate"
+
+
+def _image_in_block_ram(model_path, board, config):
+    """``(config, image)`` of :func:`model_image`, with the engine's buffers halved
+    (activations first: a copy per row) while the memories and buffers are more block RAM
+    than the device has; the image is compiled again for each (smaller buffers, more
+    passes). Raises the last refusal when even the smallest buffers do not fit."""
+    from hw.bitstream.registry import check_fits
+
+    while True:
+        sized, image = model_image(model_path, config)
+        try:
+            check_fits(board, sized)
+            return sized, image
+        except ValueError:
+            if config.act_depth > min(ACT_DEPTHS):
+                config = dataclasses.replace(config, act_depth=config.act_depth // 2)
+            elif config.weight_depth > min(WEIGHT_DEPTHS):
+                config = dataclasses.replace(config, weight_depth=config.weight_depth // 2)
+            else:
+                raise
+
+
+def _rescored(candidate, config, board_info, resource_model, profile):
+    """``candidate`` with ``config``: its prediction, clock and score (a dict); or why it
+    does not fit (a string)."""
+    prediction = resource_model.predict(config, board_info["family"], board_info["device"])
+    over = fits(prediction, board_info)
+    if over:
+        return f"the resource model predicts {', '.join(over)} over the board's"
+    clock = pll_clock(board_info, prediction["fmax_mhz"])
+    if clock is None:
+        return f"the predicted fmax {prediction['fmax_mhz']:g} MHz has no clock the PLL makes"
+    seconds, costs = profile.evaluate(config, clock)
+    if seconds is None:
+        layer, reason = costs
+        return f"layer {layer.name!r} does not run: {reason}"
+    return {**candidate, "config": config, "prediction": prediction, "clock_mhz": clock,
+            "seconds": seconds, "images_per_s": 1.0 / seconds, "layers": costs}
 
 
 def _no_fit_message(profile, board_info, fitting, blocked, resource_model):
@@ -393,7 +449,8 @@ def _no_fit_message(profile, board_info, fitting, blocked, resource_model):
     if not fitting:
         smallest = ConvEngineConfig(array=ArrayConfig(rows=1, cols=1),
                                     act_depth=min(ACT_DEPTHS), weight_depth=min(WEIGHT_DEPTHS))
-        over = fits(resource_model.predict(smallest, board_info["family"]), board_info)
+        over = fits(resource_model.predict(smallest, board_info["family"],
+                                           board_info["device"]), board_info)
         return (f"no configuration of the search space is predicted to fit {where}, not even "
                 f"a 1x1 array with {min(ACT_DEPTHS)}-byte activation and "
                 f"{min(WEIGHT_DEPTHS)}-word weight buffers: it needs {'; '.join(over)}")
@@ -426,6 +483,9 @@ def plan_document(plan):
         "clock_mhz": plan["clock_mhz"],
         "predicted": {**plan["prediction"],
                       "available": plan["board_info"]["limits"],
+                      # Fields the model's runs never had: LUT, FF and fmax are those of
+                      # the runs' value (docs/build.md).
+                      "unmeasured": plan.get("unmeasured", []),
                       "images_per_s": round(plan["images_per_s"], 2),
                       "peak_gops": round(2 * config.rows * config.cols * plan["clock_mhz"]
                                          / 1e3, 3)},

@@ -134,7 +134,8 @@ def test_accelerator_that_does_not_fit_is_refused_before_any_tool():
                   program_words=6144)
     with pytest.raises(ValueError, match=r"the accelerator needs 113 DP16KD block RAMs "
                                          r"\(activations 12, weights 4, resident data 80, "
-                                         r"resident program 12, other 5\); ulx3s-45f "
+                                         r"resident program 12, host bridge 3, pool 2\); "
+                                         r"ulx3s-45f "
                                          r"\(LFE5U-45F\) has 108"):
         bitstream.board_top("ulx3s-45f", big)
 

@@ -141,7 +141,8 @@ def test_default_build_is_recorded_once():
 def test_resource_model_predicts_the_default_build():
     board = "ulx3s-85f"
     measured = rm.measured_build(board)["fmax_mhz"]
-    predicted = rm.ResourceModel().predict(default_config(board), "ecp5")["fmax_mhz"]
+    predicted = rm.ResourceModel().predict(default_config(board), "ecp5",
+                                           rm.board_limits(board)["device"])["fmax_mhz"]
     assert abs(predicted - measured) <= FMAX_TOLERANCE * measured, (
         f"{board} default 8x8: predicted {predicted} MHz, measured {measured} MHz "
         f"(tessera/explore/board_builds.json); tolerance {FMAX_TOLERANCE:.0%}")

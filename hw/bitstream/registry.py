@@ -26,18 +26,14 @@ MULTIPLIERS = {**ulx3s.MULTIPLIERS, **icebreaker.MULTIPLIERS}
 #: checked for block RAM here).
 BLOCK_RAMS = dict(ulx3s.BLOCK_RAMS)
 
-#: Block RAM aspect ratios (depth, width): ECP5 DP16KD in true dual-port mode, iCE40
-#: SB_RAM40_4K. A 32-bit memory takes ceil(depth / 512) DP16KD in any of the shapes, as
-#: the 512 x 36 simple dual-port mode synth_ecp5 picks for the resident memories would.
+#: Block RAM aspect ratios (depth, width) a memory with one write and one read port (every
+#: memory of the design) may take: ECP5 DP16KD (its true dual-port shapes and the 512 x 36
+#: simple dual-port one, which synth_ecp5 picks for a shallow, wide memory such as the
+#: host bridge's 256 x 32 buffers and the pool's line), iCE40 SB_RAM40_4K.
 RAM_SHAPES = {
-    "ecp5": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18)),
+    "ecp5": ((16384, 1), (8192, 2), (4096, 4), (2048, 9), (1024, 18), (512, 36)),
     "iCE40": ((2048, 2), (1024, 4), (512, 8), (256, 16)),
 }
-
-#: DP16KD a board build uses beyond the engine's buffers and the resident memories (the
-#: pool's line buffer, the host bridge's FIFOs): nextpnr counted 5, 5 and 4 on the 85F, 45F
-#: and 25F presets' builds without the resident block (docs/boards.md); 5 is counted.
-OTHER_BLOCK_RAMS = 5
 
 # What the packer writes, per family.
 BITSTREAM_SUFFIX = {"ecp5": "bit", "iCE40": "bin"}
@@ -59,11 +55,16 @@ def default_config(board):
     return DEFAULT_CONFIGS[board]
 
 
-def multipliers_needed(config):
+def multipliers_needed(config, family="ecp5"):
     """Hardware multipliers (18x18 or 16x16 DSP blocks) of the whole accelerator: one per
-    PE and four per rescaler of the post-processing bank (``contract.postprocess``); what
-    ``synth_ecp5`` produces for the default tops."""
-    return config.rows * config.cols + postprocess_multipliers(
+    PE and, on the ECP5, four per rescaler of the post-processing bank
+    (``contract.postprocess``); what ``synth_ecp5`` produces for the default tops. The
+    iCE40 builds map the rest of the arithmetic to logic, so only the array counts there
+    (as :func:`check_fits` counts it)."""
+    pes = config.rows * config.cols
+    if family != "ecp5":
+        return pes
+    return pes + postprocess_multipliers(
         config.cols, residual_add=config.residual_add, pipelined=config.pipelined,
         add_lanes=config.add_lanes)
 
@@ -73,16 +74,31 @@ def ram_blocks(depth, width, family):
     return min(math.ceil(depth / d) * math.ceil(width / w) for d, w in RAM_SHAPES[family])
 
 
-def block_rams_needed(config):
-    """``{part: DP16KD}`` of the whole accelerator on an ECP5: the activation buffer (one
-    copy of ``act_depth`` bytes per row), the weight buffer (``weight_depth`` words of C
-    bytes), the resident data and program memories (32-bit words) and the rest
-    (:data:`OTHER_BLOCK_RAMS`); ``"total"`` sums them."""
-    parts = {"activations": config.rows * ram_blocks(config.act_depth, 8, "ecp5"),
-             "weights": ram_blocks(config.weight_depth, 8 * config.cols, "ecp5"),
-             "resident data": ram_blocks(config.resident_words, 32, "ecp5"),
-             "resident program": ram_blocks(config.program_words, 32, "ecp5"),
-             "other": OTHER_BLOCK_RAMS}
+def block_rams_needed(config, family="ecp5"):
+    """``{part: blocks}`` of the whole accelerator's block RAM on ``family``, counted from
+    the sizes of its memories, each in its cheapest shape (:func:`ram_blocks`): the
+    activation buffer (one copy of ``act_depth`` bytes per row), the weight buffer
+    (``weight_depth`` words of C bytes), the engine's parameter table (block RAM on the
+    iCE40, which has no LUT RAM; LUT RAM on the ECP5), the resident data and program
+    memories (32-bit words), the host bridge's buffers (its receive buffer twice, for its
+    two read ports, and its read-back buffer) and the max pool's line (half a line of C
+    bytes); ``"total"`` sums them. It is the count nextpnr placed on every recorded build
+    (``tessera/explore/board_builds.json`` and the iCE40 runs of the resource model)."""
+    from contract.link import MAX_PAYLOAD_WORDS, READ_BUFFER_WORDS
+    from contract.requant import BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
+    from contract.streams import POOL_MAX_WIDTH, WORD_BITS
+
+    cols = config.cols
+    param_bits = (BIAS_WIDTH + MULTIPLIER_WIDTH + SHIFT_WIDTH) * cols
+    parts = {"activations": config.rows * ram_blocks(config.act_depth, 8, family),
+             "weights": ram_blocks(config.weight_depth, 8 * cols, family),
+             "parameter table": (ram_blocks(config.max_col_tiles, param_bits, family)
+                                 if family == "iCE40" else 0),
+             "resident data": ram_blocks(config.resident_words, WORD_BITS, family),
+             "resident program": ram_blocks(config.program_words, WORD_BITS, family),
+             "host bridge": (2 * ram_blocks(MAX_PAYLOAD_WORDS, WORD_BITS, family)
+                             + ram_blocks(READ_BUFFER_WORDS, WORD_BITS, family)),
+             "pool": ram_blocks(POOL_MAX_WIDTH // 2, 8 * cols, family)}
     return {**parts, "total": sum(parts.values())}
 
 

@@ -1,33 +1,38 @@
 """Resource and fmax model of the whole accelerator on a board, fitted on real builds.
 
-Predicts, for a :class:`~contract.config.ConvEngineConfig` on an FPGA family, the LUTs,
-flip-flops, multipliers (DSP) and block RAMs (EBR) that nextpnr reports for the board
-build (:func:`hw.bitstream.build_bitstream`: the accelerator behind its UART bridge and
-PLL), and the fmax nextpnr achieves. Each figure is a linear formula in features of the
-configuration whose coefficients are fitted by least squares on the sweep's builds
-(``tessera/explore/sweep.py``) and kept, with the runs they were fitted on, in
-``tessera/explore/resource_model.json``:
+Predicts, for a :class:`~contract.config.ConvEngineConfig` on an FPGA family (and device),
+the LUTs, flip-flops, multipliers (DSP) and block RAMs (EBR) that nextpnr reports for the
+board build (:func:`hw.bitstream.build_bitstream`: the accelerator behind its UART bridge
+and PLL), and the fmax nextpnr achieves.
 
-- ``lut``, ``ff``: ``a + b·R·C + c·(R + C)``: per-PE logic (accumulator, skew registers),
-  per-row and per-column logic (buffers' address paths, requantizer lanes), and the fixed
-  part (CSRs, sequencer, host bridge, pool, add unit).
-- ``dsp``: ``a·R·C + b·(multipliers outside the array)``, the latter counted from the
-  shared post-processing units (``contract.postprocess``, as ``hw.bitstream`` counts them).
-- ``ebr``: ``a + b·blocks``, where ``blocks`` is the block RAMs the activation buffer (R
-  copies of ``act_depth`` bytes) and the weight buffer (``weight_depth`` words of C bytes)
-  need in the family's best RAM aspect ratio.
-- ``fmax``: the clock *period* is ``a + b·sqrt(R·C)``: the longest routes grow with the
-  array's side.
+- ``dsp`` and ``ebr`` are counted, not fitted: one multiplier per PE plus the
+  post-processing bank's (:func:`hw.bitstream.registry.multipliers_needed`), and the block
+  RAMs of every memory of the design from its size
+  (:func:`hw.bitstream.registry.block_rams_needed`). Both are exact on every recorded build.
+- ``lut``, ``ff`` and the clock period are linear in a few features of the configuration
+  (:data:`FEATURES`, per family), fitted by least squares; ``ff`` also counts the resident
+  data memory's bank registers (:data:`COUNTED`: their number is known, so it is added,
+  not fitted).
+- ECP5: ``lut``, ``ff`` = ``a + b·R·C + c·C + d·resident``: per PE (accumulator, skew), per
+  column (the post-processing lanes, the result path), the fixed part (CSRs, sequencer,
+  bridge, pool, add unit), and the resident block's player (its counters and segment
+  registers do not grow with its memories). Period = ``a + b·die·sqrt(R·C) + c·die·resident``
+  with ``die`` the side of the device's logic (sqrt of its LUTs, in hundreds): the critical
+  paths are control routes across the die (71-86 % routing), longer on a larger die and a
+  larger array, and the resident block's block RAMs spread the design over the die.
+- iCE40 (the lean engine): ``lut`` = ``a + b·(R + C)``; one routed build, so one period.
 
-The runs are the sweep's builds and the board builds recorded in
-``tessera/explore/board_builds.json`` (``make bitstream`` builds, the latest per board and
-configuration: the one record of the default builds' fmax that the docs quote); a board
-build replaces any sweep build of the same board and configuration. Which runs fit and
-which are held out is recorded, with the held-out error, so the model's accuracy is a
-measured figure (``docs/build.md``).
+The runs are the board builds recorded in ``tessera/explore/board_builds.json``
+(``make bitstream`` builds, the latest per board and configuration: the one record of
+their figures), the sweep's builds of any other board and configuration
+(``tessera/explore/sweep.py``, ``build/sweep``), and the runs the committed model was
+fitted on that neither of those has (``build/sweep`` is not kept in the repository: a
+refit on a machine without it keeps them). The model's accuracy is measured by leave one
+out (each run predicted by the model fitted on the other runs of its family), recorded
+with the coefficients in ``tessera/explore/resource_model.json`` and quoted in
+``docs/build.md``.
 
-Usage: ``python -m tessera.explore.resource_model --fit`` refits from ``build/sweep`` results
-and the board builds.
+Usage: ``python -m tessera.explore.resource_model --fit`` refits.
 """
 
 import dataclasses
@@ -35,9 +40,7 @@ import json
 import math
 from pathlib import Path
 
-from contract.postprocess import postprocess_multipliers
-from contract.requant import BIAS_WIDTH, MULTIPLIER_WIDTH, SHIFT_WIDTH
-from hw.bitstream.registry import RAM_SHAPES, ram_blocks
+from hw.bitstream.registry import RAM_SHAPES, block_rams_needed, multipliers_needed
 
 MODEL_PATH = Path(__file__).resolve().parent / "resource_model.json"
 #: Board builds measured outside the sweep, in the sweep's record format (see the module
@@ -71,57 +74,66 @@ UTILIZATION_CAP = {"lut": 0.85, "ff": 0.85, "dsp": 1.0, "ebr": 1.0}
 #: routed and met its clock at 94 % of them (docs/boards.md).
 FAMILY_CAPS = {"iCE40": {**UTILIZATION_CAP, "lut": 0.95}}
 
-#: Features of each modelled figure (names of :func:`features` entries).
+#: Fitted figures and their features (names of :func:`features` entries), per family, most
+#: telling first: with fewer runs than features a fit keeps the first ones.
 FEATURES = {
-    "lut": ("one", "pes", "edge"),
-    "ff": ("one", "pes", "edge"),
-    "dsp": ("pes", "post_mults"),
-    "ebr": ("one", "ram_blocks"),
-    "period_ns": ("one", "side"),
+    "ecp5": {"lut": ("one", "pes", "cols", "resident"),
+             "ff": ("one", "pes", "cols", "resident"),
+             "period_ns": ("one", "die_side", "resident_die")},
+    "iCE40": {"lut": ("one", "edge"), "ff": ("one", "edge"), "period_ns": ("one",)},
 }
-#: With fewer runs than a formula has coefficients (a family seldom built), these.
-SMALL_FEATURES = {
-    "lut": ("one", "pes"), "ff": ("one", "pes"), "dsp": ("pes", "post_mults"),
-    "ebr": ("one", "ram_blocks"), "period_ns": ("one",),
-}
+#: Terms of a fitted figure whose coefficient is known (1 per counted flip-flop): taken
+#: off the measured figure before the fit and added to the prediction.
+COUNTED = {"ff": ("bank_registers",)}
+#: The figures counted from the configuration, not fitted.
+STRUCTURAL = ("dsp", "ebr")
+#: What the model reports the relative error of (``fmax`` rather than the period it fits).
+ERROR_FIGURES = ("lut", "ff", "dsp", "ebr", "fmax")
+#: The configuration fields no fitted feature reads: a prediction for a value none of a
+#: family's runs had is an extrapolation (:meth:`ResourceModel.unmeasured`).
+UNFITTED_FIELDS = ("pipelined", "residual_add", "perf_counters", "csr_readback",
+                   "depthwise", "add_lanes")
 
 
 class ModelError(ValueError):
     """The model cannot answer (unknown family, no coefficients); says what to do."""
 
 
-def features(config, family):
-    """The model's features of ``config`` on ``family`` (a dict of floats)."""
+def die_side(device):
+    """The side of ``device``'s logic array: the square root of its LUTs, in hundreds
+    (LFE5U-25F 1.56, -45F 2.09, -85F 2.89)."""
+    if device not in DEVICE_LIMITS:
+        raise ModelError(f"device must be one of {sorted(DEVICE_LIMITS)}, not {device!r}")
+    return math.sqrt(DEVICE_LIMITS[device]["lut"]) / 100
+
+
+def features(config, family, device=None):
+    """The model's features of ``config`` on ``family`` (a dict of floats); the die's
+    (``die_side``, ``resident_die``) only with ``device``."""
+    from hw.resident import data_bank_registers
+
     if family not in RAM_SHAPES:
         raise ModelError(f"family must be one of {sorted(RAM_SHAPES)}, not {family!r}")
     r, c = config.rows, config.cols
-    return {
+    resident = 1.0 if config.resident else 0.0
+    out = {
         "one": 1.0,
         "pes": float(r * c),
         "edge": float(r + c),
-        "side": math.sqrt(r * c),
-        "post_mults": float(postprocess_multipliers(c, residual_add=config.residual_add,
-                                                       pipelined=config.pipelined,
-                                                       add_lanes=config.add_lanes)),
-        "ram_blocks": float(r * ram_blocks(config.act_depth, 8, family)
-                            + ram_blocks(config.weight_depth, 8 * c, family)
-                            + _param_table_blocks(config, family)
-                            + ram_blocks(config.resident_words, 32, family)
-                            + ram_blocks(config.program_words, 32, family)),
+        "cols": float(c),
+        "resident": resident,
+        "bank_registers": float(data_bank_registers(config.resident_words)),
     }
+    if device is not None:
+        die = die_side(device)
+        out.update(die_side=die * math.sqrt(r * c), resident_die=die * resident)
+    return out
 
 
-#: Bits of one lane's entry in the engine's parameter table: bias, multiplier, shift.
-PARAM_LANE_BITS = BIAS_WIDTH + MULTIPLIER_WIDTH + SHIFT_WIDTH
-
-
-def _param_table_blocks(config, family):
-    """Block RAMs of the engine's parameter table (``max_col_tiles`` entries of
-    :data:`PARAM_LANE_BITS` per lane): on the iCE40, which has no distributed RAM, it takes
-    block RAM (5 SB_RAM40_4K for one lane, 9 for two); the ECP5 holds it in LUT RAM."""
-    if family != "iCE40":
-        return 0
-    return ram_blocks(config.max_col_tiles, PARAM_LANE_BITS * config.cols, family)
+def structural(config, family):
+    """``{"dsp", "ebr"}`` counted from ``config`` on ``family`` (exact on the builds)."""
+    return {"dsp": multipliers_needed(config, family),
+            "ebr": block_rams_needed(config, family)["total"]}
 
 
 def measured_figures(record):
@@ -135,37 +147,45 @@ def measured_figures(record):
 
 
 def fit_figure(rows, figure, names):
-    """Least-squares coefficients of ``figure`` over ``rows`` (``(features, figures)``)."""
+    """Least-squares coefficients of ``figure`` over ``rows`` (``(features, figures)``),
+    less its :data:`COUNTED` terms."""
     import numpy as np
 
+    counted = COUNTED.get(figure, ())
     a = np.array([[f[n] for n in names] for f, _ in rows])
-    y = np.array([m[figure] for _, m in rows], dtype=float)
+    y = np.array([m[figure] - sum(f[n] for n in counted) for f, m in rows], dtype=float)
     coef, *_ = np.linalg.lstsq(a, y, rcond=None)
     return {name: round(float(v), 6) for name, v in zip(names, coef, strict=True)}
 
 
+def _device_of(record):
+    return record.get("device") or board_limits(record["board"])["device"]
+
+
 def fit(records):
-    """Coefficients per family and figure, fitted on sweep ``records`` (failed builds are
-    left out)."""
+    """Coefficients per family and fitted figure, fitted on ``records`` (sweep records;
+    failed builds are left out)."""
     by_family = {}
     for record in records:
         if "error" in record:
             continue
-        config = _config_of(record)
         family = record["family"]
+        if family not in FEATURES:
+            raise ModelError(f"the resource model has no features for family {family!r} "
+                             f"(run {record['label']!r}); known: {sorted(FEATURES)}")
+        config = _config_of(record)
         by_family.setdefault(family, []).append(
-            (features(config, family), measured_figures(record)))
+            (features(config, family, _device_of(record)), measured_figures(record)))
     coefficients = {}
     for family, rows in by_family.items():
         coefficients[family] = {}
-        for figure in FEATURES:
+        for figure, names in FEATURES[family].items():
             usable = [row for row in rows if figure in row[1]]
-            # As many runs as coefficients: the full formula (an exact fit; its error is
-            # measured on held-out runs); fewer: the smaller one.
-            names = FEATURES[figure] if len(usable) >= len(FEATURES[figure]) \
-                else SMALL_FEATURES[figure]
+            # As many runs as features: the whole formula (its error is measured by
+            # leave one out); fewer: its first features.
             if usable:
-                coefficients[family][figure] = fit_figure(usable, figure, names[:len(usable)])
+                coefficients[family][figure] = fit_figure(usable, figure,
+                                                          names[:len(usable)])
     return coefficients
 
 
@@ -200,16 +220,25 @@ def measured_build(board, config=None, path=BOARD_BUILDS_PATH):
     return max(builds, key=lambda b: b["date"])
 
 
-def fit_records(sweep_records, builds=None):
+def run_record(run):
+    """A run of a model document (``runs``) as a sweep record, to fit on again."""
+    names = REPORT_NAMES[run["family"]]
+    return {"label": run["label"], "board": run["board"], "family": run["family"],
+            "device": run.get("device"), "config": run["config"],
+            "fmax_mhz": run["fmax_mhz"], "pll_clock_mhz": run.get("clock_mhz"),
+            "resources": {names[k]: {"used": v} for k, v in run["measured"].items()
+                          if k in names}}
+
+
+def fit_records(sweep_records, builds=None, kept=()):
     """The records the model is fitted on: the board ``builds`` (default: the recorded
-    ones) without the resident block, and the sweep records of any other board and
-    configuration."""
+    ones), the sweep records of any other board and configuration, and the ``kept``
+    records (a model document's runs, :func:`run_record`) of any other still."""
     builds = board_builds() if builds is None else builds
     recorded = {_build_key(b) for b in builds}
-    # Builds with the resident block are left out: the features have no term for its
-    # player's logic, so they would skew the LUT, FF and clock fits of every engine.
-    return [r for r in sweep_records if "error" in r or _build_key(r) not in recorded] \
-        + [b for b in builds if not _config_of(b).resident]
+    sweep = [r for r in sweep_records if "error" in r or _build_key(r) not in recorded]
+    have = recorded | {_build_key(r) for r in sweep if "error" not in r}
+    return builds + sweep + [r for r in kept if _build_key(r) not in have]
 
 
 def _build_key(record):
@@ -217,19 +246,26 @@ def _build_key(record):
     return record["board"], dataclasses.replace(_config_of(record), clock_mhz=None)
 
 
-def predict_with(coefficients, config, family):
+def predict_with(coefficients, config, family, device=None):
     """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` from ``coefficients``
-    (``fmax_mhz`` None when the family has no fitted clock period)."""
+    (``fmax_mhz`` None when the family has no fitted clock period); ``device`` is needed
+    for a period that depends on the die."""
     if family not in coefficients:
         raise ModelError(f"the resource model has no coefficients for {family!r} (fitted: "
                          f"{', '.join(sorted(coefficients)) or 'none'}); run `make sweep` "
                          f"with a board of that family, then "
                          f"`python -m tessera.explore.resource_model --fit`")
-    f = features(config, family)
+    f = features(config, family, device)
     out = {}
     for figure, coef in coefficients[family].items():
-        out[figure] = sum(value * f[name] for name, value in coef.items())
-    prediction = {k: max(0, round(out[k])) for k in ("lut", "ff", "dsp", "ebr") if k in out}
+        missing = [name for name in coef if name not in f]
+        if missing:
+            raise ModelError(f"the {figure} of {family} needs the device (for "
+                             f"{', '.join(missing)}); pass device=")
+        out[figure] = sum(value * f[name] for name, value in coef.items()) \
+            + sum(f[name] for name in COUNTED.get(figure, ()))
+    prediction = {k: max(0, round(out[k])) for k in ("lut", "ff") if k in out}
+    prediction.update(structural(config, family))
     # None when no full build of the family was fitted (pack-only runs, or builds that
     # did not fit their device): resources can still be judged, a clock cannot.
     prediction["fmax_mhz"] = round(1e3 / out["period_ns"], 1) if "period_ns" in out else None
@@ -237,20 +273,45 @@ def predict_with(coefficients, config, family):
 
 
 def relative_errors(coefficients, records):
-    """Per held-out record: ``{figure: (predicted - measured) / measured}``."""
+    """Per record: ``{"label", figure: (predicted - measured) / measured}`` for the
+    figures of :data:`ERROR_FIGURES` it measured (``fmax``: of the clock, not the period)."""
     errors = []
     for record in records:
         config, measured = _config_of(record), measured_figures(record)
-        predicted = predict_with(coefficients, config, record["family"])
-        fmax = predicted.pop("fmax_mhz", None)
-        if fmax:
-            predicted["period_ns"] = 1e3 / fmax
+        predicted = predict_with(coefficients, config, record["family"], _device_of(record))
+        if "period_ns" in measured:
+            measured["fmax"] = record["fmax_mhz"]
+        predicted["fmax"] = predicted.pop("fmax_mhz")
         errors.append({
             "label": record["label"],
-            **{k: round((predicted[k] - v) / v, 4) for k, v in measured.items()
-               if k in predicted and v},
+            **{k: round((predicted[k] - measured[k]) / measured[k], 4) for k in ERROR_FIGURES
+               if k in measured and predicted.get(k) is not None and measured[k]},
         })
     return errors
+
+
+def leave_one_out(records):
+    """Each good record predicted by the model fitted on the other records of its family
+    (those with at least three others): :func:`relative_errors` per record."""
+    good = [r for r in records if "error" not in r]
+    errors = []
+    for index, run in enumerate(good):
+        others = [r for i, r in enumerate(good) if i != index and r["family"] == run["family"]]
+        coefficients = fit(others)
+        if len(others) >= 3 and run["family"] in coefficients:  # else nothing to learn from
+            errors.extend(relative_errors(coefficients, [run]))
+    return errors
+
+
+def worst_errors(errors, labels_family):
+    """``{family: {figure: largest |error|}}`` over ``errors`` (:func:`relative_errors`)."""
+    worst = {}
+    for entry in errors:
+        family = worst.setdefault(labels_family[entry["label"]], {})
+        for figure in ERROR_FIGURES:
+            if figure in entry:
+                family[figure] = max(family.get(figure, 0.0), abs(entry[figure]))
+    return worst
 
 
 class ResourceModel:
@@ -271,9 +332,37 @@ class ResourceModel:
         self.document = document
         self.coefficients = document["coefficients"]
 
-    def predict(self, config, family):
-        """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` on ``family``."""
-        return predict_with(self.coefficients, config, family)
+    def predict(self, config, family, device=None):
+        """Predicted ``{lut, ff, dsp, ebr, fmax_mhz}`` of ``config`` on ``family``
+        (``device``: the part, for the clock of a family whose clock depends on the die)."""
+        return predict_with(self.coefficients, config, family, device)
+
+    def largest_routed(self, family, device):
+        """The most PEs of a routed run (one with an fmax) on ``device``, else of any
+        device of ``family``; None without one. Beyond it the clock model extrapolates:
+        the 85F's 16x8 placed but did not route (docs/boards.md)."""
+        runs = [r for r in self.document.get("runs", [])
+                if r["family"] == family and r.get("fmax_mhz")]
+        on_device = [r for r in runs if r.get("device") == device] or runs
+        if not on_device:
+            return None
+        return max(_config_of(r).rows * _config_of(r).cols for r in on_device)
+
+    def unmeasured(self, config, family):
+        """The fields of ``config`` (:data:`UNFITTED_FIELDS`) whose value none of the
+        family's runs had, as ``["residual_add=False (runs: True)", ...]``: the model's
+        LUT, FF and clock for them are those of the runs' value (DSP and block RAM are
+        counted, so exact whatever the value)."""
+        runs = [r for r in self.document.get("runs", []) if r["family"] == family]
+        if not runs:
+            return []
+        out = []
+        for name in UNFITTED_FIELDS:
+            seen = {getattr(_config_of(r), name) for r in runs}
+            value = getattr(config, name)
+            if value not in seen:
+                out.append(f"{name}={value} (runs: {', '.join(map(str, sorted(seen)))})")
+        return out
 
 
 def board_limits(board):
@@ -309,28 +398,31 @@ def fits_structurally(config, board_info):
 
 
 def fit_document(records, held_out=()):
-    """Fit on every good record; also fit without the ``held_out`` labels and report the
-    relative error on them (the model's measured accuracy)."""
+    """Fit on every good record; measure the error by leave one out; with ``held_out``
+    labels, also fit without them and report the error on them."""
     good = [r for r in records if "error" not in r]
+    loo = leave_one_out(good)
+    labels_family = {r["label"]: r["family"] for r in good}
     document = {
-        "about": "tessera/explore/resource_model.py: linear resource and clock-period model of the "
-                 "whole accelerator's board build, fitted by least squares on the runs below",
-        "features": {k: list(v) for k, v in FEATURES.items()},
+        "about": "tessera/explore/resource_model.py: resource and clock-period model of the "
+                 "whole accelerator's board build: DSP and block RAM counted from the "
+                 "configuration, LUT, FF and the period fitted by least squares on the runs "
+                 "below; leave_one_out: each run predicted by the model fitted on the other "
+                 "runs of its family (fmax: the error of the clock)",
+        "features": {family: {k: list(v) for k, v in figures.items()}
+                     for family, figures in FEATURES.items()},
+        "counted": {k: list(v) for k, v in COUNTED.items()},
+        "structural": list(STRUCTURAL),
         "coefficients": fit(good),
         "runs": [{"label": r["label"], "board": r["board"], "family": r["family"],
-                  "config": r["config"], "fmax_mhz": r["fmax_mhz"],
+                  "device": _device_of(r), "config": r["config"], "fmax_mhz": r["fmax_mhz"],
                   "clock_mhz": r.get("pll_clock_mhz", r.get("clock_mhz")),
-                  "measured": {k: round(v, 3) for k, v in measured_figures(r).items()}}
+                  "measured": {k: round(v, 3) for k, v in measured_figures(r).items()
+                               if k != "period_ns"}}
                  for r in good],
+        "leave_one_out": loo,
+        "leave_one_out_worst": worst_errors(loo, labels_family),
     }
-    # Leave-one-out: each run predicted by the model fitted on the others of its family.
-    loo = []
-    for index, run in enumerate(good):
-        others = [r for i, r in enumerate(good) if i != index and r["family"] == run["family"]]
-        coefficients = fit(others)
-        if len(others) >= 3 and run["family"] in coefficients:  # else nothing to learn from
-            loo.extend(relative_errors(coefficients, [run]))
-    document["leave_one_out"] = loo
     held = [r for r in good if r["label"] in held_out]
     train = [r for r in good if r["label"] not in held_out]
     if held:
@@ -343,49 +435,30 @@ def fit_document(records, held_out=()):
     return document
 
 
-def merge_families(old, new, families):
-    """``old`` (a model document) with the coefficients, runs and leave-one-out errors of
-    ``families`` taken from ``new``: a refit of one family from its own builds (a machine
-    that has not built the others keeps what they were fitted on)."""
-    label_family = {run["label"]: run["family"] for run in old["runs"] + new["runs"]}
-    merged = dict(old)
-    merged["coefficients"] = {**{f: c for f, c in old["coefficients"].items()
-                                 if f not in families},
-                              **{f: c for f, c in new["coefficients"].items() if f in families}}
-    merged["runs"] = ([r for r in old["runs"] if r["family"] not in families]
-                      + [r for r in new["runs"] if r["family"] in families])
-    merged["leave_one_out"] = (
-        [e for e in old.get("leave_one_out", []) if label_family.get(e["label"]) not in families]
-        + [e for e in new.get("leave_one_out", []) if label_family.get(e["label"]) in families])
-    if "held_out" in new:  # the refit's own, or the old one's stays
-        merged["held_out"] = new["held_out"]
-    return merged
+def committed_records(path=MODEL_PATH):
+    """The committed model's runs as sweep records (:func:`run_record`); none without it."""
+    if not Path(path).exists():
+        return []
+    return [run_record(run) for run in json.loads(Path(path).read_text())["runs"]]
 
 
 def main(argv=None):
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fit", action="store_true", help="refit from build/sweep results")
+    parser.add_argument("--fit", action="store_true",
+                        help="refit from the board builds, build/sweep results and the "
+                             "committed model's other runs")
     parser.add_argument("--hold-out", default="",
                         help="comma-separated run labels to hold out when measuring error")
-    parser.add_argument("--families", default="",
-                        help="refit only these families (comma-separated, e.g. iCE40); the "
-                             "others keep their coefficients and runs from the model file")
     args = parser.parse_args(argv)
     if args.fit:
-        records = fit_records([json.loads(p.read_text())
-                               for p in sorted(SWEEP_BUILD.glob(f"*/{RESULT_NAME}"))])
+        sweep = [json.loads(p.read_text()) for p in sorted(SWEEP_BUILD.glob(f"*/{RESULT_NAME}"))]
+        records = fit_records(sweep, kept=committed_records())
         held = [s.strip() for s in args.hold_out.split(",") if s.strip()]
-        families = {s.strip() for s in args.families.split(",") if s.strip()}
-        if families:
-            records = [r for r in records if r.get("family") in families]
-            document = merge_families(json.loads(MODEL_PATH.read_text()),
-                                      fit_document(records, held), families)
-        else:
-            document = fit_document(records, held)
+        document = fit_document(records, held)
         MODEL_PATH.write_text(json.dumps(document, indent=1) + "\n")
-        print(json.dumps(document.get("held_out", {}), indent=1))
+        print(json.dumps(document["leave_one_out_worst"], indent=1))
         print(f"wrote {MODEL_PATH} from {len(document['runs'])} runs")
 
 
