@@ -45,6 +45,13 @@ A *segment* is :data:`SEGMENT_WORDS` words (:data:`SEGMENT_FIELDS`)::
             then gap_words words: a read emits `fill`; a write drops stream words
 
 Strides are signed (two's complement); counts of 0 make an empty segment.
+
+A ``PASS`` read segment whose ``base`` is :data:`HOST_BASE` is a *host segment*: its
+stream words (all ``words`` of it, the strides and ``fill`` unused) come from the host's
+stream, in order, instead of the data memory. The compiler streams a model's input straight
+into the one pass that reads it this way, so that no ``RECV`` copies it into the data
+memory first (docs/resident.md). Anywhere else the base is an address past the data memory
+(``BAD_ADDRESS``).
 """
 
 from dataclasses import dataclass
@@ -74,6 +81,8 @@ SEGMENT_FIELDS = (
     ("fill", False),
 )
 SEGMENT_WORDS = len(SEGMENT_FIELDS)
+#: The ``base`` of a host segment (above): no data memory reaches it.
+HOST_BASE = WORD_MASK
 
 
 class ResidentFormatError(ValueError):
@@ -123,6 +132,11 @@ class Segment:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ResidentFormatError(f"segment field {name} must be an integer in "
                                           f"[{low}, {high}], not {value!r}")
+
+    @property
+    def from_host(self):
+        """Whether this is a host segment (its words come from the host's stream)."""
+        return self.base == HOST_BASE
 
     @property
     def words(self):

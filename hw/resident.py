@@ -13,7 +13,8 @@ build without resident memories, so those netlists stay what they were.
 host csr ─┬─ 0x200.. ─► CsrBank (RES_*) ─► ResidentPlayer (m.FSM) ─ fetch ◄─ program memory
           └─ else ────────────────────────► AcceleratorTop.csr ◄── the player while busy
 host h2c ──► AcceleratorTop.h2c  (idle)      │ SegmentReader ◄── data memory (read port)
-         └─► SegmentWriter (load, RECV)      │ SegmentWriter ──► data memory (write port)
+         ├─► SegmentWriter (load, RECV)      │ SegmentWriter ──► data memory (write port)
+         └─► SegmentReader (PASS host segment: the input straight into its pass)
 host c2h ◄── AcceleratorTop.c2h  (idle)      │ reader ──► AcceleratorTop.h2c (PASS)
          ◄── SegmentReader (read-back, SEND) │ AcceleratorTop.c2h ──► writer (PASS)
 ```
@@ -245,7 +246,11 @@ class ResidentPlayer(wiring.Component):
                                         from_accel.source.payload)),
             writer.input.valid.eq(Mux(source_host, self.from_host.valid,
                                       from_accel.source.valid)),
-            self.from_host.ready.eq(writer.input.ready & source_host),
+            # In a PASS (the writer takes the accelerator's words) the host's words go to
+            # the reader's host segments: the model's input, straight into its pass.
+            reader.host.payload.eq(self.from_host.payload),
+            reader.host.valid.eq(self.from_host.valid & ~source_host),
+            self.from_host.ready.eq(Mux(source_host, writer.input.ready, reader.host.ready)),
             from_accel.source.ready.eq(writer.input.ready & ~source_host),
         ]
 
@@ -406,7 +411,7 @@ class ResidentPlayer(wiring.Component):
                     m.next = "STREAM_START"
             with m.State("STREAM_START"):
                 start_reader(host=0, direct=0, seg_ptr=cursor, seg_count=counts["reads"],
-                             mark_last=1)
+                             mark_last=1, host_segments=1)
                 start_writer(host=0, direct=0, seg_count=counts["writes"], target=0,
                              seg_ptr=cursor + counts["reads"] * SEGMENT_WORDS)
                 m.d.sync += [accel_done.eq(0), poll.eq(0)]

@@ -13,7 +13,14 @@ from resident_images import single_pass_image, words_of
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.regmap import ERROR_CODES, by_name
-from contract.resident import BootImage, ResidentFormatError, Segment, header, image_checksum
+from contract.resident import (
+    HOST_BASE,
+    BootImage,
+    ResidentFormatError,
+    Segment,
+    header,
+    image_checksum,
+)
 from hw.resident import DataMemory, ResidentTop, accelerator_top
 from hw.top import AcceleratorTop
 from models.conv import conv2d
@@ -392,6 +399,56 @@ def test_a_whole_pass_from_resident_memory_is_bit_exact(case, rng, seed):
     raw = np.array([w for w, _ in host.received], dtype="<u4").tobytes()
     got, want = golden(program.decode(raw))
     np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+@pytest.mark.parametrize("case", ["conv3x3", "add"])
+def test_a_host_segment_feeds_the_pass_from_the_host(case, rng, seed):
+    """A PASS whose read segments take a middle run of its stream from the host (a host
+    segment, as the compiler streams a model's input) between two runs from the data
+    memory, which holds zeros there: bit-exact, and the run's words all taken."""
+    program, golden = CASES[case](rng)
+    count = len(program.h2c) // 4
+    start = int(rng.integers(1, count // 2))
+    stop = int(rng.integers(start + 1, count))
+    data, records, results = single_pass_image(program, host=(start, stop))
+    incoming = words_of(program.h2c)[start:stop]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, data)
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        host.dma_write(incoming)
+        seen["status"] = await host.finish(ctx)
+
+    host = simulate(bench)
+    label = f"seed={seed} {case} host words {start}..{stop} of {count}"
+    assert seen["status"] == DONE, f"{label}: {seen}"
+    assert not host.queue, label
+    raw = np.array([w for w, _ in host.received], dtype="<u4").tobytes()
+    assert len(host.received) == results, label
+    got, want = golden(program.decode(raw))
+    np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_a_host_segment_outside_a_pass_is_a_bad_address():
+    """Only a PASS's reads take host words: a SEND's host segment is an address past the
+    data memory."""
+    records = [header("SEND", reads=1), *Segment(base=HOST_BASE, chunk_words=2).encode(),
+               header("END")]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        host.dma_write([1, 2])
+        seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+
+    host = simulate(bench, cycles=20_000)
+    assert seen["status"] == ERROR, seen
+    assert seen["error"] == ERROR_CODES["BAD_ADDRESS"][0], seen
+    assert not host.received
 
 
 def test_the_image_helpers_round_trip():

@@ -29,7 +29,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from contract.regmap import REGISTERS
-from contract.resident import COLUMN_MULTIPLE, HEADER_COUNT_MAX, ResidentFormatError, header
+from contract.resident import (
+    COLUMN_MULTIPLE,
+    HEADER_COUNT_MAX,
+    HOST_BASE,
+    ResidentFormatError,
+    Segment,
+    header,
+)
 from contract.streams import POOL_MAX_WIDTH
 from models.requant import MULTIPLIER_MIN
 
@@ -483,6 +490,7 @@ class _Compiler:
                     f"to this layer need {4 * len(constants)} bytes; the data memory has "
                     f"{4 * self.data_words}", what=step.layer.name,
                     needed=4 * len(constants), free=4 * self.data_words)
+        streamed = self._streamed_input(traced)
         arena = Arena(len(constants), self.data_words - len(constants))
         last = {}
         for index, step in enumerate(self.steps):
@@ -491,11 +499,12 @@ class _Compiler:
         kept = {self.base(name).name for name in self.outputs if name in self.storage
                 or name in self.views}
         for name in self.inputs:
-            arena.allocate(self.storage[name])
+            if self.storage[name] is not streamed:
+                arena.allocate(self.storage[name])
         for index, step in enumerate(self.steps):
             arena.allocate(self.storage[step.output])
             for name, final in last.items():
-                if final == index and name not in kept:
+                if final == index and name not in kept and self.storage[name] is not streamed:
                     arena.release(self.storage[name])
         for name in self.outputs:
             if name not in self.storage and name not in self.views:
@@ -537,8 +546,10 @@ class _Compiler:
             return kept
 
         ports_in = [self._port(n) for n in self.inputs]
-        recv = compress([a for n in self.inputs for a in block(self.base(n))])
-        emit("RECV", "the inputs", writes=recv)
+        recv = compress([a for n in self.inputs if self.base(n) is not streamed
+                         for a in block(self.base(n))])
+        if recv:
+            emit("RECV", "the inputs", writes=recv)
         for step, traced_passes in zip(self.steps, traced, strict=True):
             for index, (prog, cycles, h2c, c2h, mask) in enumerate(traced_passes):
                 dont_care.append(mask)
@@ -548,11 +559,13 @@ class _Compiler:
                     if kind == "c":
                         reads.append(base)
                         base += 1
+                    elif kind is streamed:
+                        reads.append(_HOST)
                     else:
                         reads.append(kind.address + value)
                 writes = [None if e is None else e[0].address + e[1] for e in c2h]
                 record = len(program)
-                reads, writes = compress(reads), compress(writes)
+                reads, writes = _compress_reads(reads), compress(writes)
                 csr = changed(prog.csr_writes)
                 emit("PASS", f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
                 passes.append(PassInfo(step.layer.name, prog.name, record, int(cycles),
@@ -576,11 +589,48 @@ class _Compiler:
             layers=[layer.name for layer in self.layers], dont_care=dont_care,
             recv_segments=len(recv), send_segments=len(send))
 
+    def _streamed_input(self, traced):
+        """The segment's input that goes straight from the host into the one pass that
+        reads it (a host segment, ``contract.resident``), or None. So it is when the
+        segment has that one input, it is not an output, and one pass reads each of its
+        words once, in address order, one after the other: the host's words are then that
+        pass's stream as it stands, and ``RECV`` would only copy them into the data memory
+        (a cycle a word) for that pass to read back."""
+        if len(self.inputs) != 1:
+            return None
+        storage = self.base(self.inputs[0])
+        if storage.name in {self.base(n).name for n in self.outputs if n in self.storage
+                            or n in self.views}:
+            return None
+        readers = [h2c for passes in traced for _, _, h2c, _, _ in passes
+                   if any(kind is storage for kind, _ in h2c)]
+        if len(readers) != 1:
+            return None
+        h2c = readers[0]
+        at = [i for i, (kind, _) in enumerate(h2c) if kind is storage]
+        in_order = [h2c[i][1] for i in at] == list(range(storage.words))
+        return storage if in_order and at[-1] - at[0] + 1 == len(at) else None
+
     def _port(self, name):
         storage = self.base(name)
         storage.virtual = 0
         positions = (storage.ids().reshape(-1) + 0).astype(np.int64)
         return Port(name, self._shape(name), storage.address, storage.words, positions)
+
+
+#: A read list's marker of a host word (:meth:`_Compiler._streamed_input`).
+_HOST = object()
+
+
+def _compress_reads(reads):
+    """Segments of a pass's read list: addresses as :func:`compress` takes them, and one
+    host segment in place of the run of :data:`_HOST` markers."""
+    hosted = [i for i, r in enumerate(reads) if r is _HOST]
+    if not hosted:
+        return compress(reads)
+    first, last = hosted[0], hosted[-1] + 1
+    return [*compress(reads[:first]), Segment(base=HOST_BASE, chunk_words=last - first),
+            *compress(reads[last:])]
 
 
 @dataclass

@@ -2,12 +2,13 @@
 
 It interprets the program *words* (not the compiler's objects), as the hardware player
 does: per ``PASS`` record it writes the record's registers, builds the host-to-device
-stream from its data memory through the read segments, runs that as one layer-at-a-time
-pass (:meth:`sw_driver.accelerator.Accelerator.run_program`, so deadlines, status checks
-and faults are the driver's own) and scatters the device-to-host words through the write
+stream from its data memory through the read segments (a host segment's words from the
+host's input), runs that as one layer-at-a-time pass
+(:meth:`sw_driver.accelerator.Accelerator.run_program`, so deadlines, status checks and
+faults are the driver's own) and scatters the device-to-host words through the write
 segments; ``RECV`` takes words of the host's input, ``SEND`` gives words of the output,
-``END`` starts the next iteration. Any transport a layer-at-a-time device has runs it, so a
-compiled image is tested before the hardware player exists.
+``END`` starts the next iteration. Any transport a layer-at-a-time device has runs it, so
+a compiled image is tested before the hardware player exists.
 """
 
 from dataclasses import dataclass
@@ -159,11 +160,22 @@ def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_c
                 pc += 2 * counts["csr"]
                 reads, pc = _segments(program, pc, counts["reads"], where)
                 writes, pc = _segments(program, pc, counts["writes"], where)
-                source = np.concatenate([segment_indices(s, size, where) for s in reads]) \
-                    if reads else np.zeros(0, np.int64)
-                fills = np.concatenate([np.full(s.words, s.fill, np.uint32) for s in reads]) \
-                    if reads else np.zeros(0, np.uint32)
-                h2c = np.where(source >= 0, memory[np.maximum(source, 0)], fills)
+                parts = []
+                for s in reads:
+                    if s.from_host:
+                        if taken + s.words > len(host):
+                            raise ResidentFormatError(
+                                f"{where}: the host sent {len(host)} words, fewer than the "
+                                f"RECV records and host segments take")
+                        parts.append(host[taken:taken + s.words])
+                        taken += s.words
+                        stats.recv_bytes += 4 * s.words
+                        continue
+                    source = segment_indices(s, size, where)
+                    parts.append(np.where(source >= 0, memory[np.maximum(source, 0)],
+                                          np.uint32(s.fill)))
+                h2c = np.concatenate(parts).astype(np.uint32) if parts \
+                    else np.zeros(0, np.uint32)
                 target = np.concatenate([segment_indices(s, size, where) for s in writes]) \
                     if writes else np.zeros(0, np.int64)
                 pass_program = PassProgram(
