@@ -295,6 +295,17 @@ class ResidentPlayer(wiring.Component):
                      self.set_error.eq(0), engine_reset.eq(0)]
         main_addr = Signal(32)
         m.d.comb += self.prog_rd_addr.eq(Mux(fetching, fetch_addr, main_addr))
+        # Look-ahead: once a PASS's reader is through, the player reads the next record's
+        # header and, for a PASS, starts that pass's reader already, so its first segment
+        # is fetched and its first words wait at the accelerator's door while this pass
+        # computes (the core takes no host word between passes). ``ahead``: the reader
+        # runs the next PASS's reads; it issues none until this pass's writer is through,
+        # since they may read what this pass writes.
+        ahead, peeked = Signal(), Signal()
+        peek_step = Signal(range(4))
+        peek_op, peek_reads = Signal(8), Signal(8)
+        peek_ptr, peek_end = Signal(32), Signal(32)
+        m.d.comb += reader.hold.eq(ahead & writer.busy)
 
         def fail(code):
             m.d.sync += self.error_code.eq(code)
@@ -316,7 +327,7 @@ class ResidentPlayer(wiring.Component):
         with m.FSM(name="player") as fsm:
             with m.State("IDLE"):
                 with m.If(self.run):
-                    m.d.sync += [pc.eq(0), self.error_code.eq(0),
+                    m.d.sync += [pc.eq(0), self.error_code.eq(0), ahead.eq(0),
                                  loops_left.eq(Mux(self.loops == 0, 1, self.loops))]
                     m.next = "FETCH"
                 with m.Elif(self.load_data | self.load_program):
@@ -410,13 +421,42 @@ class ResidentPlayer(wiring.Component):
                 with m.If(counts["csr"] == 1):
                     m.next = "STREAM_START"
             with m.State("STREAM_START"):
-                start_reader(host=0, direct=0, seg_ptr=cursor, seg_count=counts["reads"],
-                             mark_last=1, host_segments=1)
+                with m.If(~ahead):  # else started by the look-ahead, on these segments
+                    start_reader(host=0, direct=0, seg_ptr=cursor, seg_count=counts["reads"],
+                                 mark_last=1, host_segments=1)
                 start_writer(host=0, direct=0, seg_count=counts["writes"], target=0,
                              seg_ptr=cursor + counts["reads"] * SEGMENT_WORDS)
-                m.d.sync += [accel_done.eq(0), poll.eq(0)]
+                m.d.sync += [accel_done.eq(0), poll.eq(0), ahead.eq(0), peeked.eq(0),
+                             peek_step.eq(0)]
                 m.next = "STREAM"
             with m.State("STREAM"):
+                # The look-ahead (above): the next record's header, read while the fetcher
+                # is idle (its word comes PROGRAM_READ_LATENCY cycles later whatever the
+                # fetcher asks next); a PASS that fits the program memory starts the reader.
+                with m.Switch(peek_step):
+                    with m.Case(0):
+                        with m.If(~peeked & ~reader.busy & ~fetching
+                                  & (record_end < self.program_words)):
+                            m.d.comb += main_addr.eq(record_end)
+                            m.d.sync += [peek_step.eq(1), peeked.eq(1)]
+                    with m.Case(1):
+                        m.d.sync += peek_step.eq(2)
+                    with m.Case(2):
+                        word = self.prog_rd_data
+                        fields = {name: word[lsb:lsb + 8] for name, lsb in HEADER_FIELDS}
+                        m.d.sync += [peek_op.eq(word[:8]), peek_reads.eq(fields["reads"]),
+                                     peek_ptr.eq(record_end + 1 + (fields["csr"] << 1)),
+                                     peek_end.eq(record_end + 1 + (fields["csr"] << 1)
+                                                 + ((fields["reads"] + fields["writes"])
+                                                    * SEGMENT_WORDS)),
+                                     peek_step.eq(3)]
+                    with m.Case(3):
+                        with m.If((peek_op == OPS["PASS"]) & (peek_reads != 0)
+                                  & (peek_end <= self.program_words)):
+                            start_reader(host=0, direct=0, seg_ptr=peek_ptr,
+                                         seg_count=peek_reads, mark_last=1, host_segments=1)
+                            m.d.sync += ahead.eq(1)
+                        m.d.sync += peek_step.eq(0)
                 # The accelerator's STATUS, read every few cycles over its bus: done ends
                 # the pass once both engines are through, error stops the program.
                 m.d.sync += poll.eq(Mux(poll == _POLL_PERIOD - 1, 0, poll + 1))
@@ -424,6 +464,8 @@ class ResidentPlayer(wiring.Component):
                     m.d.sync += [bus.addr.eq(_CSR_STATUS), bus.r_en.eq(1)]
                 status = bus.r_data
                 with m.If(reader.error | writer.error):
+                    with m.If(reader.error & ahead):  # the next record's segment
+                        m.d.sync += pc.eq(record_end)
                     fail(bad_address)
                 with m.Elif((poll == _POLL_PERIOD - 1) & (status & _STATUS_ERROR).any()):
                     m.d.sync += poll.eq(0)
@@ -431,7 +473,8 @@ class ResidentPlayer(wiring.Component):
                 with m.Else():
                     with m.If((poll == _POLL_PERIOD - 1) & (status & _STATUS_DONE).any()):
                         m.d.sync += accel_done.eq(1)
-                    with m.If(accel_done & ~reader.busy & ~writer.busy):
+                    with m.If(accel_done & (~reader.busy | ahead) & ~writer.busy
+                              & (peek_step == 0)):
                         m.d.sync += pc.eq(record_end)
                         m.next = "FETCH"
             with m.State("ERROR_CODE"):
@@ -459,7 +502,8 @@ class ResidentPlayer(wiring.Component):
                 m.d.sync += self.set_done.eq(1)
                 m.next = "IDLE"
             with m.State("FAIL"):
-                m.d.sync += [self.set_error.eq(1), engine_reset.eq(1), self.loading.eq(0)]
+                m.d.sync += [self.set_error.eq(1), engine_reset.eq(1), self.loading.eq(0),
+                             ahead.eq(0)]
                 m.next = "IDLE"
         # Busy until set_done / set_error is visible, so a host that sees busy clear also
         # sees why.

@@ -210,6 +210,9 @@ class SegmentReader(wiring.Component):
             **_engine_ports(),
             "mark_last": In(1),
             "host_segments": In(1),
+            # Issue no read while set (the segments are still fetched): the player starts
+            # the next pass's reader early, and holds it until the words it reads are in.
+            "hold": In(1),
             "host": In(stream.Signature(word_layout())),
             "rd_addr": Out(32),
             "rd_data": In(WORD_BITS),
@@ -251,13 +254,13 @@ class SegmentReader(wiring.Component):
             with m.If(walker.active):
                 with m.If(walking_host):
                     # After the words in flight, so that none lands after a host word.
-                    with m.If(~in_flight & room):
+                    with m.If(~in_flight & room & ~self.hold):
                         m.d.comb += self.host.ready.eq(1)
                         with m.If(self.host.valid):
                             m.d.comb += [host_word.eq(1), walker.step.eq(1)]
                 with m.Elif(bad):
                     m.next = "ERROR"
-                with m.Elif(room):
+                with m.Elif(room & ~self.hold):
                     m.d.comb += [issue.eq(1), walker.step.eq(1)]
 
         def on_load(m, segment):

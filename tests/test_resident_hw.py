@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
-from resident_images import single_pass_image, words_of
+from resident_images import pass_records, send_record, single_pass_image, words_of
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.regmap import ERROR_CODES, by_name
@@ -357,15 +357,17 @@ def pool_case(rng):
     return program, golden
 
 
+_MA, _NA, _MB, _NB, _MY, _NY = add_multipliers(0.05, 0.08, 0.1)
+_ADD_PARAMS = {"a_zero_point": 3, "b_zero_point": -7, "y_zero_point": 1, "lo": -128,
+               "hi": 127, "a_multiplier": _MA, "a_shift": _NA, "b_multiplier": _MB,
+               "b_shift": _NB, "y_multiplier": _MY, "y_shift": _NY}
+
+
 def add_case(rng):
     a = rng.integers(-128, 128, (1, 3, 3, 3), dtype=np.int8)
     b = rng.integers(-128, 128, (1, 3, 3, 3), dtype=np.int8)
     scales = (0.05, 0.08, 0.1)
-    ma, na, mb, nb, my, ny = add_multipliers(*scales)
-    params = {"a_zero_point": 3, "b_zero_point": -7, "y_zero_point": 1, "lo": -128,
-              "hi": 127, "a_multiplier": ma, "a_shift": na, "b_multiplier": mb,
-              "b_shift": nb, "y_multiplier": my, "y_shift": ny}
-    program = add_program(a, b, params, CONFIG)
+    program = add_program(a, b, _ADD_PARAMS, CONFIG)
 
     def golden(beats):
         return (beats.reshape(-1)[:a.size].reshape(a.shape),
@@ -428,6 +430,43 @@ def test_a_host_segment_feeds_the_pass_from_the_host(case, rng, seed):
     raw = np.array([w for w, _ in host.received], dtype="<u4").tobytes()
     assert len(host.received) == results, label
     got, want = golden(program.decode(raw))
+    np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_a_pass_reads_what_the_pass_before_it_wrote(rng, seed):
+    """Two ADD passes, the second reading the first's result words as its operands: the
+    player starts the second pass's reader while the first computes (its look-ahead), and
+    must not read those words before the first pass's writer has stored them (the memory
+    holds zeros there before). Both results are sent; the second is the golden add of the
+    first's bytes (each result word's lanes 0-1 as ``a``, its padding lanes 2-3 as ``b``)."""
+    first, _ = add_case(rng)
+    scales, zero_points = (0.05, 0.08, 0.1), (3, -7, 1)
+    beats = first.c2h_bytes // 4
+    a2 = np.zeros((1, 2 * beats, 1, 1), np.int8)
+    second = add_program(a2, a2, _ADD_PARAMS, CONFIG)
+    h2c = words_of(first.h2c)
+    results, results2 = len(h2c), len(h2c) + beats
+    records = [*pass_records(first, source=0, result=results),
+               *pass_records(second, source=results, result=results2),
+               *send_record(results, 2 * beats), header("END")]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, h2c)
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+
+    host = simulate(bench)
+    label = f"seed={seed}"
+    assert seen["status"] == DONE, f"{label}: {seen}"
+    words = np.array([w for w, _ in host.received], dtype="<u4")
+    assert len(words) == 2 * beats, label
+    lanes = words[:beats].view(np.int8).reshape(beats, 4)
+    a, b = lanes[:, :2].reshape(a2.shape), lanes[:, 2:].reshape(a2.shape)
+    want = add(a, scales[0], zero_points[0], b, scales[1], zero_points[1], scales[2],
+               zero_points[2])
+    got = second.decode(words[beats:].tobytes()).reshape(-1)[:a2.size].reshape(a2.shape)
     np.testing.assert_array_equal(got, want, err_msg=label)
 
 
