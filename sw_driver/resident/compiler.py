@@ -565,13 +565,16 @@ class _Compiler:
                         reads.append(kind.address + value)
                 writes = [None if e is None else e[0].address + e[1] for e in c2h]
                 record = len(program)
+                # Every PASS but the program's first follows a PASS, whose look-ahead
+                # starts this one's reader early (the first follows RECV or END).
+                ahead = bool(passes)
                 reads, writes = _compress_reads(reads), compress(writes)
                 csr = changed(prog.csr_writes)
                 emit("PASS", f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
                 passes.append(PassInfo(step.layer.name, prog.name, record, int(cycles),
                                        len(h2c), len(c2h), len(csr), len(reads),
                                        len(writes),
-                                       host_csr_writes=len(prog.csr_writes)))
+                                       host_csr_writes=len(prog.csr_writes), ahead=ahead))
         ports_out = [self._port(n) for n in self.outputs]
         send = compress([a for n in self.outputs for a in block(self.base(n))])
         emit("SEND", "the outputs", reads=send)

@@ -72,12 +72,14 @@ class PassInfo:
     #: The register writes of the pass layer at a time (``csr_writes`` leaves out those
     #: whose value the registers already hold); None: the same.
     host_csr_writes: int | None = None
+    #: The record before it is a PASS: the player's look-ahead starts its reader early.
+    ahead: bool = False
 
     @property
     def expected_cycles(self):
         return resident_pass_cycles(self.core_cycles, csr_writes=self.csr_writes,
                                     read_segments=self.read_segments,
-                                    host_csr_writes=self.host_csr_writes)
+                                    host_csr_writes=self.host_csr_writes, ahead=self.ahead)
 
 
 @dataclass
