@@ -27,6 +27,14 @@ A record starts with a header word (:func:`header`): the operation in bits 0-7 a
     the pass ends when the accelerator reports done and every write segment is full. An
     accelerator error stops the program (``RES_STATUS.error``; ``RES_ERROR`` holds the
     accelerator's ``ERROR_CODE``).
+``PASS_ADD`` (counts as ``PASS``; a build with ``CONFIG.resident_add``)
+    A ``PASS`` whose device-to-host words are the ``a`` operand of a residual add: each
+    word, before the write segment stores it at address ``x``, is added lane by lane to the
+    word at ``x + fill`` of that write segment (``fill`` taken modulo 2**32: the offset of
+    the ``b`` operand's block), by ``models.eltwise.add``'s arithmetic with the values the
+    player last wrote to the accelerator's ``ADD_*`` registers (its own register writes,
+    this record's included). The compiler runs a residual block's Add this way in its
+    convolution's pass, with no ADD pass and no block for the convolution's output.
 ``RECV`` (counts: ``writes``)
     ``writes`` segments fill the data memory from the host's stream (the model's input).
 ``SEND`` (counts: ``reads``)
@@ -64,7 +72,7 @@ WORD_MASK = 0xFFFF_FFFF
 COLUMN_MULTIPLE = 4
 
 #: Record operations (bits 0-7 of a header word).
-OPS = {"END": 0, "PASS": 1, "RECV": 2, "SEND": 3}
+OPS = {"END": 0, "PASS": 1, "RECV": 2, "SEND": 3, "PASS_ADD": 4}
 #: Header fields after the operation, 8 bits each: (name, lsb).
 HEADER_FIELDS = (("csr", 8), ("reads", 16), ("writes", 24))
 HEADER_COUNT_MAX = 255

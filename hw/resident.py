@@ -27,12 +27,15 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.config import ConvEngineConfig
+from contract.descriptor import ADD_PARAM_FIELDS
 from contract.regmap import ERROR_CODES, by_name, resident_registers
 from contract.resident import HEADER_FIELDS, OPS, SEGMENT_WORDS, BootImage
 from contract.streams import WORD_BITS
 
 from .csr import CsrBank, csr_bus_signature, word_layout
 from .pipeline import SkidBuffer
+from .postprocess import add_params_layout
+from .resident_add import ResidentAdder
 from .resident_segments import SegmentReader, SegmentWriter
 from .top import AcceleratorTop
 
@@ -193,9 +196,10 @@ class ResidentPlayer(wiring.Component):
         every cycle: :class:`DataMemory`).
     """
 
-    def __init__(self, *, data_words, program_words, data_read_latency=1):
+    def __init__(self, *, data_words, program_words, data_read_latency=1, resident_add=False):
         self.data_words, self.program_words = data_words, program_words
         self.data_read_latency = data_read_latency
+        self.resident_add = resident_add
         word = stream.Signature(word_layout())
         super().__init__({
             "run": In(1), "load_data": In(1), "load_program": In(1), "read_data": In(1),
@@ -221,9 +225,29 @@ class ResidentPlayer(wiring.Component):
             SegmentReader(depth=self.data_words, latency=self.data_read_latency))
         m.submodules.writer = writer = ResetInserter(engine_reset)(
             SegmentWriter(depths=(self.data_words, self.program_words)))
-        m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), reader.rd_data.eq(self.data_rd_data),
-                     self.w_addr.eq(writer.w_addr), self.w_data.eq(writer.w_data),
-                     self.w_en.eq(writer.w_en), self.w_target.eq(writer.target_now)]
+        m.d.comb += [reader.rd_data.eq(self.data_rd_data), self.w_target.eq(writer.target_now)]
+        # A PASS_ADD's results pass the residual add before they are stored; its operand
+        # reads take the data memory's read port from the reader for their cycle.
+        adding_pass = Signal()
+        add_busy, add_read = Signal(), Signal()
+        add_params = Signal(add_params_layout())
+        if self.resident_add:
+            m.submodules.adder = adder = ResetInserter(engine_reset)(
+                ResidentAdder(read_latency=self.data_read_latency))
+            m.d.comb += [
+                adder.valid.eq(writer.w_en & adding_pass), adder.addr.eq(writer.w_addr),
+                adder.a.eq(writer.w_data), adder.offset.eq(writer.w_fill),
+                adder.params.eq(add_params), adder.rd_data.eq(self.data_rd_data),
+                add_busy.eq(adder.busy), add_read.eq(adder.read),
+                self.data_rd_addr.eq(Mux(adder.read, adder.rd_addr, reader.rd_addr)),
+                self.w_addr.eq(Mux(adding_pass, adder.w_addr, writer.w_addr)),
+                self.w_data.eq(Mux(adding_pass, adder.w_data, writer.w_data)),
+                self.w_en.eq(Mux(adding_pass, adder.w_en, writer.w_en)),
+            ]
+        else:
+            m.d.comb += [self.data_rd_addr.eq(reader.rd_addr),
+                         self.w_addr.eq(writer.w_addr), self.w_data.eq(writer.w_data),
+                         self.w_en.eq(writer.w_en)]
 
         # --- streams: the reader feeds the accelerator or the host, the writer takes
         # from either; the choice is made when the engine starts. The accelerator's
@@ -293,6 +317,17 @@ class ResidentPlayer(wiring.Component):
         bus = self.accel_csr
         m.d.sync += [bus.w_en.eq(0), bus.r_en.eq(0), self.set_done.eq(0),
                      self.set_error.eq(0), engine_reset.eq(0)]
+        if self.resident_add:
+            # The ADD_* values as the player writes them to the accelerator's registers (it
+            # is their only writer while it runs; a program writes them before its first
+            # PASS_ADD uses them).
+            with m.If(bus.w_en):
+                for name, width, _, _ in ADD_PARAM_FIELDS:
+                    with m.If(bus.addr == _REG[f"ADD_{name.upper()}"].offset):
+                        m.d.sync += getattr(add_params, name).eq(bus.w_data[:width])
+        is_pass = op == OPS["PASS"]
+        if self.resident_add:
+            is_pass = is_pass | (op == OPS["PASS_ADD"])
         main_addr = Signal(32)
         m.d.comb += self.prog_rd_addr.eq(Mux(fetching, fetch_addr, main_addr))
         # Look-ahead: once a PASS's reader is through, the player reads the next record's
@@ -305,7 +340,7 @@ class ResidentPlayer(wiring.Component):
         peek_step = Signal(range(4))
         peek_op, peek_reads = Signal(8), Signal(8)
         peek_ptr, peek_end = Signal(32), Signal(32)
-        m.d.comb += reader.hold.eq(ahead & writer.busy)
+        m.d.comb += reader.hold.eq((ahead & (writer.busy | add_busy)) | add_read)
 
         def fail(code):
             m.d.sync += self.error_code.eq(code)
@@ -384,7 +419,8 @@ class ResidentPlayer(wiring.Component):
                     with m.Else():
                         m.d.sync += [loops_left.eq(loops_left - 1), pc.eq(0)]
                         m.next = "FETCH"
-                with m.Elif(op == OPS["PASS"]):
+                with m.Elif(is_pass):
+                    m.d.sync += adding_pass.eq(op != OPS["PASS"])
                     m.next = "CSR_OFFSET"
                     with m.If(counts["csr"] == 0):
                         m.next = "STREAM_START"
@@ -451,7 +487,10 @@ class ResidentPlayer(wiring.Component):
                                                     * SEGMENT_WORDS)),
                                      peek_step.eq(3)]
                     with m.Case(3):
-                        with m.If((peek_op == OPS["PASS"]) & (peek_reads != 0)
+                        peek_pass = peek_op == OPS["PASS"]
+                        if self.resident_add:
+                            peek_pass = peek_pass | (peek_op == OPS["PASS_ADD"])
+                        with m.If(peek_pass & (peek_reads != 0)
                                   & (peek_end <= self.program_words)):
                             start_reader(host=0, direct=0, seg_ptr=peek_ptr,
                                          seg_count=peek_reads, mark_last=1, host_segments=1)
@@ -473,7 +512,7 @@ class ResidentPlayer(wiring.Component):
                 with m.Else():
                     with m.If((poll == _POLL_PERIOD - 1) & (status & _STATUS_DONE).any()):
                         m.d.sync += accel_done.eq(1)
-                    with m.If(accel_done & (~reader.busy | ahead) & ~writer.busy
+                    with m.If(accel_done & (~reader.busy | ahead) & ~writer.busy & ~add_busy
                               & (peek_step == 0)):
                         m.d.sync += pc.eq(record_end)
                         m.next = "FETCH"
@@ -561,7 +600,7 @@ class ResidentTop(wiring.Component):
         m.d.sync += abort.eq(soft_reset)
         m.submodules.player = player = ResetInserter(abort)(ResidentPlayer(
             data_words=cfg.resident_words, program_words=cfg.program_words,
-            data_read_latency=DataMemory.READ_LATENCY))
+            data_read_latency=DataMemory.READ_LATENCY, resident_add=cfg.resident_add))
 
         # --- memories --------------------------------------------------------------------
         data_bits, program_bits = len(data_memory.rd_addr), len(program_memory.rd_addr)

@@ -308,6 +308,7 @@ class SegmentWriter(wiring.Component):
             "w_addr": Out(32),
             "w_data": Out(WORD_BITS),
             "w_en": Out(1),
+            "w_fill": Out(32),  # the write's segment's ``fill`` (a PASS_ADD's operand offset)
         })
 
     def elaborate(self, platform):
@@ -336,5 +337,7 @@ class SegmentWriter(wiring.Component):
                                      self.w_data.eq(self.input.payload.data)]
 
         # The last word's write leaves the cycle after it is taken: ``busy`` covers it.
-        _engine_control(m, self, walker, on_walk=on_walk, drained=~self.w_en)
+        segment, _ = _engine_control(m, self, walker, on_walk=on_walk, drained=~self.w_en)
+        with m.If(walker.step):
+            m.d.sync += self.w_fill.eq(segment.fill)
         return m

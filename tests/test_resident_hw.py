@@ -15,6 +15,7 @@ from contract.config import ArrayConfig, ConvEngineConfig
 from contract.regmap import ERROR_CODES, by_name
 from contract.resident import (
     HOST_BASE,
+    SEGMENT_WORDS,
     BootImage,
     ResidentFormatError,
     Segment,
@@ -31,6 +32,7 @@ from sim.streams import csr_read, csr_write, run_bounded
 from sw_driver import regs
 from sw_driver.accelerator import add_program, pass_program, pool_program
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
+from sw_driver.resident.player import add_words
 
 #: A small engine with a small resident block: quick to simulate.
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=512, weight_depth=256,
@@ -108,8 +110,8 @@ class Host:
         await self.write(ctx, "RES_CTRL", RES_CTRL["run"])
 
 
-def simulate(bench, *, cycles=400_000, image=None):
-    dut = ResidentTop(CONFIG, image=image)
+def simulate(bench, *, cycles=400_000, image=None, config=CONFIG):
+    dut = ResidentTop(config, image=image)
     host = Host(dut)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -468,6 +470,63 @@ def test_a_pass_reads_what_the_pass_before_it_wrote(rng, seed):
                zero_points[2])
     got = second.decode(words[beats:].tobytes()).reshape(-1)[:a2.size].reshape(a2.shape)
     np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_a_pass_add_adds_the_skip_operand_as_its_results_are_stored(rng, seed):
+    """On a build with the resident add, a 3x3 convolution's pass played twice: as a PASS
+    (its results as they are) and as a PASS_ADD (each result word added lane by lane to
+    the word ``fill`` words on, random int8, by ``models.eltwise.add``'s arithmetic with
+    the ADD_* values the record writes): the second equals ``add_words`` of the first and
+    the operand words; both results bit-exact word for word, padding lanes included."""
+    config = replace(CONFIG, resident_add=True)
+    program, _ = conv_case(rng)
+    h2c = words_of(program.h2c)
+    count = program.c2h_bytes // 4
+    plain, added, operand = len(h2c), len(h2c) + count, len(h2c) + 2 * count
+    skip = rng.integers(0, 1 << 32, count, dtype=np.uint64).astype(np.uint32)
+    params = dict(_ADD_PARAMS, lo=-100, hi=90)
+    add_writes = [(REG[f"ADD_{name.upper()}"].offset, int(params[name]) & 0xFFFFFFFF)
+                  for name in params]
+    fused = replace(program, csr_writes=(*program.csr_writes[:-1], *add_writes,
+                                         program.csr_writes[-1]))
+    records = pass_records(program, source=0, result=plain)
+    second = pass_records(fused, source=0, result=added)
+    second[0] = header("PASS_ADD", csr=len(fused.csr_writes), reads=1, writes=1)
+    # The write segment's fill: from each result word to its operand word.
+    second[-SEGMENT_WORDS:] = Segment(base=added, chunk_words=count,
+                                      fill=(operand - added) & 0xFFFFFFFF).encode()
+    records = [*records, *second, *send_record(plain, 2 * count), header("END")]
+    data = np.concatenate([h2c, np.zeros(2 * count, np.uint32), skip])
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, data)
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+
+    host = simulate(bench, config=config)
+    label = f"seed={seed} lo/hi {params['lo']}/{params['hi']}"
+    assert seen["status"] == DONE, f"{label}: {seen}"
+    words = np.array([w for w, _ in host.received], dtype=np.uint32)
+    assert len(words) == 2 * count, label
+    np.testing.assert_array_equal(words[count:], add_words(words[:count], skip, params),
+                                  err_msg=label)
+
+
+def test_a_pass_add_without_the_resident_add_is_a_bad_record():
+    records = [header("PASS_ADD"), header("END")]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+
+    simulate(bench, cycles=20_000)
+    assert seen == {"status": ERROR, "error": ERROR_CODES["BAD_RECORD"][0]}, seen
 
 
 def test_a_host_segment_outside_a_pass_is_a_bad_address():

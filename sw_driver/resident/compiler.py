@@ -24,15 +24,17 @@ activations, a pool's missing lanes): those bytes are don't-care, so the player 
 whatever the data word holds there.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from contract.descriptor import ADD_PARAM_FIELDS
 from contract.regmap import REGISTERS
 from contract.resident import (
     COLUMN_MULTIPLE,
     HEADER_COUNT_MAX,
     HOST_BASE,
+    WORD_MASK,
     ResidentFormatError,
     Segment,
     header,
@@ -47,6 +49,7 @@ from ..cycle_model import resident_pass_cycles
 from ..errors import ResidentFitError
 from ..gap_lowering import dense_chunk, gap_requantization, gap_weights
 from ..providers.costs import add_work, pool_work
+from ..regs import Reg
 from ..shapes import infer_shapes
 from .image import DeviceImage, PassInfo, Port
 from .layout import Arena, Storage
@@ -491,6 +494,7 @@ class _Compiler:
                     f"{4 * self.data_words}", what=step.layer.name,
                     needed=4 * len(constants), free=4 * self.data_words)
         streamed = self._streamed_input(traced)
+        fused = self._fused_adds(traced)
         arena = Arena(len(constants), self.data_words - len(constants))
         last = {}
         for index, step in enumerate(self.steps):
@@ -502,9 +506,15 @@ class _Compiler:
             if self.storage[name] is not streamed:
                 arena.allocate(self.storage[name])
         for index, step in enumerate(self.steps):
-            arena.allocate(self.storage[step.output])
+            if index in fused:
+                # The convolution writes the Add's output (its own never exists), which must
+                # not share words with anything live while it runs.
+                arena.allocate(fused[index].y)
+            elif index - 1 not in fused:
+                arena.allocate(self.storage[step.output])
             for name, final in last.items():
-                if final == index and name not in kept and self.storage[name] is not streamed:
+                if (final == index and name not in kept and self.storage[name] is not streamed
+                        and self.storage[name].address is not None):
                     arena.release(self.storage[name])
         for name in self.outputs:
             if name not in self.storage and name not in self.views:
@@ -550,7 +560,10 @@ class _Compiler:
                          for a in block(self.base(n))])
         if recv:
             emit("RECV", "the inputs", writes=recv)
-        for step, traced_passes in zip(self.steps, traced, strict=True):
+        for number, (step, traced_passes) in enumerate(zip(self.steps, traced, strict=True)):
+            if number - 1 in fused:
+                continue  # the Add, done by the convolution's PASS_ADD records
+            fusion = fused.get(number)
             for index, (prog, cycles, h2c, c2h, mask) in enumerate(traced_passes):
                 dont_care.append(mask)
                 base = const_base[(id(step), index)]
@@ -563,14 +576,24 @@ class _Compiler:
                         reads.append(_HOST)
                     else:
                         reads.append(kind.address + value)
-                writes = [None if e is None else e[0].address + e[1] for e in c2h]
+                op, csr_writes = "PASS", prog.csr_writes
+                if fusion is None:
+                    writes = [None if e is None else e[0].address + e[1] for e in c2h]
+                else:
+                    op = "PASS_ADD"
+                    writes = [None if e is None else fusion.y.address + e[1] for e in c2h]
+                    # The Add's values before the start (the last write), for the player.
+                    csr_writes = (*csr_writes[:-1], *fusion.add_writes, csr_writes[-1])
                 record = len(program)
                 # Every PASS but the program's first follows a PASS, whose look-ahead
                 # starts this one's reader early (the first follows RECV or END).
                 ahead = bool(passes)
                 reads, writes = _compress_reads(reads), compress(writes)
-                csr = changed(prog.csr_writes)
-                emit("PASS", f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
+                if fusion is not None:
+                    offset = (fusion.b.address - fusion.y.address) & WORD_MASK
+                    writes = [replace(w, fill=offset) for w in writes]
+                csr = changed(csr_writes)
+                emit(op, f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
                 passes.append(PassInfo(step.layer.name, prog.name, record, int(cycles),
                                        len(h2c), len(c2h), len(csr), len(reads),
                                        len(writes),
@@ -591,6 +614,45 @@ class _Compiler:
             inputs=ports_in, outputs=ports_out, passes=passes,
             layers=[layer.name for layer in self.layers], dont_care=dont_care,
             recv_segments=len(recv), send_segments=len(send))
+
+    def _fused_adds(self, traced):
+        """``{step index: _Fusion}``: the convolutions whose Add (the next step) the player
+        does as their results are stored (``PASS_ADD``, on a build with
+        ``resident_add``): a convolution without a pool whose output only that Add reads
+        and no one else sees, its other operand a tensor of the same layout."""
+        fused = {}
+        if not self.config.resident_add:
+            return fused
+        for index, (step, after) in enumerate(zip(self.steps, self.steps[1:], strict=False)):
+            conv, add = step.layer, after.layer
+            if not (isinstance(conv, g.Conv) and step.pool is None and isinstance(add, g.Add)
+                    and add.constant is None and index - 1 not in fused):
+                continue
+            t = self.storage[step.output]
+            if (step.output in self.outputs or step.output in self.views.values()
+                    or [r.layer for r in t.readers] != [add]
+                    or list(add.inputs).count(step.output) != 1):
+                continue
+            b = self.base(add.inputs[1 - list(add.inputs).index(step.output)])
+            y = self.storage[after.output]
+            if any((s.words, s.stride) != (t.words, t.stride) for s in (b, y)):
+                continue
+            (add_pass, *rest) = traced[index + 1]
+            if rest:
+                continue
+            values = {offset: value for offset, value in add_pass[0].csr_writes}
+            params = {name: values[int(getattr(Reg, f"ADD_{name.upper()}"))]
+                      for name, _, _, _ in ADD_PARAM_FIELDS}
+            if add.inputs[1] == step.output:
+                # The player adds the stored word (the convolution's) as ``a``: the sum is
+                # symmetric, so the operands' values swap sides.
+                side = {"a": "b", "b": "a"}
+                params = {(side[name[0]] + name[1:] if name[1:2] == "_" and name[0] in side
+                           else name): value for name, value in params.items()}
+            writes = tuple((int(getattr(Reg, f"ADD_{name.upper()}")), params[name])
+                           for name, _, _, _ in ADD_PARAM_FIELDS)
+            fused[index] = _Fusion(y=y, b=b, add_writes=writes)
+        return fused
 
     def _streamed_input(self, traced):
         """The segment's input that goes straight from the host into the one pass that
@@ -619,6 +681,16 @@ class _Compiler:
         storage.virtual = 0
         positions = (storage.ids().reshape(-1) + 0).astype(np.int64)
         return Port(name, self._shape(name), storage.address, storage.words, positions)
+
+
+@dataclass
+class _Fusion:
+    """A convolution's ``PASS_ADD`` records: the Add's output ``y`` (which its results
+    become), its other operand ``b`` and its ``ADD_*`` register writes."""
+
+    y: Storage
+    b: Storage
+    add_writes: tuple
 
 
 #: A read list's marker of a host word (:meth:`_Compiler._streamed_input`).
