@@ -514,7 +514,9 @@ class ResidentPlayer(wiring.Component):
                         m.d.sync += accel_done.eq(1)
                     with m.If(accel_done & (~reader.busy | ahead) & ~writer.busy & ~add_busy
                               & (peek_step == 0)):
-                        m.d.sync += pc.eq(record_end)
+                        # The adder's last sums are in: the writer's words go straight to
+                        # the memories again (a RECV, a load after the run).
+                        m.d.sync += [pc.eq(record_end), adding_pass.eq(0)]
                         m.next = "FETCH"
             with m.State("ERROR_CODE"):
                 m.d.sync += poll.eq(poll + 1)
@@ -542,7 +544,7 @@ class ResidentPlayer(wiring.Component):
                 m.next = "IDLE"
             with m.State("FAIL"):
                 m.d.sync += [self.set_error.eq(1), engine_reset.eq(1), self.loading.eq(0),
-                             ahead.eq(0)]
+                             ahead.eq(0), adding_pass.eq(0)]
                 m.next = "IDLE"
         # Busy until set_done / set_error is visible, so a host that sees busy clear also
         # sees why.

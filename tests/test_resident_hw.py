@@ -499,17 +499,28 @@ def test_a_pass_add_adds_the_skip_operand_as_its_results_are_stored(rng, seed):
     data = np.concatenate([h2c, np.zeros(2 * count, np.uint32), skip])
     seen = {}
 
+    later = rng.integers(0, 1 << 32, 8, dtype=np.uint64).astype(np.uint32)
+
     async def bench(ctx, host):
         await host.load(ctx, data)
         await host.load(ctx, records, program=True)
         await host.run(ctx)
         seen["status"] = await host.finish(ctx)
         seen["error"] = await host.read(ctx, "RES_ERROR")
+        # After the run the writer's words go straight to the memory again: a load.
+        seen["sent"] = list(host.received)
+        host.received.clear()
+        await host.load(ctx, later, address=plain)
+        await host.write(ctx, "RES_ADDR", plain)
+        await host.write(ctx, "RES_COUNT", len(later))
+        await host.write(ctx, "RES_CTRL", RES_CTRL["read_data"])
+        seen["read"] = await host.finish(ctx)
 
     host = simulate(bench, config=config)
     label = f"seed={seed} lo/hi {params['lo']}/{params['hi']}"
-    assert seen["status"] == DONE, f"{label}: {seen}"
-    words = np.array([w for w, _ in host.received], dtype=np.uint32)
+    assert seen["status"] == seen["read"] == DONE, f"{label}: {seen}"
+    assert [w for w, _ in host.received] == [int(w) for w in later], label
+    words = np.array([w for w, _ in seen["sent"]], dtype=np.uint32)
     assert len(words) == 2 * count, label
     np.testing.assert_array_equal(words[count:], add_words(words[:count], skip, params),
                                   err_msg=label)
