@@ -626,7 +626,7 @@ class _Compiler:
         for index, (step, after) in enumerate(zip(self.steps, self.steps[1:], strict=False)):
             conv, add = step.layer, after.layer
             if not (isinstance(conv, g.Conv) and step.pool is None and isinstance(add, g.Add)
-                    and add.constant is None and index - 1 not in fused):
+                    and add.constant is None):
                 continue
             t = self.storage[step.output]
             if (step.output in self.outputs or step.output in self.views.values()
