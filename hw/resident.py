@@ -337,6 +337,7 @@ class ResidentPlayer(wiring.Component):
         # runs the next PASS's reads; it issues none until this pass's writer is through,
         # since they may read what this pass writes.
         ahead, peeked = Signal(), Signal()
+        peek_fits = Signal()  # the next record's header is inside the program memory
         peek_step = Signal(range(4))
         peek_op, peek_reads = Signal(8), Signal(8)
         peek_ptr, peek_end = Signal(32), Signal(32)
@@ -411,6 +412,7 @@ class ResidentPlayer(wiring.Component):
                 m.d.sync += [counts[name].eq(value) for name, value in fields.items()]
                 m.next = "DISPATCH"
             with m.State("DISPATCH"):
+                m.d.sync += peek_fits.eq(record_end < self.program_words)
                 with m.If(record_end > self.program_words):
                     fail(bad_address)
                 with m.Elif(op == OPS["END"]):
@@ -469,11 +471,12 @@ class ResidentPlayer(wiring.Component):
                 # The look-ahead (above): the next record's header, read while the fetcher
                 # is idle (its word comes PROGRAM_READ_LATENCY cycles later whatever the
                 # fetcher asks next); a PASS that fits the program memory starts the reader.
+                # The address is the next record's throughout (no decision in front of the
+                # block RAM's address: the board clock's path).
+                m.d.comb += main_addr.eq(record_end)
                 with m.Switch(peek_step):
                     with m.Case(0):
-                        with m.If(~peeked & ~reader.busy & ~fetching
-                                  & (record_end < self.program_words)):
-                            m.d.comb += main_addr.eq(record_end)
+                        with m.If(~peeked & ~reader.busy & ~fetching & peek_fits):
                             m.d.sync += [peek_step.eq(1), peeked.eq(1)]
                     with m.Case(1):
                         m.d.sync += peek_step.eq(2)
