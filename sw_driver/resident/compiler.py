@@ -102,8 +102,9 @@ class _Step:
 
 class _Compiler:
     def __init__(self, layers, shapes, config, *, outputs, data_words, program_words,
-                 pool_max_width):
+                 pool_max_width, host_segments=True):
         self.config, self.shapes = config, shapes
+        self.host_segments = host_segments
         self.data_words, self.program_words = data_words, program_words
         self.pool_max_width = pool_max_width
         self.layers = list(layers)
@@ -661,7 +662,7 @@ class _Compiler:
         words once, in address order, one after the other: the host's words are then that
         pass's stream as it stands, and ``RECV`` would only copy them into the data memory
         (a cycle a word) for that pass to read back."""
-        if len(self.inputs) != 1:
+        if len(self.inputs) != 1 or not self.host_segments:
             return None
         storage = self.base(self.inputs[0])
         if storage.name in {self.base(n).name for n in self.outputs if n in self.storage
@@ -714,7 +715,7 @@ class _Misaligned:
 
 
 def compile_layers(layers, shapes, config, *, outputs, data_words=None, program_words=None,
-                   pool_max_width=POOL_MAX_WIDTH):
+                   pool_max_width=POOL_MAX_WIDTH, host_segments=True):
     """Compile device ``layers`` (graph order) into a :class:`DeviceImage`.
 
     Parameters
@@ -729,6 +730,9 @@ def compile_layers(layers, shapes, config, *, outputs, data_words=None, program_
         Tensors the host reads back (``SEND``).
     data_words, program_words : int, optional
         Memory depths; default the configuration's ``resident_words``/``program_words``.
+    host_segments : bool
+        Whether the player takes host segments (register map 0.9 on): the input then goes
+        straight into the pass that reads it; otherwise a ``RECV`` copies it first.
 
     Raises
     ------
@@ -743,7 +747,8 @@ def compile_layers(layers, shapes, config, *, outputs, data_words=None, program_
                                f"(data {data_words} words, program {program_words} words)",
                                what="config", needed=None, free=0)
     return _Compiler(layers, shapes, config, outputs=outputs, data_words=data_words,
-                     program_words=program_words, pool_max_width=pool_max_width).compile()
+                     program_words=program_words, pool_max_width=pool_max_width,
+                     host_segments=host_segments).compile()
 
 
 def segment_outputs(graph, segment):
