@@ -110,6 +110,11 @@ ADDED_FEATURES = {
         "whether the engine has the depthwise mode", "-dw", "depthwise",
         "1: built with the depthwise mode (CONV_DEPTHWISE: each column its own channel)",
         registers=("CONV_DEPTHWISE", "CONV_DW_"), default=False),
+    "resident_add": EngineFlag(
+        "whether the resident player has its residual add", "-ra", "resident_add",
+        "1: the resident player adds a skip operand to a pass's results as it stores them "
+        "(PASS_ADD records)", default=False),
+    # (Without the resident block there is no player, and the flag changes nothing.)
 }
 
 #: Every flag, in the order of their ``CONFIG`` bits.
@@ -243,6 +248,7 @@ class ConvEngineConfig:
     csr_readback: bool = True
     pipelined: bool = True
     depthwise: bool = False
+    resident_add: bool = False
     resident_words: int = 0
     add_lanes: int = ADD_LANES_PER_UNIT
     program_words: int = 0

@@ -52,10 +52,13 @@ PRESETS = {
     # block) and a 16 KiB program memory.
     # With the depthwise mode (docs/conv-engine.md; the boards' presets leave it out until a
     # board build has measured it) and two residual-add datapaths (add_lanes 4): ADD passes
-    # at the host stream's pace, a beat every 4 cycles instead of 8, for 8 more multipliers.
+    # at the host stream's pace, a beat every 4 cycles instead of 8, for 8 more multipliers;
+    # and the resident player's residual add (a residual block's Add in its second
+    # convolution's pass, docs/resident.md).
     "default": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=16384,
                                 weight_depth=8192, max_col_tiles=16, resident_words=40960,
-                                program_words=4096, depthwise=True, add_lanes=4),
+                                program_words=4096, depthwise=True, add_lanes=4,
+                                resident_add=True),
     # The cheapest engine that still runs every kind of layer: quick twin and netlist builds
     # for tests and first experiments.
     "tiny": ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=2048,
@@ -112,6 +115,8 @@ FIELDS = {
     "csr_readback": ("bool", (True, False)),
     "pipelined": ("bool", (True, False)),
     "depthwise": ("bool", (True, False)),
+    # The resident player's residual add (with the resident block: resident_words).
+    "resident_add": ("bool", (True, False)),
     # 0 and 0: no resident block; both positive: its memories' depths in 32-bit words.
     "resident_words": ("int", range(0, MAX_RESIDENT_WORDS + 1)),
     "program_words": ("int", range(0, MAX_PROGRAM_WORDS + 1)),

@@ -20,7 +20,8 @@ ID_VALUE = 0x54455353  # "TESS"
 # resident block's RES_* registers (reading 0 on a build without it, as on older builds).
 # Minor 7: CONFIG.depthwise and CONV_DEPTHWISE (the depthwise mode, on builds with it).
 # Minor 8: CONFIG.add_wider (the residual add's datapaths; 0 on older builds, as then).
-MAP_VERSION = (0 << 16) | 8
+# Minor 9: CONFIG.resident_add (the resident player's residual add: PASS_ADD records).
+MAP_VERSION = (0 << 16) | 9
 
 # Access kinds: RO read-only (hardware drives it), RW read-write (hardware reads it),
 # W1P write-1-pulse (a one-cycle strobe per written bit), W1C status bits set by hardware

@@ -27,6 +27,14 @@ A record starts with a header word (:func:`header`): the operation in bits 0-7 a
     the pass ends when the accelerator reports done and every write segment is full. An
     accelerator error stops the program (``RES_STATUS.error``; ``RES_ERROR`` holds the
     accelerator's ``ERROR_CODE``).
+``PASS_ADD`` (counts as ``PASS``; a build with ``CONFIG.resident_add``)
+    A ``PASS`` whose device-to-host words are the ``a`` operand of a residual add: each
+    word, before the write segment stores it at address ``x``, is added lane by lane to the
+    word at ``x + fill`` of that write segment (``fill`` taken modulo 2**32: the offset of
+    the ``b`` operand's block), by ``models.eltwise.add``'s arithmetic with the values the
+    player last wrote to the accelerator's ``ADD_*`` registers (its own register writes,
+    this record's included). The compiler runs a residual block's Add this way in its
+    convolution's pass, with no ADD pass and no block for the convolution's output.
 ``RECV`` (counts: ``writes``)
     ``writes`` segments fill the data memory from the host's stream (the model's input).
 ``SEND`` (counts: ``reads``)
@@ -45,6 +53,13 @@ A *segment* is :data:`SEGMENT_WORDS` words (:data:`SEGMENT_FIELDS`)::
             then gap_words words: a read emits `fill`; a write drops stream words
 
 Strides are signed (two's complement); counts of 0 make an empty segment.
+
+A ``PASS`` read segment whose ``base`` is :data:`HOST_BASE` is a *host segment*: its
+stream words (all ``words`` of it, the strides and ``fill`` unused) come from the host's
+stream, in order, instead of the data memory. The compiler streams a model's input straight
+into the one pass that reads it this way, so that no ``RECV`` copies it into the data
+memory first (docs/resident.md). Anywhere else the base is an address past the data memory
+(``BAD_ADDRESS``).
 """
 
 from dataclasses import dataclass
@@ -57,7 +72,7 @@ WORD_MASK = 0xFFFF_FFFF
 COLUMN_MULTIPLE = 4
 
 #: Record operations (bits 0-7 of a header word).
-OPS = {"END": 0, "PASS": 1, "RECV": 2, "SEND": 3}
+OPS = {"END": 0, "PASS": 1, "RECV": 2, "SEND": 3, "PASS_ADD": 4}
 #: Header fields after the operation, 8 bits each: (name, lsb).
 HEADER_FIELDS = (("csr", 8), ("reads", 16), ("writes", 24))
 HEADER_COUNT_MAX = 255
@@ -74,6 +89,8 @@ SEGMENT_FIELDS = (
     ("fill", False),
 )
 SEGMENT_WORDS = len(SEGMENT_FIELDS)
+#: The ``base`` of a host segment (above): no data memory reaches it.
+HOST_BASE = WORD_MASK
 
 
 class ResidentFormatError(ValueError):
@@ -123,6 +140,11 @@ class Segment:
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ResidentFormatError(f"segment field {name} must be an integer in "
                                           f"[{low}, {high}], not {value!r}")
+
+    @property
+    def from_host(self):
+        """Whether this is a host segment (its words come from the host's stream)."""
+        return self.base == HOST_BASE
 
     @property
     def words(self):

@@ -13,7 +13,8 @@ build without resident memories, so those netlists stay what they were.
 host csr ─┬─ 0x200.. ─► CsrBank (RES_*) ─► ResidentPlayer (m.FSM) ─ fetch ◄─ program memory
           └─ else ────────────────────────► AcceleratorTop.csr ◄── the player while busy
 host h2c ──► AcceleratorTop.h2c  (idle)      │ SegmentReader ◄── data memory (read port)
-         └─► SegmentWriter (load, RECV)      │ SegmentWriter ──► data memory (write port)
+         ├─► SegmentWriter (load, RECV)      │ SegmentWriter ──► data memory (write port)
+         └─► SegmentReader (PASS host segment: the input straight into its pass)
 host c2h ◄── AcceleratorTop.c2h  (idle)      │ reader ──► AcceleratorTop.h2c (PASS)
          ◄── SegmentReader (read-back, SEND) │ AcceleratorTop.c2h ──► writer (PASS)
 ```
@@ -26,12 +27,15 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.config import ConvEngineConfig
+from contract.descriptor import ADD_PARAM_FIELDS
 from contract.regmap import ERROR_CODES, by_name, resident_registers
 from contract.resident import HEADER_FIELDS, OPS, SEGMENT_WORDS, BootImage
 from contract.streams import WORD_BITS
 
 from .csr import CsrBank, csr_bus_signature, word_layout
 from .pipeline import SkidBuffer
+from .postprocess import add_params_layout
+from .resident_add import ResidentAdder
 from .resident_segments import SegmentReader, SegmentWriter
 from .top import AcceleratorTop
 
@@ -208,9 +212,10 @@ class ResidentPlayer(wiring.Component):
         every cycle: :class:`DataMemory`).
     """
 
-    def __init__(self, *, data_words, program_words, data_read_latency=1):
+    def __init__(self, *, data_words, program_words, data_read_latency=1, resident_add=False):
         self.data_words, self.program_words = data_words, program_words
         self.data_read_latency = data_read_latency
+        self.resident_add = resident_add
         word = stream.Signature(word_layout())
         super().__init__({
             "run": In(1), "load_data": In(1), "load_program": In(1), "read_data": In(1),
@@ -236,9 +241,29 @@ class ResidentPlayer(wiring.Component):
             SegmentReader(depth=self.data_words, latency=self.data_read_latency))
         m.submodules.writer = writer = ResetInserter(engine_reset)(
             SegmentWriter(depths=(self.data_words, self.program_words)))
-        m.d.comb += [self.data_rd_addr.eq(reader.rd_addr), reader.rd_data.eq(self.data_rd_data),
-                     self.w_addr.eq(writer.w_addr), self.w_data.eq(writer.w_data),
-                     self.w_en.eq(writer.w_en), self.w_target.eq(writer.target_now)]
+        m.d.comb += [reader.rd_data.eq(self.data_rd_data), self.w_target.eq(writer.target_now)]
+        # A PASS_ADD's results pass the residual add before they are stored; its operand
+        # reads take the data memory's read port from the reader for their cycle.
+        adding_pass = Signal()
+        add_busy, add_read = Signal(), Signal()
+        add_params = Signal(add_params_layout())
+        if self.resident_add:
+            m.submodules.adder = adder = ResetInserter(engine_reset)(
+                ResidentAdder(read_latency=self.data_read_latency))
+            m.d.comb += [
+                adder.valid.eq(writer.w_en & adding_pass), adder.addr.eq(writer.w_addr),
+                adder.a.eq(writer.w_data), adder.offset.eq(writer.w_fill),
+                adder.params.eq(add_params), adder.rd_data.eq(self.data_rd_data),
+                add_busy.eq(adder.busy), add_read.eq(adder.read),
+                self.data_rd_addr.eq(Mux(adder.read, adder.rd_addr, reader.rd_addr)),
+                self.w_addr.eq(Mux(adding_pass, adder.w_addr, writer.w_addr)),
+                self.w_data.eq(Mux(adding_pass, adder.w_data, writer.w_data)),
+                self.w_en.eq(Mux(adding_pass, adder.w_en, writer.w_en)),
+            ]
+        else:
+            m.d.comb += [self.data_rd_addr.eq(reader.rd_addr),
+                         self.w_addr.eq(writer.w_addr), self.w_data.eq(writer.w_data),
+                         self.w_en.eq(writer.w_en)]
 
         # --- streams: the reader feeds the accelerator or the host, the writer takes
         # from either; the choice is made when the engine starts. The accelerator's
@@ -261,7 +286,11 @@ class ResidentPlayer(wiring.Component):
                                         from_accel.source.payload)),
             writer.input.valid.eq(Mux(source_host, self.from_host.valid,
                                       from_accel.source.valid)),
-            self.from_host.ready.eq(writer.input.ready & source_host),
+            # In a PASS (the writer takes the accelerator's words) the host's words go to
+            # the reader's host segments: the model's input, straight into its pass.
+            reader.host.payload.eq(self.from_host.payload),
+            reader.host.valid.eq(self.from_host.valid & ~source_host),
+            self.from_host.ready.eq(Mux(source_host, writer.input.ready, reader.host.ready)),
             from_accel.source.ready.eq(writer.input.ready & ~source_host),
         ]
 
@@ -304,8 +333,31 @@ class ResidentPlayer(wiring.Component):
         bus = self.accel_csr
         m.d.sync += [bus.w_en.eq(0), bus.r_en.eq(0), self.set_done.eq(0),
                      self.set_error.eq(0), engine_reset.eq(0)]
+        if self.resident_add:
+            # The ADD_* values as the player writes them to the accelerator's registers (it
+            # is their only writer while it runs; a program writes them before its first
+            # PASS_ADD uses them).
+            with m.If(bus.w_en):
+                for name, width, _, _ in ADD_PARAM_FIELDS:
+                    with m.If(bus.addr == _REG[f"ADD_{name.upper()}"].offset):
+                        m.d.sync += getattr(add_params, name).eq(bus.w_data[:width])
+        is_pass = op == OPS["PASS"]
+        if self.resident_add:
+            is_pass = is_pass | (op == OPS["PASS_ADD"])
         main_addr = Signal(32)
         m.d.comb += self.prog_rd_addr.eq(Mux(fetching, fetch_addr, main_addr))
+        # Look-ahead: once a PASS's reader is through, the player reads the next record's
+        # header and, for a PASS, starts that pass's reader already, so its first segment
+        # is fetched and its first words wait at the accelerator's door while this pass
+        # computes (the core takes no host word between passes). ``ahead``: the reader
+        # runs the next PASS's reads; it issues none until this pass's writer is through,
+        # since they may read what this pass writes.
+        ahead, peeked = Signal(), Signal()
+        peek_fits = Signal()  # the next record's header is inside the program memory
+        peek_step = Signal(range(4))
+        peek_op, peek_reads = Signal(8), Signal(8)
+        peek_ptr, peek_end = Signal(32), Signal(32)
+        m.d.comb += reader.hold.eq((ahead & (writer.busy | add_busy)) | add_read)
 
         def fail(code):
             m.d.sync += self.error_code.eq(code)
@@ -327,7 +379,7 @@ class ResidentPlayer(wiring.Component):
         with m.FSM(name="player") as fsm:
             with m.State("IDLE"):
                 with m.If(self.run):
-                    m.d.sync += [pc.eq(0), self.error_code.eq(0),
+                    m.d.sync += [pc.eq(0), self.error_code.eq(0), ahead.eq(0),
                                  loops_left.eq(Mux(self.loops == 0, 1, self.loops))]
                     m.next = "FETCH"
                 with m.Elif(self.load_data | self.load_program):
@@ -376,6 +428,7 @@ class ResidentPlayer(wiring.Component):
                 m.d.sync += [counts[name].eq(value) for name, value in fields.items()]
                 m.next = "DISPATCH"
             with m.State("DISPATCH"):
+                m.d.sync += peek_fits.eq(record_end < self.program_words)
                 with m.If(record_end > self.program_words):
                     fail(bad_address)
                 with m.Elif(op == OPS["END"]):
@@ -384,7 +437,8 @@ class ResidentPlayer(wiring.Component):
                     with m.Else():
                         m.d.sync += [loops_left.eq(loops_left - 1), pc.eq(0)]
                         m.next = "FETCH"
-                with m.Elif(op == OPS["PASS"]):
+                with m.Elif(is_pass):
+                    m.d.sync += adding_pass.eq(op != OPS["PASS"])
                     m.next = "CSR_OFFSET"
                     with m.If(counts["csr"] == 0):
                         m.next = "STREAM_START"
@@ -421,13 +475,46 @@ class ResidentPlayer(wiring.Component):
                 with m.If(counts["csr"] == 1):
                     m.next = "STREAM_START"
             with m.State("STREAM_START"):
-                start_reader(host=0, direct=0, seg_ptr=cursor, seg_count=counts["reads"],
-                             mark_last=1)
+                with m.If(~ahead):  # else started by the look-ahead, on these segments
+                    start_reader(host=0, direct=0, seg_ptr=cursor, seg_count=counts["reads"],
+                                 mark_last=1, host_segments=1)
                 start_writer(host=0, direct=0, seg_count=counts["writes"], target=0,
                              seg_ptr=cursor + counts["reads"] * SEGMENT_WORDS)
-                m.d.sync += [accel_done.eq(0), poll.eq(0)]
+                m.d.sync += [accel_done.eq(0), poll.eq(0), ahead.eq(0), peeked.eq(0),
+                             peek_step.eq(0)]
                 m.next = "STREAM"
             with m.State("STREAM"):
+                # The look-ahead (above): the next record's header, read while the fetcher
+                # is idle (its word comes PROGRAM_READ_LATENCY cycles later whatever the
+                # fetcher asks next); a PASS that fits the program memory starts the reader.
+                # The address is the next record's throughout (no decision in front of the
+                # block RAM's address: the board clock's path).
+                m.d.comb += main_addr.eq(record_end)
+                with m.Switch(peek_step):
+                    with m.Case(0):
+                        with m.If(~peeked & ~reader.busy & ~fetching & peek_fits):
+                            m.d.sync += [peek_step.eq(1), peeked.eq(1)]
+                    with m.Case(1):
+                        m.d.sync += peek_step.eq(2)
+                    with m.Case(2):
+                        word = self.prog_rd_data
+                        fields = {name: word[lsb:lsb + 8] for name, lsb in HEADER_FIELDS}
+                        m.d.sync += [peek_op.eq(word[:8]), peek_reads.eq(fields["reads"]),
+                                     peek_ptr.eq(record_end + 1 + (fields["csr"] << 1)),
+                                     peek_end.eq(record_end + 1 + (fields["csr"] << 1)
+                                                 + ((fields["reads"] + fields["writes"])
+                                                    * SEGMENT_WORDS)),
+                                     peek_step.eq(3)]
+                    with m.Case(3):
+                        peek_pass = peek_op == OPS["PASS"]
+                        if self.resident_add:
+                            peek_pass = peek_pass | (peek_op == OPS["PASS_ADD"])
+                        with m.If(peek_pass & (peek_reads != 0)
+                                  & (peek_end <= self.program_words)):
+                            start_reader(host=0, direct=0, seg_ptr=peek_ptr,
+                                         seg_count=peek_reads, mark_last=1, host_segments=1)
+                            m.d.sync += ahead.eq(1)
+                        m.d.sync += peek_step.eq(0)
                 # The accelerator's STATUS, read every few cycles over its bus: done ends
                 # the pass once both engines are through, error stops the program.
                 m.d.sync += poll.eq(Mux(poll == _POLL_PERIOD - 1, 0, poll + 1))
@@ -435,6 +522,8 @@ class ResidentPlayer(wiring.Component):
                     m.d.sync += [bus.addr.eq(_CSR_STATUS), bus.r_en.eq(1)]
                 status = bus.r_data
                 with m.If(reader.error | writer.error):
+                    with m.If(reader.error & ahead):  # the next record's segment
+                        m.d.sync += pc.eq(record_end)
                     fail(bad_address)
                 with m.Elif((poll == _POLL_PERIOD - 1) & (status & _STATUS_ERROR).any()):
                     m.d.sync += poll.eq(0)
@@ -442,8 +531,11 @@ class ResidentPlayer(wiring.Component):
                 with m.Else():
                     with m.If((poll == _POLL_PERIOD - 1) & (status & _STATUS_DONE).any()):
                         m.d.sync += accel_done.eq(1)
-                    with m.If(accel_done & ~reader.busy & ~writer.busy):
-                        m.d.sync += pc.eq(record_end)
+                    with m.If(accel_done & (~reader.busy | ahead) & ~writer.busy & ~add_busy
+                              & (peek_step == 0)):
+                        # The adder's last sums are in: the writer's words go straight to
+                        # the memories again (a RECV, a load after the run).
+                        m.d.sync += [pc.eq(record_end), adding_pass.eq(0)]
                         m.next = "FETCH"
             with m.State("ERROR_CODE"):
                 m.d.sync += poll.eq(poll + 1)
@@ -470,7 +562,8 @@ class ResidentPlayer(wiring.Component):
                 m.d.sync += self.set_done.eq(1)
                 m.next = "IDLE"
             with m.State("FAIL"):
-                m.d.sync += [self.set_error.eq(1), engine_reset.eq(1), self.loading.eq(0)]
+                m.d.sync += [self.set_error.eq(1), engine_reset.eq(1), self.loading.eq(0),
+                             ahead.eq(0), adding_pass.eq(0)]
                 m.next = "IDLE"
         # Busy until set_done / set_error is visible, so a host that sees busy clear also
         # sees why.
@@ -528,7 +621,7 @@ class ResidentTop(wiring.Component):
         m.d.sync += abort.eq(soft_reset)
         m.submodules.player = player = ResetInserter(abort)(ResidentPlayer(
             data_words=cfg.resident_words, program_words=cfg.program_words,
-            data_read_latency=DataMemory.READ_LATENCY))
+            data_read_latency=DataMemory.READ_LATENCY, resident_add=cfg.resident_add))
 
         # --- memories --------------------------------------------------------------------
         data_bits, program_bits = len(data_memory.rd_addr), len(program_memory.rd_addr)

@@ -14,7 +14,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from contract.resident import HEADER_COUNT_MAX, SEGMENT_FIELDS, SEGMENT_WORDS
+from contract.resident import HEADER_COUNT_MAX, HOST_BASE, SEGMENT_FIELDS, SEGMENT_WORDS
 from contract.streams import WORD_BITS
 
 from .csr import word_layout
@@ -108,12 +108,13 @@ def _engine_ports():
     }
 
 
-def _engine_control(m, engine, walker, *, on_walk, drained):
+def _engine_control(m, engine, walker, *, on_walk, drained, on_load=None):
     """The command FSM both engines share: take a command, walk its segments one after the
     other (``on_walk(m)`` inside the walking state), then wait for ``drained``. The next
     segment is fetched while the current one is walked, so that only the first fetch
-    delays the stream. Returns ``(segment, draining)``: the segment being walked, and
-    whether every segment has been walked (what is issued is still on its way)."""
+    delays the stream. ``on_load(m, segment)`` runs in the cycle a segment's walk starts.
+    Returns ``(segment, draining)``: the segment being walked, and whether every segment
+    has been walked (what is issued is still on its way)."""
     segment, pending = Signal(SEGMENT_LAYOUT), Signal(SEGMENT_LAYOUT)
     pending_valid = Signal()
     segs_left = Signal(range(HEADER_COUNT_MAX + 1))  # to walk
@@ -155,6 +156,8 @@ def _engine_control(m, engine, walker, *, on_walk, drained):
                 take_pending()
         with m.State("LOADED"):
             m.d.comb += walker.start.eq(1)
+            if on_load is not None:
+                on_load(m, segment)
             m.next = "WALK"
         with m.State("WALK"):
             on_walk(m)
@@ -185,6 +188,11 @@ class SegmentReader(wiring.Component):
     has been walked (the last ones may be empty), so each word waits in an output register
     until the next one is there or the command is over.
 
+    With ``host_segments`` set at ``start``, a host segment (``base`` is
+    ``contract.resident.HOST_BASE``) passes its words from ``host`` instead, a word a
+    cycle, once the memory words read before it are in the FIFO (they keep their order);
+    without it, such a segment is an address past the memory (``error``).
+
     Parameters
     ----------
     depth : int
@@ -201,6 +209,11 @@ class SegmentReader(wiring.Component):
         super().__init__({
             **_engine_ports(),
             "mark_last": In(1),
+            "host_segments": In(1),
+            # Issue no read while set (the segments are still fetched): the player starts
+            # the next pass's reader early, and holds it until the words it reads are in.
+            "hold": In(1),
+            "host": In(stream.Signature(word_layout())),
             "rd_addr": Out(32),
             "rd_data": In(WORD_BITS),
             "output": Out(stream.Signature(word_layout())),
@@ -211,9 +224,12 @@ class SegmentReader(wiring.Component):
         m.submodules.walker = walker = SegmentWalker()
         fifo_depth = self.latency + READ_FIFO_SPARE
         m.submodules.fifo = fifo = SyncFIFOBuffered(width=WORD_BITS, depth=fifo_depth)
-        mark_last = Signal()
+        mark_last, host_allowed = Signal(), Signal()
         with m.If(self.start & ~self.busy):
-            m.d.sync += mark_last.eq(self.mark_last)
+            m.d.sync += [mark_last.eq(self.mark_last), host_allowed.eq(self.host_segments)]
+        # The segment walked is a host segment: decided as its walk starts, from a register.
+        walking_host = Signal()
+        host_word = Signal()  # a host word goes into the FIFO
         # The word read (or the gap's fill) arrives ``latency`` cycles after its issue:
         # each issue, whether a gap and its fill, travel down a pipeline that long.
         issue = Signal()
@@ -225,8 +241,9 @@ class SegmentReader(wiring.Component):
             m.d.sync += [flight[k].eq(flight[k - 1]), gaps[k].eq(gaps[k - 1]),
                          fills[k].eq(fills[k - 1])]
         in_flight = Cat(*flight).any()
-        m.d.comb += [fifo.w_en.eq(flight[-1]),
-                     fifo.w_data.eq(Mux(gaps[-1], fills[-1], self.rd_data)),
+        m.d.comb += [fifo.w_en.eq(flight[-1] | host_word),
+                     fifo.w_data.eq(Mux(host_word, self.host.payload.data,
+                                        Mux(gaps[-1], fills[-1], self.rd_data))),
                      self.rd_addr.eq(walker.addr)]
         # Issue only what the FIFO has room for, counting the words in flight.
         in_flight_count = sum(flight[1:], flight[0].as_unsigned())
@@ -235,15 +252,24 @@ class SegmentReader(wiring.Component):
         def on_walk(m):
             bad = ~walker.gap & (walker.addr >= self.depth)
             with m.If(walker.active):
-                with m.If(bad):
+                with m.If(walking_host):
+                    # After the words in flight, so that none lands after a host word.
+                    with m.If(~in_flight & room & ~self.hold):
+                        m.d.comb += self.host.ready.eq(1)
+                        with m.If(self.host.valid):
+                            m.d.comb += [host_word.eq(1), walker.step.eq(1)]
+                with m.Elif(bad):
                     m.next = "ERROR"
-                with m.Elif(room):
+                with m.Elif(room & ~self.hold):
                     m.d.comb += [issue.eq(1), walker.step.eq(1)]
+
+        def on_load(m, segment):
+            m.d.sync += walking_host.eq(host_allowed & (segment.base == HOST_BASE))
 
         held, held_valid = Signal(WORD_BITS), Signal()
         draining = Signal()
         segment, draining_now = _engine_control(
-            m, self, walker, on_walk=on_walk,
+            m, self, walker, on_walk=on_walk, on_load=on_load,
             drained=~in_flight & ~fifo.r_rdy & ~held_valid)
         m.d.comb += draining.eq(draining_now)
         m.d.sync += fills[0].eq(segment.fill)
@@ -282,6 +308,7 @@ class SegmentWriter(wiring.Component):
             "w_addr": Out(32),
             "w_data": Out(WORD_BITS),
             "w_en": Out(1),
+            "w_fill": Out(32),  # the write's segment's ``fill`` (a PASS_ADD's operand offset)
         })
 
     def elaborate(self, platform):
@@ -310,5 +337,7 @@ class SegmentWriter(wiring.Component):
                                      self.w_data.eq(self.input.payload.data)]
 
         # The last word's write leaves the cycle after it is taken: ``busy`` covers it.
-        _engine_control(m, self, walker, on_walk=on_walk, drained=~self.w_en)
+        segment, _ = _engine_control(m, self, walker, on_walk=on_walk, drained=~self.w_en)
+        with m.If(walker.step):
+            m.d.sync += self.w_fill.eq(segment.fill)
         return m

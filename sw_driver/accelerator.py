@@ -267,6 +267,8 @@ class Accelerator:
                                    f"expected {regs.ID_VALUE:#010x}")
         version = read(Reg.VERSION)
         major, minor = _version_fields(version)
+        #: ``(major, minor)`` of the device's register map.
+        self.map_version = (major, minor)
         if major != _version_fields(regs.MAP_VERSION)[0]:
             raise AcceleratorError(f"register map version {major}.{minor} is not supported by "
                                    f"this driver ({regs.MAP_VERSION:#x})")

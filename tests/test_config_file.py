@@ -75,7 +75,8 @@ def test_round_trip_with_every_field_set(tmp_path):
                               weight_depth=99, max_col_tiles=3, clock_mhz=62.5,
                               residual_add=False, perf_counters=False,
                               csr_readback=False, pipelined=False, depthwise=True,
-                              resident_words=5000, program_words=300, add_lanes=2)
+                              resident_add=True, resident_words=5000, program_words=300,
+                              add_lanes=2)
     assert parse_config(json.loads(dumps_json(config))) == config
     (tmp_path / "c.toml").write_text(dumps_toml(config))
     assert load_config(tmp_path / "c.toml") == config
@@ -83,7 +84,8 @@ def test_round_trip_with_every_field_set(tmp_path):
                                       "stream_width": 32, "clock_mhz": 62.5,
                                       "residual_add": False, "perf_counters": False,
                                       "csr_readback": False, "pipelined": False,
-                                      "depthwise": True, "resident_words": 5000,
+                                      "depthwise": True, "resident_add": True,
+                                      "resident_words": 5000,
                                       "program_words": 300, "add_lanes": 2,
                                       "array": {"rows": 3, "cols": 5, "acc_width": 32}}
     # An unset clock is left out of the file rather than written as a value TOML lacks.

@@ -191,10 +191,10 @@ def test_the_top_without_the_add_says_so_and_refuses_an_add_start():
     assert seen["CONFIG"] >> regs.CONFIG_NO_ADD_SHIFT & 1 == 1
     assert unpack_features(seen["CONFIG"]) == {"residual_add": False, "perf_counters": True,
                                                "csr_readback": True, "pipelined": True,
-                                               "depthwise": False}
+                                               "depthwise": False, "resident_add": False}
     assert unpack_features(pack_config(rows=2, cols=2, acc_width=32)) == {
         "residual_add": True, "perf_counters": True, "csr_readback": True, "pipelined": True,
-        "depthwise": False}
+        "depthwise": False, "resident_add": False}
 
 
 def test_a_build_without_the_add_implements_every_register_but_the_adds():

@@ -69,7 +69,7 @@ def test_config_word_carries_each_absence_in_its_own_bit(present):
         name = DRIVER_BITS[field]
         assert getattr(regs, f"CONFIG_{name}_SHIFT") == bit
         assert getattr(regs, f"CONFIG_{name}_MASK") == 1 << bit
-    assert unpack_features(word) == {**flags, "depthwise": False}
+    assert unpack_features(word) == {**flags, "depthwise": False, "resident_add": False}
     assert unpack_config(word) == {"rows": 2, "cols": 3, "acc_width": 32}
 
 
@@ -78,7 +78,8 @@ def test_a_configuration_packs_and_unpacks_its_own_features():
         word = pack_config(rows=config.rows, cols=config.cols, acc_width=config.acc_width,
                            **config.features())
         assert unpack_features(word) == config.features() == \
-            {field: getattr(config, field) for field in [*BLOCKS, "depthwise"]}, name
+            {field: getattr(config, field)
+             for field in [*BLOCKS, "depthwise", "resident_add"]}, name
 
 
 @pytest.mark.parametrize("function", [
@@ -88,8 +89,24 @@ def test_a_name_that_is_no_optional_block_is_refused(function, request):
     caller = request.node.callspec.id
     with pytest.raises(TypeError, match=rf"^{caller}: 'residual_ad' is not an optional block; "
                                         rf"expected one of "
-                                        rf"{', '.join([*BLOCKS, 'depthwise'])}$"):
+                                        rf"{', '.join([*BLOCKS, 'depthwise', 'resident_add'])}$"):
         function(residual_ad=False)
+
+
+def test_the_resident_add_is_an_added_feature_with_its_own_presence_bit():
+    # Off unless named (the boards' resident presets keep their multipliers); on, its
+    # CONFIG bit (29) is set and the netlist's name says so; it adds no register.
+    assert ConvEngineConfig().resident_add is False
+    assert PRESETS["default"].resident_add is True
+    assert not any(c.resident_add for n, c in PRESETS.items() if n != "default")
+    with_add = replace(SMALL, resident_add=True)
+    assert with_add.name == SMALL.name + "-ra"
+    assert ConvEngineConfig.from_env({"TESSERA_ROWS": "2", "TESSERA_COLS": "2",
+                                      **with_add.env()}) == with_add
+    word = pack_config(rows=2, cols=2, acc_width=32, resident_add=True)
+    assert word >> 29 & 1 == 1 == word >> regs.CONFIG_RESIDENT_ADD_SHIFT & 1
+    assert unpack_features(word)["resident_add"] is True
+    assert implemented_registers(resident_add=True) == implemented_registers()
 
 
 def test_the_depthwise_mode_is_an_added_feature_with_its_own_presence_bit():

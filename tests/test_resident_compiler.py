@@ -4,6 +4,8 @@ the CPU provider layer by layer; the player's pass streams equal layer-at-a-time
 padding; the arena reuses dead blocks; what does not fit is a named error. Run with ``-s``
 for the image figures (``docs/resident.md``)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from golden_device import GoldenDevice
@@ -76,7 +78,8 @@ def test_resnet8_mean_is_one_pass_and_passes_write_what_changed(zoo):
     shape writes only the registers whose values differ; the program's first pass writes
     all of its own (the zoo test above checks the results bit-exact)."""
     graph = InferenceSession(zoo["resnet8"]).graph
-    image = compile_model(graph, DEFAULT, data_words=DATA_WORDS,
+    # Without the player's add: a residual block's second conv writes the ADD_* registers.
+    image = compile_model(graph, replace(DEFAULT, resident_add=False), data_words=DATA_WORDS,
                           program_words=PROGRAM_WORDS)
     count = {name: sum(p.layer == name for p in image.passes)
              for name in ("gap", "b1_conv1", "b2_conv1")}
@@ -187,7 +190,9 @@ def random_graph(rng):
     layers = [conv(rng, "stem", "x", "t0", c0, c1, relu=True),
               conv(rng, "b_conv1", "t0", "t1", c1, c1, relu=True),
               conv(rng, "b_conv2", "t1", "t2", c1, c1),
-              add(rng, "b_add", "t2", "t0", "t3"),
+              # Either side: the player's add takes the conv's result as its `a`.
+              add(rng, "b_add", *(("t2", "t0") if rng.random() < 0.5 else ("t0", "t2")),
+                  "t3"),
               g.MaxPool("pool", ("t3",), "t4", kernel=(2, 2), stride=(2, 2))]
     if rng.random() < 0.5:
         layers += [conv(rng, "dw", "t4", "t5", c1, c1, groups=c1)]
@@ -220,8 +225,10 @@ def test_random_graphs_play_bit_exact(config, case, seed):
                            data_words=DATA_WORDS, program_words=PROGRAM_WORDS)
     got = play(image, GoldenDevice(config), {"x": x})
     check_outputs(image, got, tensors, what)
+    # The input goes straight into its pass (a host segment) when one pass reads it in
+    # order; otherwise a RECV copies it into the data memory first.
     ops = [parse_header(int(w))[0] for w in image.program[:1]]
-    assert ops == ["RECV"]
+    assert ops == (["PASS"] if image.inputs[0].address is None else ["RECV"]), what
 
 
 def chain(rng, count, channels=8, size=8):
@@ -232,13 +239,15 @@ def chain(rng, count, channels=8, size=8):
 
 
 def test_arena_reuses_dead_blocks(rng, seed):
-    """Six convolutions in a chain need two blocks at a time, not seven."""
+    """Six convolutions in a chain need two blocks at a time, not seven (the input, which
+    goes straight from the host into the first pass, none)."""
     layers, shapes = chain(rng, 6)
     image = compile_layers(layers, shapes, DEFAULT, outputs=["t6"], data_words=DATA_WORDS,
                            program_words=PROGRAM_WORDS)
     block = 8 * 8 * 8 // 4
     assert image.arena_words == 2 * block, image.arena
-    addresses = {address for address, _, _ in image.arena.values()}
+    assert image.arena["t0"][0] is None, image.arena
+    addresses = {address for address, _, _ in image.arena.values()} - {None}
     assert len(addresses) == 2
     x = rng.integers(-128, 128, (1, 8, 8, 8)).astype(np.int8)
     tensors = {"t0": x}
@@ -248,16 +257,38 @@ def test_arena_reuses_dead_blocks(rng, seed):
                   f"seed={seed}")
 
 
-def test_residual_branch_stays_alive(rng):
+@pytest.mark.parametrize("resident_add", [False, True], ids=["add-pass", "pass-add"])
+def test_residual_branch_stays_alive(rng, resident_add):
     graph, shapes = random_graph(rng)
-    image = compile_layers(graph.layers, shapes, DEFAULT, outputs=["y"],
-                           data_words=DATA_WORDS, program_words=PROGRAM_WORDS)
+    image = compile_layers(graph.layers, shapes, replace(DEFAULT, resident_add=resident_add),
+                           outputs=["y"], data_words=DATA_WORDS, program_words=PROGRAM_WORDS)
 
     def span(name):
         address, words, _ = image.arena[name]
         return set(range(address, address + words))
-    # t0 (the stem's output) is read by the Add, so t1 and t2 live beside it.
-    assert not span("t0") & span("t1") and not span("t0") & span("t2")
+    # t0 (the stem's output) is read by the Add, so t1 and t2 live beside it; with the
+    # player's add, b_conv2 writes the Add's output t3 (t2 never exists) while t0 and its
+    # input t1 are live.
+    if resident_add:
+        assert image.arena["t2"][0] is None, image.arena
+        assert not span("t0") & span("t1") and not (span("t0") | span("t1")) & span("t3")
+    else:
+        assert not span("t0") & span("t1") and not span("t0") & span("t2")
+
+
+def test_resnet8_adds_are_done_by_the_player(zoo):
+    """On the default preset (with ``resident_add``) each residual block's Add is its
+    second conv's PASS_ADD records: no ADD pass, no block for the conv's output, and the
+    ADD_* values written before the start (the zoo test above checks the results)."""
+    graph = InferenceSession(zoo["resnet8"]).graph
+    image = compile_model(graph, DEFAULT, data_words=DATA_WORDS, program_words=PROGRAM_WORDS)
+    assert not [p for p in image.passes if p.layer.endswith("_add")], image.passes
+    ops = {p.layer: parse_header(int(image.program[p.record]))[0] for p in image.passes}
+    assert {layer for layer, op in ops.items() if op == "PASS_ADD"} == {
+        "b1_conv2", "b2_conv2", "b3_conv2"}, ops
+    outputs = {layer.name: layer.output for layer in graph.layers}
+    for block in ("b1", "b2", "b3"):
+        assert image.arena[outputs[f"{block}_conv2"]][0] is None, image.arena
 
 
 def test_what_does_not_fit_is_a_named_error(rng):

@@ -49,3 +49,27 @@ def test_resident_cycles_match_the_twin(rng, seed):
     segment = row["segment"]
     assert segment["link_seconds"] is None and "twin" in segment["link_model"]
     assert segment["compute_seconds"] == pytest.approx(image.run_cycles(1) / 50e6)
+
+
+@pytest.mark.slow
+def test_resnet8_runs_bit_exact_on_the_twin(tmp_path, rng, seed):
+    """ResNet-8 resident on the default twin's RTL (its input a host segment, its residual
+    Adds done by the player's add in PASS_ADD records, the look-ahead between passes):
+    bit-exact with the cpu provider, and the cycle model within 2 %."""
+    from models.zoo import random_models
+    from sw_driver.providers.sim import SimProvider
+
+    path = str(random_models.built("resnet8", tmp_path))
+    session = InferenceSession(path, providers=[SimProvider(CONFIG), "cpu"])
+    reference = InferenceSession(path, providers=["cpu"])
+    assert session._segments
+    for _ in range(2):  # the second run's cycles: the image already loaded
+        x = {session.get_inputs()[0].name: rng.random((2, 3, 32, 32), dtype=np.float32)}
+        got, want = session.run(None, x)[0], reference.run(None, x)[0]
+        assert np.array_equal(got, want), f"resident output differs (seed {seed})"
+    row = next(r for r in session.profile() if "segment" in r)
+    assert row["segment"]["loads"] == 1, row
+    image = session._segments[row["layer"]].image
+    assert [p.layer for p in image.passes if p.layer.endswith("_conv2")], image.passes
+    model, twin = image.run_cycles(2), row["cycles"]
+    assert abs(model - twin) / twin < 0.02, f"model {model} against twin {twin} (seed {seed})"

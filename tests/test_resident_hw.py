@@ -9,11 +9,19 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from amaranth.sim import Simulator
-from resident_images import single_pass_image, words_of
+from resident_images import pass_records, send_record, single_pass_image, words_of
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.regmap import ERROR_CODES, by_name
-from contract.resident import BootImage, ResidentFormatError, Segment, header, image_checksum
+from contract.resident import (
+    HOST_BASE,
+    SEGMENT_WORDS,
+    BootImage,
+    ResidentFormatError,
+    Segment,
+    header,
+    image_checksum,
+)
 from hw.resident import DataMemory, ResidentTop, accelerator_top
 from hw.top import AcceleratorTop
 from models.conv import conv2d
@@ -24,6 +32,7 @@ from sim.streams import csr_read, csr_write, run_bounded
 from sw_driver import regs
 from sw_driver.accelerator import add_program, pass_program, pool_program
 from sw_driver.conv_lowering import assemble_output, engine_reference, lower_conv2d
+from sw_driver.resident.player import add_words
 
 #: A small engine with a small resident block: quick to simulate.
 CONFIG = ConvEngineConfig(array=ArrayConfig(rows=2, cols=2), act_depth=512, weight_depth=256,
@@ -101,8 +110,8 @@ class Host:
         await self.write(ctx, "RES_CTRL", RES_CTRL["run"])
 
 
-def simulate(bench, *, cycles=400_000, image=None):
-    dut = ResidentTop(CONFIG, image=image)
+def simulate(bench, *, cycles=400_000, image=None, config=CONFIG):
+    dut = ResidentTop(config, image=image)
     host = Host(dut)
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -350,15 +359,17 @@ def pool_case(rng):
     return program, golden
 
 
+_MA, _NA, _MB, _NB, _MY, _NY = add_multipliers(0.05, 0.08, 0.1)
+_ADD_PARAMS = {"a_zero_point": 3, "b_zero_point": -7, "y_zero_point": 1, "lo": -128,
+               "hi": 127, "a_multiplier": _MA, "a_shift": _NA, "b_multiplier": _MB,
+               "b_shift": _NB, "y_multiplier": _MY, "y_shift": _NY}
+
+
 def add_case(rng):
     a = rng.integers(-128, 128, (1, 3, 3, 3), dtype=np.int8)
     b = rng.integers(-128, 128, (1, 3, 3, 3), dtype=np.int8)
     scales = (0.05, 0.08, 0.1)
-    ma, na, mb, nb, my, ny = add_multipliers(*scales)
-    params = {"a_zero_point": 3, "b_zero_point": -7, "y_zero_point": 1, "lo": -128,
-              "hi": 127, "a_multiplier": ma, "a_shift": na, "b_multiplier": mb,
-              "b_shift": nb, "y_multiplier": my, "y_shift": ny}
-    program = add_program(a, b, params, CONFIG)
+    program = add_program(a, b, _ADD_PARAMS, CONFIG)
 
     def golden(beats):
         return (beats.reshape(-1)[:a.size].reshape(a.shape),
@@ -392,6 +403,161 @@ def test_a_whole_pass_from_resident_memory_is_bit_exact(case, rng, seed):
     raw = np.array([w for w, _ in host.received], dtype="<u4").tobytes()
     got, want = golden(program.decode(raw))
     np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+@pytest.mark.parametrize("case", ["conv3x3", "add"])
+def test_a_host_segment_feeds_the_pass_from_the_host(case, rng, seed):
+    """A PASS whose read segments take a middle run of its stream from the host (a host
+    segment, as the compiler streams a model's input) between two runs from the data
+    memory, which holds zeros there: bit-exact, and the run's words all taken."""
+    program, golden = CASES[case](rng)
+    count = len(program.h2c) // 4
+    start = int(rng.integers(1, count // 2))
+    stop = int(rng.integers(start + 1, count))
+    data, records, results = single_pass_image(program, host=(start, stop))
+    incoming = words_of(program.h2c)[start:stop]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, data)
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        host.dma_write(incoming)
+        seen["status"] = await host.finish(ctx)
+
+    host = simulate(bench)
+    label = f"seed={seed} {case} host words {start}..{stop} of {count}"
+    assert seen["status"] == DONE, f"{label}: {seen}"
+    assert not host.queue, label
+    raw = np.array([w for w, _ in host.received], dtype="<u4").tobytes()
+    assert len(host.received) == results, label
+    got, want = golden(program.decode(raw))
+    np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_a_pass_reads_what_the_pass_before_it_wrote(rng, seed):
+    """Two ADD passes, the second reading the first's result words as its operands: the
+    player starts the second pass's reader while the first computes (its look-ahead), and
+    must not read those words before the first pass's writer has stored them (the memory
+    holds zeros there before). Both results are sent; the second is the golden add of the
+    first's bytes (each result word's lanes 0-1 as ``a``, its padding lanes 2-3 as ``b``)."""
+    first, _ = add_case(rng)
+    scales, zero_points = (0.05, 0.08, 0.1), (3, -7, 1)
+    beats = first.c2h_bytes // 4
+    a2 = np.zeros((1, 2 * beats, 1, 1), np.int8)
+    second = add_program(a2, a2, _ADD_PARAMS, CONFIG)
+    h2c = words_of(first.h2c)
+    results, results2 = len(h2c), len(h2c) + beats
+    records = [*pass_records(first, source=0, result=results),
+               *pass_records(second, source=results, result=results2),
+               *send_record(results, 2 * beats), header("END")]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, h2c)
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+
+    host = simulate(bench)
+    label = f"seed={seed}"
+    assert seen["status"] == DONE, f"{label}: {seen}"
+    words = np.array([w for w, _ in host.received], dtype="<u4")
+    assert len(words) == 2 * beats, label
+    lanes = words[:beats].view(np.int8).reshape(beats, 4)
+    a, b = lanes[:, :2].reshape(a2.shape), lanes[:, 2:].reshape(a2.shape)
+    want = add(a, scales[0], zero_points[0], b, scales[1], zero_points[1], scales[2],
+               zero_points[2])
+    got = second.decode(words[beats:].tobytes()).reshape(-1)[:a2.size].reshape(a2.shape)
+    np.testing.assert_array_equal(got, want, err_msg=label)
+
+
+def test_a_pass_add_adds_the_skip_operand_as_its_results_are_stored(rng, seed):
+    """On a build with the resident add, a 3x3 convolution's pass played twice: as a PASS
+    (its results as they are) and as a PASS_ADD (each result word added lane by lane to
+    the word ``fill`` words on, random int8, by ``models.eltwise.add``'s arithmetic with
+    the ADD_* values the record writes): the second equals ``add_words`` of the first and
+    the operand words; both results bit-exact word for word, padding lanes included."""
+    config = replace(CONFIG, resident_add=True)
+    program, _ = conv_case(rng)
+    h2c = words_of(program.h2c)
+    count = program.c2h_bytes // 4
+    plain, added, operand = len(h2c), len(h2c) + count, len(h2c) + 2 * count
+    skip = rng.integers(0, 1 << 32, count, dtype=np.uint64).astype(np.uint32)
+    params = dict(_ADD_PARAMS, lo=-100, hi=90)
+    add_writes = [(REG[f"ADD_{name.upper()}"].offset, int(params[name]) & 0xFFFFFFFF)
+                  for name in params]
+    fused = replace(program, csr_writes=(*program.csr_writes[:-1], *add_writes,
+                                         program.csr_writes[-1]))
+    records = pass_records(program, source=0, result=plain)
+    second = pass_records(fused, source=0, result=added)
+    second[0] = header("PASS_ADD", csr=len(fused.csr_writes), reads=1, writes=1)
+    # The write segment's fill: from each result word to its operand word.
+    second[-SEGMENT_WORDS:] = Segment(base=added, chunk_words=count,
+                                      fill=(operand - added) & 0xFFFFFFFF).encode()
+    records = [*records, *second, *send_record(plain, 2 * count), header("END")]
+    data = np.concatenate([h2c, np.zeros(2 * count, np.uint32), skip])
+    seen = {}
+
+    later = rng.integers(0, 1 << 32, 8, dtype=np.uint64).astype(np.uint32)
+
+    async def bench(ctx, host):
+        await host.load(ctx, data)
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+        # After the run the writer's words go straight to the memory again: a load.
+        seen["sent"] = list(host.received)
+        host.received.clear()
+        await host.load(ctx, later, address=plain)
+        await host.write(ctx, "RES_ADDR", plain)
+        await host.write(ctx, "RES_COUNT", len(later))
+        await host.write(ctx, "RES_CTRL", RES_CTRL["read_data"])
+        seen["read"] = await host.finish(ctx)
+
+    host = simulate(bench, config=config)
+    label = f"seed={seed} lo/hi {params['lo']}/{params['hi']}"
+    assert seen["status"] == seen["read"] == DONE, f"{label}: {seen}"
+    assert [w for w, _ in host.received] == [int(w) for w in later], label
+    words = np.array([w for w, _ in seen["sent"]], dtype=np.uint32)
+    assert len(words) == 2 * count, label
+    np.testing.assert_array_equal(words[count:], add_words(words[:count], skip, params),
+                                  err_msg=label)
+
+
+def test_a_pass_add_without_the_resident_add_is_a_bad_record():
+    records = [header("PASS_ADD"), header("END")]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+
+    simulate(bench, cycles=20_000)
+    assert seen == {"status": ERROR, "error": ERROR_CODES["BAD_RECORD"][0]}, seen
+
+
+def test_a_host_segment_outside_a_pass_is_a_bad_address():
+    """Only a PASS's reads take host words: a SEND's host segment is an address past the
+    data memory."""
+    records = [header("SEND", reads=1), *Segment(base=HOST_BASE, chunk_words=2).encode(),
+               header("END")]
+    seen = {}
+
+    async def bench(ctx, host):
+        await host.load(ctx, records, program=True)
+        await host.run(ctx)
+        host.dma_write([1, 2])
+        seen["status"] = await host.finish(ctx)
+        seen["error"] = await host.read(ctx, "RES_ERROR")
+
+    host = simulate(bench, cycles=20_000)
+    assert seen["status"] == ERROR, seen
+    assert seen["error"] == ERROR_CODES["BAD_ADDRESS"][0], seen
+    assert not host.received
 
 
 def test_the_image_helpers_round_trip():

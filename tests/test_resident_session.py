@@ -145,3 +145,24 @@ def test_dwsep_runs_resident_in_the_depthwise_mode(zoo, rng, seed, monkeypatch):
     # dwsep's two depthwise layers (16 and 32 channels: one pass each, of 2 and 4 column
     # tiles of 8) per image.
     assert modes.count(1) == 2 * 2 and modes.count(0) > 0, modes
+
+
+@pytest.mark.parametrize("minor", [8, 9])
+def test_an_older_player_gets_its_input_by_recv(minor, rng, seed):
+    """A device whose register map is older than host segments (0.8) gets the input copied
+    in by a RECV; from 0.9 the input goes straight into the first pass. Bit-exact either
+    way."""
+    from contract.resident import parse_header
+    from sw_driver.regs import Reg
+
+    golden = GoldenDevice(CONFIG)
+    golden.regs[Reg.VERSION] = minor
+    device = ResidentDevice(golden, data_words=DATA_WORDS, program_words=PROGRAM_WORDS)
+    session = InferenceSession(str(DIGITS_QDQ),
+                               providers=[DeviceProvider(device, where="golden resident")])
+    reference = InferenceSession(str(DIGITS_QDQ), providers=["cpu"])
+    feeds = inputs(session, rng, 2)
+    assert_same(session.run(None, feeds), reference.run(None, feeds), seed)
+    (segment,) = session._segments.values()
+    first = parse_header(int(segment.image.program[0]))[0]
+    assert first == ("RECV" if minor < 9 else "PASS"), (minor, first)

@@ -85,10 +85,11 @@ def _first_pass_constant(image):
     record = image.passes[0].record
     _, counts = parse_header(int(image.program[record]))
     start = record + 1 + 2 * counts["csr"]
-    addresses = np.concatenate([
-        segment_indices(Segment.decode([int(w) for w in image.program[at:at + SEGMENT_WORDS]]),
-                        image.data_words, "test")
-        for at in range(start, start + SEGMENT_WORDS * counts["reads"], SEGMENT_WORDS)])
+    segments = [Segment.decode([int(w) for w in image.program[at:at + SEGMENT_WORDS]])
+                for at in range(start, start + SEGMENT_WORDS * counts["reads"], SEGMENT_WORDS)]
+    # A host segment (the input, straight from the host) has no data-memory words.
+    addresses = np.concatenate([segment_indices(s, image.data_words, "test")
+                                for s in segments if not s.from_host])
     constants = addresses[(addresses >= 0) & (addresses < image.const_words)]
     # From the middle (weights, mostly): a word of padding weights changes nothing.
     return [int(a) for a in np.roll(constants, -(len(constants) // 2))]

@@ -134,6 +134,9 @@ DEVICE_LAYERS = "Conv, Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add"
 #: The clock profiles price a device's cycles at when neither the provider nor the
 #: configuration names one: the twin's nominal 50 MHz.
 NOMINAL_CLOCK_HZ = 50e6
+#: The register map from which a resident player takes host segments (the model's input
+#: straight into its pass, ``contract.resident``).
+HOST_SEGMENTS_SINCE = (0, 9)
 
 
 def kind_refusal(layer, runs=DEVICE_LAYERS):
@@ -384,6 +387,12 @@ class DeviceProvider(Provider):
         ``RES_DATA_WORDS``/``RES_PROGRAM_WORDS`` registers; (0, 0) when it has none."""
         return self.config.resident_words, self.config.program_words
 
+    def _host_segments(self):
+        """Whether the device's player takes host segments: a player from before them
+        (register map 0.8 and older) would stop on one with BAD_ADDRESS."""
+        return getattr(self.accelerator, "map_version", HOST_SEGMENTS_SINCE) \
+            >= HOST_SEGMENTS_SINCE
+
     def resident_segments(self, graph, placement, outputs):
         """Compile each run of this device's layers into a resident image; a run that does
         not fit stays layer at a time, and :attr:`resident_notes` says why."""
@@ -399,7 +408,8 @@ class DeviceProvider(Provider):
             try:
                 image = compile_layers(layers, sizes, self.config, outputs=segment_outputs,
                                        data_words=data_words, program_words=program_words,
-                                       pool_max_width=self.accelerator.pool_max_width)
+                                       pool_max_width=self.accelerator.pool_max_width,
+                                       host_segments=self._host_segments())
             except ResidentFitError as exc:
                 self.resident_notes.append(f"layers {layers[0].name!r}..{layers[-1].name!r} "
                                            f"run layer at a time: {exc}")

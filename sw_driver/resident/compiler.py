@@ -24,12 +24,21 @@ activations, a pool's missing lanes): those bytes are don't-care, so the player 
 whatever the data word holds there.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from contract.descriptor import ADD_PARAM_FIELDS
 from contract.regmap import REGISTERS
-from contract.resident import COLUMN_MULTIPLE, HEADER_COUNT_MAX, ResidentFormatError, header
+from contract.resident import (
+    COLUMN_MULTIPLE,
+    HEADER_COUNT_MAX,
+    HOST_BASE,
+    WORD_MASK,
+    ResidentFormatError,
+    Segment,
+    header,
+)
 from contract.streams import POOL_MAX_WIDTH
 from models.requant import MULTIPLIER_MIN
 
@@ -40,6 +49,7 @@ from ..cycle_model import resident_pass_cycles
 from ..errors import ResidentFitError
 from ..gap_lowering import dense_chunk, gap_requantization, gap_weights
 from ..providers.costs import add_work, pool_work
+from ..regs import Reg
 from ..shapes import infer_shapes
 from .image import DeviceImage, PassInfo, Port
 from .layout import Arena, Storage
@@ -92,8 +102,9 @@ class _Step:
 
 class _Compiler:
     def __init__(self, layers, shapes, config, *, outputs, data_words, program_words,
-                 pool_max_width):
+                 pool_max_width, host_segments=True):
         self.config, self.shapes = config, shapes
+        self.host_segments = host_segments
         self.data_words, self.program_words = data_words, program_words
         self.pool_max_width = pool_max_width
         self.layers = list(layers)
@@ -483,6 +494,8 @@ class _Compiler:
                     f"to this layer need {4 * len(constants)} bytes; the data memory has "
                     f"{4 * self.data_words}", what=step.layer.name,
                     needed=4 * len(constants), free=4 * self.data_words)
+        streamed = self._streamed_input(traced)
+        fused = self._fused_adds(traced)
         arena = Arena(len(constants), self.data_words - len(constants))
         last = {}
         for index, step in enumerate(self.steps):
@@ -491,11 +504,18 @@ class _Compiler:
         kept = {self.base(name).name for name in self.outputs if name in self.storage
                 or name in self.views}
         for name in self.inputs:
-            arena.allocate(self.storage[name])
+            if self.storage[name] is not streamed:
+                arena.allocate(self.storage[name])
         for index, step in enumerate(self.steps):
-            arena.allocate(self.storage[step.output])
+            if index in fused:
+                # The convolution writes the Add's output (its own never exists), which must
+                # not share words with anything live while it runs.
+                arena.allocate(fused[index].y)
+            elif index - 1 not in fused:
+                arena.allocate(self.storage[step.output])
             for name, final in last.items():
-                if final == index and name not in kept:
+                if (final == index and name not in kept and self.storage[name] is not streamed
+                        and self.storage[name].address is not None):
                     arena.release(self.storage[name])
         for name in self.outputs:
             if name not in self.storage and name not in self.views:
@@ -537,9 +557,14 @@ class _Compiler:
             return kept
 
         ports_in = [self._port(n) for n in self.inputs]
-        recv = compress([a for n in self.inputs for a in block(self.base(n))])
-        emit("RECV", "the inputs", writes=recv)
-        for step, traced_passes in zip(self.steps, traced, strict=True):
+        recv = compress([a for n in self.inputs if self.base(n) is not streamed
+                         for a in block(self.base(n))])
+        if recv:
+            emit("RECV", "the inputs", writes=recv)
+        for number, (step, traced_passes) in enumerate(zip(self.steps, traced, strict=True)):
+            if number - 1 in fused:
+                continue  # the Add, done by the convolution's PASS_ADD records
+            fusion = fused.get(number)
             for index, (prog, cycles, h2c, c2h, mask) in enumerate(traced_passes):
                 dont_care.append(mask)
                 base = const_base[(id(step), index)]
@@ -548,17 +573,32 @@ class _Compiler:
                     if kind == "c":
                         reads.append(base)
                         base += 1
+                    elif kind is streamed:
+                        reads.append(_HOST)
                     else:
                         reads.append(kind.address + value)
-                writes = [None if e is None else e[0].address + e[1] for e in c2h]
+                op, csr_writes = "PASS", prog.csr_writes
+                if fusion is None:
+                    writes = [None if e is None else e[0].address + e[1] for e in c2h]
+                else:
+                    op = "PASS_ADD"
+                    writes = [None if e is None else fusion.y.address + e[1] for e in c2h]
+                    # The Add's values before the start (the last write), for the player.
+                    csr_writes = (*csr_writes[:-1], *fusion.add_writes, csr_writes[-1])
                 record = len(program)
-                reads, writes = compress(reads), compress(writes)
-                csr = changed(prog.csr_writes)
-                emit("PASS", f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
+                # Every PASS but the program's first follows a PASS, whose look-ahead
+                # starts this one's reader early (the first follows RECV or END).
+                ahead = bool(passes)
+                reads, writes = _compress_reads(reads), compress(writes)
+                if fusion is not None:
+                    offset = (fusion.b.address - fusion.y.address) & WORD_MASK
+                    writes = [replace(w, fill=offset) for w in writes]
+                csr = changed(csr_writes)
+                emit(op, f"pass {prog.name!r}", csr=csr, reads=reads, writes=writes)
                 passes.append(PassInfo(step.layer.name, prog.name, record, int(cycles),
                                        len(h2c), len(c2h), len(csr), len(reads),
                                        len(writes),
-                                       host_csr_writes=len(prog.csr_writes)))
+                                       host_csr_writes=len(prog.csr_writes), ahead=ahead))
         ports_out = [self._port(n) for n in self.outputs]
         send = compress([a for n in self.outputs for a in block(self.base(n))])
         emit("SEND", "the outputs", reads=send)
@@ -576,6 +616,67 @@ class _Compiler:
             layers=[layer.name for layer in self.layers], dont_care=dont_care,
             recv_segments=len(recv), send_segments=len(send))
 
+    def _fused_adds(self, traced):
+        """``{step index: _Fusion}``: the convolutions whose Add (the next step) the player
+        does as their results are stored (``PASS_ADD``, on a build with
+        ``resident_add``): a convolution without a pool whose output only that Add reads
+        and no one else sees, its other operand a tensor of the same layout."""
+        fused = {}
+        if not self.config.resident_add:
+            return fused
+        for index, (step, after) in enumerate(zip(self.steps, self.steps[1:], strict=False)):
+            conv, add = step.layer, after.layer
+            if not (isinstance(conv, g.Conv) and step.pool is None and isinstance(add, g.Add)
+                    and add.constant is None):
+                continue
+            t = self.storage[step.output]
+            if (step.output in self.outputs or step.output in self.views.values()
+                    or [r.layer for r in t.readers] != [add]
+                    or list(add.inputs).count(step.output) != 1):
+                continue
+            b = self.base(add.inputs[1 - list(add.inputs).index(step.output)])
+            y = self.storage[after.output]
+            if any((s.words, s.stride) != (t.words, t.stride) for s in (b, y)):
+                continue
+            (add_pass, *rest) = traced[index + 1]
+            if rest:
+                continue
+            values = {offset: value for offset, value in add_pass[0].csr_writes}
+            params = {name: values[int(getattr(Reg, f"ADD_{name.upper()}"))]
+                      for name, _, _, _ in ADD_PARAM_FIELDS}
+            if add.inputs[1] == step.output:
+                # The player adds the stored word (the convolution's) as ``a``: the sum is
+                # symmetric, so the operands' values swap sides.
+                side = {"a": "b", "b": "a"}
+                params = {(side[name[0]] + name[1:] if name[1:2] == "_" and name[0] in side
+                           else name): value for name, value in params.items()}
+            writes = tuple((int(getattr(Reg, f"ADD_{name.upper()}")), params[name])
+                           for name, _, _, _ in ADD_PARAM_FIELDS)
+            fused[index] = _Fusion(y=y, b=b, add_writes=writes)
+        return fused
+
+    def _streamed_input(self, traced):
+        """The segment's input that goes straight from the host into the one pass that
+        reads it (a host segment, ``contract.resident``), or None. So it is when the
+        segment has that one input, it is not an output, and one pass reads each of its
+        words once, in address order, one after the other: the host's words are then that
+        pass's stream as it stands, and ``RECV`` would only copy them into the data memory
+        (a cycle a word) for that pass to read back."""
+        if len(self.inputs) != 1 or not self.host_segments:
+            return None
+        storage = self.base(self.inputs[0])
+        if storage.name in {self.base(n).name for n in self.outputs if n in self.storage
+                            or n in self.views}:
+            return None
+        readers = [h2c for passes in traced for _, _, h2c, _, _ in passes
+                   if any(kind is storage for kind, _ in h2c)]
+        if len(readers) != 1:
+            return None
+        h2c = readers[0]
+        at = [i for i, (kind, _) in enumerate(h2c) if kind is storage]
+        in_order = [h2c[i][1] for i in at] == list(range(storage.words))
+        return storage if in_order and at[-1] - at[0] + 1 == len(at) else None
+
     def _port(self, name):
         storage = self.base(name)
         storage.virtual = 0
@@ -584,12 +685,37 @@ class _Compiler:
 
 
 @dataclass
+class _Fusion:
+    """A convolution's ``PASS_ADD`` records: the Add's output ``y`` (which its results
+    become), its other operand ``b`` and its ``ADD_*`` register writes."""
+
+    y: Storage
+    b: Storage
+    add_writes: tuple
+
+
+#: A read list's marker of a host word (:meth:`_Compiler._streamed_input`).
+_HOST = object()
+
+
+def _compress_reads(reads):
+    """Segments of a pass's read list: addresses as :func:`compress` takes them, and one
+    host segment in place of the run of :data:`_HOST` markers."""
+    hosted = [i for i, r in enumerate(reads) if r is _HOST]
+    if not hosted:
+        return compress(reads)
+    first, last = hosted[0], hosted[-1] + 1
+    return [*compress(reads[:first]), Segment(base=HOST_BASE, chunk_words=last - first),
+            *compress(reads[last:])]
+
+
+@dataclass
 class _Misaligned:
     storage: Storage
 
 
 def compile_layers(layers, shapes, config, *, outputs, data_words=None, program_words=None,
-                   pool_max_width=POOL_MAX_WIDTH):
+                   pool_max_width=POOL_MAX_WIDTH, host_segments=True):
     """Compile device ``layers`` (graph order) into a :class:`DeviceImage`.
 
     Parameters
@@ -604,6 +730,9 @@ def compile_layers(layers, shapes, config, *, outputs, data_words=None, program_
         Tensors the host reads back (``SEND``).
     data_words, program_words : int, optional
         Memory depths; default the configuration's ``resident_words``/``program_words``.
+    host_segments : bool
+        Whether the player takes host segments (register map 0.9 on): the input then goes
+        straight into the pass that reads it; otherwise a ``RECV`` copies it first.
 
     Raises
     ------
@@ -618,7 +747,8 @@ def compile_layers(layers, shapes, config, *, outputs, data_words=None, program_
                                f"(data {data_words} words, program {program_words} words)",
                                what="config", needed=None, free=0)
     return _Compiler(layers, shapes, config, outputs=outputs, data_words=data_words,
-                     program_words=program_words, pool_max_width=pool_max_width).compile()
+                     program_words=program_words, pool_max_width=pool_max_width,
+                     host_segments=host_segments).compile()
 
 
 def segment_outputs(graph, segment):

@@ -27,14 +27,15 @@ class Port:
     shape : tuple of int
         One image's shape, batch dimension first (1).
     address, words : int
-        Its block in the data memory.
+        Its block in the data memory (``address`` None: an input that goes straight from
+        the host into the pass that reads it, a host segment, with no block).
     positions : numpy.ndarray of int64
         Byte of the block holding each element, in the tensor's C order.
     """
 
     name: str
     shape: tuple
-    address: int
+    address: int | None
     words: int
     positions: np.ndarray = field(repr=False)
 
@@ -71,12 +72,14 @@ class PassInfo:
     #: The register writes of the pass layer at a time (``csr_writes`` leaves out those
     #: whose value the registers already hold); None: the same.
     host_csr_writes: int | None = None
+    #: The record before it is a PASS: the player's look-ahead starts its reader early.
+    ahead: bool = False
 
     @property
     def expected_cycles(self):
         return resident_pass_cycles(self.core_cycles, csr_writes=self.csr_writes,
                                     read_segments=self.read_segments,
-                                    host_csr_writes=self.host_csr_writes)
+                                    host_csr_writes=self.host_csr_writes, ahead=self.ahead)
 
 
 @dataclass
@@ -104,7 +107,8 @@ class DeviceImage:
         Per pass, per host-to-device byte: padding the pass never uses (what may differ
         from the layer-at-a-time stream).
     recv_segments, send_segments : int
-        Segments of the ``RECV`` and ``SEND`` records (for the cycle model).
+        Segments of the ``RECV`` and ``SEND`` records (for the cycle model); 0: no
+        ``RECV`` record (the input is a host segment of its pass).
     """
 
     config: object
@@ -157,8 +161,9 @@ class DeviceImage:
         """The cycle model's figure for one iteration of the program on the device, without
         link time: ``RECV``, every ``PASS`` with the player's overheads, ``SEND`` and
         ``END`` (:mod:`sw_driver.cycle_model`'s resident part)."""
-        return (resident_stream_cycles("RECV", self.input_words, self.recv_segments)
-                + sum(p.expected_cycles for p in self.passes)
+        recv = (resident_stream_cycles("RECV", self.recv_words, self.recv_segments)
+                if self.recv_segments else 0)
+        return (recv + sum(p.expected_cycles for p in self.passes)
                 + resident_stream_cycles("SEND", self.output_words, self.send_segments)
                 + RESIDENT.RECORD)
 
@@ -201,6 +206,12 @@ class DeviceImage:
     @property
     def input_words(self):
         return sum(port.words for port in self.inputs)
+
+    @property
+    def recv_words(self):
+        """Input words a ``RECV`` copies into the data memory (an input streamed straight
+        into its pass, a host segment, has no block there)."""
+        return sum(port.words for port in self.inputs if port.address is not None)
 
     def unpack_outputs(self, words, count):
         """``{name: int8 (count, ...)}`` from ``count`` iterations' SEND words."""

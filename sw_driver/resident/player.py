@@ -2,24 +2,60 @@
 
 It interprets the program *words* (not the compiler's objects), as the hardware player
 does: per ``PASS`` record it writes the record's registers, builds the host-to-device
-stream from its data memory through the read segments, runs that as one layer-at-a-time
-pass (:meth:`sw_driver.accelerator.Accelerator.run_program`, so deadlines, status checks
-and faults are the driver's own) and scatters the device-to-host words through the write
+stream from its data memory through the read segments (a host segment's words from the
+host's input), runs that as one layer-at-a-time pass
+(:meth:`sw_driver.accelerator.Accelerator.run_program`, so deadlines, status checks and
+faults are the driver's own) and scatters the device-to-host words through the write
 segments; ``RECV`` takes words of the host's input, ``SEND`` gives words of the output,
-``END`` starts the next iteration. Any transport a layer-at-a-time device has runs it, so a
-compiled image is tested before the hardware player exists.
+``END`` starts the next iteration. Any transport a layer-at-a-time device has runs it, so
+a compiled image is tested before the hardware player exists.
 """
 
 from dataclasses import dataclass
 
 import numpy as np
 
-from contract.resident import SEGMENT_WORDS, ResidentFormatError, Segment, parse_header
+from contract.descriptor import ADD_PARAM_FIELDS
+from contract.resident import (
+    SEGMENT_WORDS,
+    WORD_MASK,
+    ResidentFormatError,
+    Segment,
+    parse_header,
+)
+from models.eltwise import ADD_LEFT_SHIFT
+from models.requant import rounding_shift
 
+from .. import regs
 from ..accelerator import Accelerator, PassProgram
 from ..transport.base import Transport
 
-__all__ = ["PlayStats", "play", "play_memory", "segment_indices"]
+__all__ = ["PlayStats", "add_words", "play", "play_memory", "segment_indices"]
+
+#: The ``ADD_*`` registers' offsets -> (field, width, signed).
+_ADD_REGISTERS = {int(getattr(regs.Reg, f"ADD_{name.upper()}")): (name, width, signed)
+                  for name, width, signed, _ in ADD_PARAM_FIELDS}
+
+
+def add_words(a, b, params):
+    """A ``PASS_ADD``'s sums: ``models.eltwise.add``'s arithmetic on each int8 lane of the
+    uint32 words ``a`` and ``b``, with ``params`` the ``ADD_*`` values (field -> int, as
+    ``contract.descriptor.ADD_PARAM_FIELDS`` names them); uint32 words."""
+    p = params
+    x = np.asarray(a, "<u4").view(np.int8).astype(np.int64)
+    y = np.asarray(b, "<u4").view(np.int8).astype(np.int64)
+    a1 = rounding_shift((x - p["a_zero_point"]) << ADD_LEFT_SHIFT,
+                        np.int64(p["a_multiplier"]), np.int64(p["a_shift"]))
+    b1 = rounding_shift((y - p["b_zero_point"]) << ADD_LEFT_SHIFT,
+                        np.int64(p["b_multiplier"]), np.int64(p["b_shift"]))
+    total = rounding_shift(a1 + b1, np.int64(p["y_multiplier"]), np.int64(p["y_shift"]))
+    out = np.clip(total + p["y_zero_point"], p["lo"], p["hi"]).astype(np.int8)
+    return out.view("<u4")
+
+
+def _register_value(value, width, signed):
+    value &= (1 << width) - 1
+    return value - (1 << width) if signed and value >> (width - 1) else value
 
 
 @dataclass
@@ -139,6 +175,7 @@ def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_c
     """
     program = np.asarray(program, np.uint32)
     stats = PlayStats() if stats is None else stats
+    add_params = {}  # the ADD_* values the program last wrote (PASS_ADD's operands)
     host = np.asarray(host_words, np.uint32)
     taken, sent = 0, []
     size = len(memory)
@@ -154,16 +191,31 @@ def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_c
             pc += 1
             if op == "END":
                 break
-            if op == "PASS":
+            if op in ("PASS", "PASS_ADD"):
                 pairs = program[pc:pc + 2 * counts["csr"]].reshape(-1, 2)
+                for offset, value in pairs:
+                    if int(offset) in _ADD_REGISTERS:
+                        name, width, signed = _ADD_REGISTERS[int(offset)]
+                        add_params[name] = _register_value(int(value), width, signed)
                 pc += 2 * counts["csr"]
                 reads, pc = _segments(program, pc, counts["reads"], where)
                 writes, pc = _segments(program, pc, counts["writes"], where)
-                source = np.concatenate([segment_indices(s, size, where) for s in reads]) \
-                    if reads else np.zeros(0, np.int64)
-                fills = np.concatenate([np.full(s.words, s.fill, np.uint32) for s in reads]) \
-                    if reads else np.zeros(0, np.uint32)
-                h2c = np.where(source >= 0, memory[np.maximum(source, 0)], fills)
+                parts = []
+                for s in reads:
+                    if s.from_host:
+                        if taken + s.words > len(host):
+                            raise ResidentFormatError(
+                                f"{where}: the host sent {len(host)} words, fewer than the "
+                                f"RECV records and host segments take")
+                        parts.append(host[taken:taken + s.words])
+                        taken += s.words
+                        stats.recv_bytes += 4 * s.words
+                        continue
+                    source = segment_indices(s, size, where)
+                    parts.append(np.where(source >= 0, memory[np.maximum(source, 0)],
+                                          np.uint32(s.fill)))
+                h2c = np.concatenate(parts).astype(np.uint32) if parts \
+                    else np.zeros(0, np.uint32)
                 target = np.concatenate([segment_indices(s, size, where) for s in writes]) \
                     if writes else np.zeros(0, np.int64)
                 pass_program = PassProgram(
@@ -176,6 +228,21 @@ def play_memory(program, memory, accelerator, host_words, loops=1, *, expected_c
                                                           expected_cycles=cycles)
                 words = np.ascontiguousarray(beats).view("<u4").reshape(-1)
                 keep = target >= 0
+                if op == "PASS_ADD":
+                    missing = [n for n, _, _, _ in ADD_PARAM_FIELDS if n not in add_params]
+                    if missing:
+                        raise ResidentFormatError(f"{where}: a PASS_ADD before the program "
+                                                  f"wrote ADD_{missing[0].upper()}")
+                    # Each word's operand: ``fill`` words on from its address (mod 2**32).
+                    offsets = np.concatenate([np.full(w.words, w.fill, np.int64)
+                                              for w in writes])
+                    operand = (target + offsets) & WORD_MASK
+                    if keep.any() and operand[keep].max() >= size:
+                        raise ResidentFormatError(f"{where}: a PASS_ADD operand at word "
+                                                  f"{operand[keep].max()}, outside the data "
+                                                  f"memory's 0..{size - 1}")
+                    words = words.copy()
+                    words[keep] = add_words(words[keep], memory[operand[keep]], add_params)
                 memory[target[keep]] = words[keep]
                 if after_pass is not None:
                     after_pass(iteration, ordinal, memory)

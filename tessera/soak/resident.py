@@ -367,7 +367,8 @@ def run_program_case(case):
 
 
 def _producers(case, image):
-    """Layer name -> the tensor its step writes (a fused conv's is its pool's output)."""
+    """Layer name -> the tensor its step writes (a fused conv's is its pool's output, or,
+    with the player's add, its Add's: its own output then has no block)."""
     readers = {}
     for layer in case.layers:
         for name in layer.inputs:
@@ -375,9 +376,10 @@ def _producers(case, image):
     tensors = {}
     for layer in case.layers:
         out = layer.output
-        if out not in image.arena and isinstance(layer, g.Conv):
+        if isinstance(layer, g.Conv) and (out not in image.arena
+                                          or image.arena[out][0] is None):
             out = readers[out][0].output
-        if out in image.arena:
+        if out in image.arena and image.arena[out][0] is not None:
             tensors[layer.name] = out
     return tensors
 
