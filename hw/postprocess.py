@@ -30,7 +30,7 @@ requantization's output stay empty in that mode, so ``adding`` may change whenev
 is empty (between passes).
 """
 
-from amaranth import C, Module, Mux, Signal, signed, unsigned
+from amaranth import C, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -239,16 +239,12 @@ class PostProcessBank(wiring.Component):
             valids.append(valid)
             lasts.append(last)
         out_last = Mux(adding, lasts[last_stage], lasts[_REQUANT_STAGES])
-        # `advance` enables every register of the rescalers (hundreds, spread over the die
-        # with their multipliers), so it is one gate of registers: the mode's output valid is
-        # a register of its own, loaded with what enters that stage (the mode changes only
-        # while the bank is empty, when both are 0), and the stages move whether or not they
-        # hold a beat (an empty stage carries a value no valid goes with).
-        with m.If(advance):
-            m.d.sync += out_valid.eq(Mux(adding, valids[last_stage - 1],
-                                         valids[_REQUANT_STAGES - 1]))
-        m.d.comb += advance.eq(~out_valid | out_ready)
-        step = advance
+        m.d.comb += [
+            out_valid.eq(Mux(adding, valids[last_stage], valids[_REQUANT_STAGES])),
+            advance.eq(~out_valid | out_ready),
+        ]
+        step = Signal()
+        m.d.comb += step.eq(advance & Cat(*valids[:last_stage]).any())
 
         def pick(values, units, groups, unit, name):
             """The element of ``values`` (a lane array) for ``unit`` at this phase, in a
