@@ -17,6 +17,15 @@ layer in R cycles and kept as "home" positions to restart every column tile with
 
 Steady state: one beat per cycle, including across kernel rows, groups and column tiles.
 
+Output: two slots, filled and emptied in turn. The lanes and loop counters move on ``go``,
+a register decided a cycle ahead (a slot will be free for the beat, taken or not), so
+their hundreds of flip-flops wait on no handshake: the consumer's ``ready`` and the
+``written`` flags below reach only the slots' bookkeeping, and a single register fans out
+to the lanes (on the 85F with the resident block, ``written`` -> ``ready`` -> the lanes and
+counters across the die was the critical path). The generator runs at most one beat ahead
+of the slot offered; which beat is offered in which cycle is what one output register
+gave, so the cycle counts are unchanged.
+
 Timing (ECP5 at 125 MHz): no per-cycle path reads a descriptor field. Everything derived
 from it (loop limits, the steps pre-added for both outcomes of a row wrap, the wrap
 thresholds) is registered in the two cycles after ``start``; loop ``last`` flags and each
@@ -27,11 +36,11 @@ adder or comparator deep (``bench/ooc_fmax.py addrgen`` times it alone).
 Loading during a run: the beat offered on ``beats`` only reads what is already written.
 The engine reports how many activation words and weight rows are in its buffers
 (``act_words_written``, ``weight_rows_written``, or ``act_all``/``weights_all``), and
-``beats.valid`` is the output register's valid AND a registered ``written`` flag, decided
-in the cycle before against the counts of that cycle: for the beat entering the output
-register (from the lanes' next addresses) or for the beat waiting in it. The counts only
-grow during a run, so a flag one cycle old is safe (at worst a beat waits one cycle more
-than it must), and no comparison of a pointer feeds the ``ready`` that moves the lanes.
+``beats.valid`` is the offered slot's valid AND its registered ``written`` flag, decided
+in the cycle before against the counts of that cycle: for the beat entering the slot
+(from the lanes' next addresses) or for the beat waiting in it. The counts only grow
+during a run, so a flag one cycle old is safe (at worst a beat waits one cycle more than
+it must), and no comparison of a pointer feeds what moves the lanes.
 The ports default to "all written", for a generator used on its own.
 
 Depthwise passes (a build with ``ConvEngineConfig.depthwise``, the descriptor's
@@ -248,10 +257,20 @@ class AddressGenerator(wiring.Component):
         lane_ix = [Signal(COORD, name=f"lane{r}_ix") for r in range(rows)]
         height, width = Signal(16), Signal(16)
 
-        full = Signal()     # the output register holds a beat
-        written = Signal()  # ... and every word it reads was written a cycle ago
-        m.d.comb += [self.busy.eq(prepare | init | running | full),
-                     out.valid.eq(full & written)]
+        # Output stage: two slots, filled and emptied in turn. The lanes and loop counters
+        # move on ``go``, a register decided a cycle ahead (there will be a free slot even if
+        # nothing is taken), so the hundreds of flip-flops they hold wait on no handshake
+        # and no ``written`` flag in the same cycle; only the slots' few bits do.
+        beat_shape = out.payload.shape()
+        slots = [Signal(beat_shape, name=f"slot{s}") for s in range(2)]
+        held = [Signal(name=f"slot{s}_held") for s in range(2)]
+        # ... and every word the slot's beat reads was written a cycle ago
+        written = [Signal(name=f"slot{s}_written") for s in range(2)]
+        wr, rd = Signal(), Signal()  # the slot filled next, the slot offered
+        go = Signal()                # the lanes move this cycle (implies ``running``)
+        m.d.comb += [self.busy.eq(prepare | init | running | held[0] | held[1]),
+                     out.payload.eq(Mux(rd, slots[1], slots[0])),
+                     out.valid.eq(Mux(rd, held[1] & written[1], held[0] & written[0]))]
 
         with m.If(self.start & ~self.busy):
             m.d.sync += [
@@ -287,8 +306,6 @@ class AddressGenerator(wiring.Component):
             with m.If(index == rows - 1):
                 m.d.sync += [init.eq(0), running.eq(1)]
 
-        # Output register (stage B): moves when empty or taken.
-        advance = ~full | (out.ready & written)
         next_addr = [(lane_a[r] + offset)[:abits] for r in range(rows)]
         next_inside = [~lane_iy[r][-1] & ~lane_ix[r][-1]
                        & (lane_iy[r] < height) & (lane_ix[r] < width) for r in range(rows)]
@@ -312,24 +329,42 @@ class AddressGenerator(wiring.Component):
             return ((self.act_all | acts.all())
                     & (self.weights_all | (w < self.weight_rows_written)))
 
-        with m.If(advance & running):
-            m.d.sync += written.eq(all_written(next_addr, next_inside, w_addr))
-        with m.Else():
-            m.d.sync += written.eq(all_written(out.payload.addr, out.payload.inside,
-                                               out.payload.w_addr))
-        with m.If(advance):
-            m.d.sync += full.eq(running)
-        with m.If(advance & running):
-            for r in range(rows):
-                m.d.sync += [out.payload.addr[r].eq(next_addr[r]),
-                             out.payload.inside[r].eq(next_inside[r])]
-            m.d.sync += [out.payload.w_addr.eq(w_addr),
-                         out.payload.last.eq(c.last & v.last & u.last)]
-            # A depthwise pass: ``c`` counts a pixel's words, which share the tap's
-            # weight row (the array gives each column the weights of its own word only).
+        # Each slot's flag is decided in the cycle before, against the counts of that cycle:
+        # for the beat entering it (from the lanes' next addresses) or for the beat it holds.
+        for s in range(2):
+            with m.If(go & (wr == s)):
+                m.d.sync += written[s].eq(all_written(next_addr, next_inside, w_addr))
+            with m.Else():
+                m.d.sync += written[s].eq(all_written(slots[s].addr, slots[s].inside,
+                                                      slots[s].w_addr))
+        take = out.valid & out.ready
+        held_next = [(go & (wr == s)) | (held[s] & ~(take & (rd == s))) for s in range(2)]
+        m.d.sync += [held[s].eq(held_next[s]) for s in range(2)]
+        with m.If(take):
+            m.d.sync += rd.eq(~rd)
+        layer_end = c.last & v.last & u.last & group.last & tile.last
+        # Moving next cycle must leave the slot it fills free, taken or not: at most one
+        # slot is held after this cycle. (Both ends of the layer: ``running`` falls with
+        # its last beat; the last cycle of ``init`` starts it, with both slots empty.)
+        m.d.sync += go.eq(running & ~(go & layer_end) & ~(held_next[0] & held_next[1]))
+        with m.If(init & (index == rows - 1)):
+            m.d.sync += go.eq(1)
+        beat = Signal(beat_shape)  # the lanes' beat, entering slot ``wr`` on ``go``
+        for r in range(rows):
+            m.d.comb += [beat.addr[r].eq(next_addr[r]), beat.inside[r].eq(next_inside[r])]
+        m.d.comb += [beat.w_addr.eq(w_addr), beat.last.eq(c.last & v.last & u.last)]
+        if self.config.depthwise:
+            # A depthwise pass: ``c`` counts a pixel's words, which share the tap's weight
+            # row (the array gives each column the weights of its own word only).
+            m.d.comb += beat.word.eq(c.value)
+        with m.If(go):
+            m.d.sync += wr.eq(~wr)
+            with m.If(wr):
+                m.d.sync += slots[1].eq(beat)
+            with m.Else():
+                m.d.sync += slots[0].eq(beat)
             next_row = w_addr + 1
             if self.config.depthwise:
-                m.d.sync += out.payload.word.eq(c.value)
                 next_row = Mux(word_addressed, w_addr, w_addr + 1)
 
             with m.If(~c.last):

@@ -184,8 +184,14 @@ def test_ulx3s_85f_top_elaborates_with_pll_uart_and_clock():
     commands = json.loads(plan.files[f"build_{bitstream.TOP_NAME}.json"])["commands"]
     nextpnr = commands[1]
     assert nextpnr[0] == "nextpnr-ecp5" and "--85k" in nextpnr
-    assert "--timing-allow-fail" in nextpnr
+    assert "--timing-allow-fail" in nextpnr and "--router" not in nextpnr  # nextpnr's own
     assert bitstream.KEEP_PE_REGISTERS in _text(plan, "ys")
+
+
+def test_router_is_passed_to_nextpnr():
+    _, _, plan = bitstream.prepare_build("ulx3s-25f", router="router2")
+    nextpnr = json.loads(plan.files[f"build_{bitstream.TOP_NAME}.json"])["commands"][1]
+    assert nextpnr[nextpnr.index("--router") + 1] == "router2"
 
 
 @pytest.mark.parametrize("board, device", [("ulx3s-45f", "--45k"), ("ulx3s-25f", "--25k")])

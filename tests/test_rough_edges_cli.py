@@ -192,7 +192,7 @@ def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys
 
     platform = types.SimpleNamespace(device="iCE40UP5K", package="SG48", family="iCE40")
 
-    def fake_prepare(board, config, *, clock_mhz, baud, seed, image=None):
+    def fake_prepare(board, config, *, clock_mhz, baud, seed, image=None, router=None):
         pll = types.SimpleNamespace(as_dict=lambda: {"primitive": "SB_PLL40_PAD"})
         top = types.SimpleNamespace(clock_mhz=clock_mhz, pll_settings=pll, divisor=6,
                                     baud_error=0.0)

@@ -60,7 +60,7 @@ def _say(say):
 
 def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
                     baud=DEFAULT_BAUD, seed=DEFAULT_SEED, say=None, image=None,
-                    **array_options):
+                    router=None, **array_options):
     """Build ``build_root/<board>/top.bit`` (``top.bin`` on iCE40) and ``report.json`` of
     the whole accelerator; return the report dict.
 
@@ -87,6 +87,9 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
     image : contract.resident.BootImage, optional
         A model built in: the resident memories' initial contents and checksum
         (``report.json``'s ``image``); the build folder is ``<board>-<image key>``.
+    router : str, optional
+        nextpnr's router (``"router2"``: the 85F with the resident block routes only with
+        it); default nextpnr's own (router1). ``report.json`` says which.
 
     Returns
     -------
@@ -113,7 +116,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
     config = default_config(board) if config is None else config
     clock_mhz = design_clock_mhz(board, config, clock_mhz)
     platform, top, plan = prepare_build(board, config, clock_mhz=clock_mhz, baud=baud,
-                                        seed=seed, image=image)
+                                        seed=seed, image=image, router=router)
     apply_tool_env()
     env = tool_env()
     build_dir = build_dir_for(board, config, build_root, image=image)
@@ -138,7 +141,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
     report = accelerator_report(board, config, clock_mhz, platform=platform, top=top, raw=raw,
                                 times=times, bitstream=bitstream, logs=logs, baud=baud,
                                 seed=seed, tools=tool_versions(platform.family, env),
-                                source=source, image=image)
+                                source=source, image=image, router=router)
     (build_dir / REPORT_NAME).write_text(json.dumps(report, indent=2) + "\n")
     return report
 
@@ -174,7 +177,7 @@ def image_report(image):
 
 
 def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, bitstream,
-                       logs, baud, seed, tools, source, image=None):
+                       logs, baud, seed, tools, source, image=None, router=None):
     """The ``report.json`` of a whole-accelerator build (see the module docstring) from what
     the build made: ``raw`` is nextpnr's report (a dict), ``top`` the board top (its PLL
     clock, settings and UART divisor), ``platform`` the Amaranth platform (device, package,
@@ -200,8 +203,10 @@ def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, b
         "uart": {"baud": baud, "divisor": top.divisor,
                  "baud_error_percent": round(100 * top.baud_error, 3)},
         "seed": seed,
+        "router": router or "router1",
         "inputs_key": inputs_key(board, config, clock_mhz=clock_mhz, baud=baud, seed=seed,
-                                 image=None if image is None else image.key),
+                                 image=None if image is None else image.key,
+                                 **({} if router is None else {"router": router})),
         **flat_resources(parsed["resources"]),
         **parsed,
         "block_ram": block_ram_use(config, parsed["resources"], image),

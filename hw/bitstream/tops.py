@@ -65,14 +65,16 @@ def _synthesis_overrides(family, extra_script=""):
 
 
 def prepare_build(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD,
-                  seed=DEFAULT_SEED, image=None):
+                  seed=DEFAULT_SEED, image=None, router=None):
     """Elaborate the accelerator's board top; return ``(platform, top, plan)``, where
     ``plan`` is Amaranth's :class:`~amaranth.build.run.BuildPlan` (files and commands,
-    nothing run)."""
+    nothing run). ``router``: nextpnr's ``--router`` (``"router2"``), or its default."""
     platform = board_platform(board, target_mhz=None)
     top = board_top(board, config, clock_mhz=clock_mhz, baud=baud, image=image)
     nextpnr_opts = [f"--report {NEXTPNR_REPORT_NAME}", f"--seed {seed}",
                     "--timing-allow-fail"]
+    if router is not None:
+        nextpnr_opts.append(f"--router {router}")
     extra = icebreaker.SCRIPT_AFTER_READ if platform.family == "iCE40" else ""
     # verbose: the tools write their full logs to stdout, which we stream to a file and
     # filter into progress lines (quiet mode would leave nothing to show progress with).

@@ -151,7 +151,7 @@ def cmd_bitstream(args):
         # --clock-mhz, else the configuration's clock, else the board's (None).
         report = build_bitstream(args.board, config, build_root=args.build,
                                  clock_mhz=pick(args.clock_mhz, config.clock_mhz),
-                                 say=console_say(console))
+                                 router=args.router, say=console_say(console))
     except BitstreamError as error:
         print_error(error, prefix="bitstream failed: ")
         return 1
@@ -195,5 +195,8 @@ def add_commands(sub):
     p.add_argument("--array", action="store_true",
                    help="build the bare systolic array under an on-chip pattern instead")
     p.add_argument("--build", default="build")
+    p.add_argument("--router", choices=("router1", "router2"), default=None,
+                   help="nextpnr's router (default: nextpnr's, router1; the 85F with the "
+                        "resident block routes with router2)")
     add_config_option(p, "the accelerator to build", "the board's own configuration")
     p.set_defaults(func=cmd_bitstream)
