@@ -376,13 +376,8 @@ def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, 
         raise ValueError(f"layer {label}: activations {c_in}x{h}x{wd} = {c_in * h * wd} "
                          f"exceed the activation buffer of {config.act_depth} elements; "
                          f"split the layer (docs/conv-engine.md)")
-    if tiles * k > config.weight_depth:
-        raise ValueError(f"layer {label}: weights need {tiles} column tiles x K={k} = "
-                         f"{tiles * k} words, more than the weight buffer's "
-                         f"{config.weight_depth}; split the output channels")
-    if tiles > config.max_col_tiles:
-        raise ValueError(f"layer {label}: {o} output channels need {tiles} column tiles, "
-                         f"more than the engine's {config.max_col_tiles}")
+    _check_tiles(label, config, tiles, k, f"{o} output channels",
+                 hint="; split the output channels")
     desc = make_descriptor(config=config, in_channels=c_in, in_size=(h, wd), kernel=(kh, kw),
                            stride=stride, pad_top=pads[0], pad_left=pads[1],
                            out_size=out_size, col_tiles=tiles, x_zero_point=zero_points[0],
@@ -398,6 +393,18 @@ def _lower_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, 
         weights=np.ascontiguousarray(words).reshape(tiles * k, cols), image=image,
         out_size=out_size, row0=row0,
         **_lane_tables(tiles, cols, out_chans, bias, multiplier, shift))
+
+
+def _check_tiles(label, config, tiles, k, channels, *, hint=""):
+    """Refuse a pass whose ``tiles`` column tiles of ``k`` weight rows do not fit the
+    weight buffer, or that needs more column tiles than the engine counts."""
+    if tiles * k > config.weight_depth:
+        raise ValueError(f"layer {label}: weights need {tiles} column tiles x K={k} = "
+                         f"{tiles * k} words, more than the weight buffer's "
+                         f"{config.weight_depth}{hint}")
+    if tiles > config.max_col_tiles:
+        raise ValueError(f"layer {label}: {channels} need {tiles} column tiles, more than "
+                         f"the engine's {config.max_col_tiles}")
 
 
 def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chans, image, *,
@@ -423,13 +430,7 @@ def _lower_depthwise_pass(label, config, x, w, bias, multiplier, shift, out_chan
                          f"exceed the activation buffer of {act_words} words; split the layer "
                          f"(docs/conv-engine.md)")
     k = kh * kw  # weight rows a tile: one a tap (the array masks the other words' lanes)
-    if tiles * k > config.weight_depth:
-        raise ValueError(f"layer {label}: weights need {tiles} column tiles x K={k} = "
-                         f"{tiles * k} words, more than the weight buffer's "
-                         f"{config.weight_depth}")
-    if tiles > config.max_col_tiles:
-        raise ValueError(f"layer {label}: {c} channels need {tiles} column tiles, more than "
-                         f"the engine's {config.max_col_tiles}")
+    _check_tiles(label, config, tiles, k, f"{c} channels")
     desc = make_descriptor(config=config, in_channels=words, in_size=(h, wd),
                            kernel=(kh, kw), stride=stride, pad_top=pads[0],
                            pad_left=pads[1], out_size=out_size, col_tiles=tiles,
