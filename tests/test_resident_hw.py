@@ -109,6 +109,16 @@ class Host:
         await self.write(ctx, "RES_LOOPS", loops)
         await self.write(ctx, "RES_CTRL", RES_CTRL["run"])
 
+    async def play(self, ctx, records, *, data=None, incoming=()):
+        """Load ``data`` (when given) and the program ``records``, run it once with
+        ``incoming`` on the host stream, and return RES_STATUS at its end."""
+        if data is not None:
+            await self.load(ctx, data)
+        await self.load(ctx, records, program=True)
+        await self.run(ctx)
+        self.dma_write(incoming)
+        return await self.finish(ctx)
+
 
 def simulate(bench, *, cycles=400_000, image=None, config=CONFIG):
     dut = ResidentTop(config, image=image)
@@ -238,11 +248,7 @@ def test_segments_walk_as_the_contract_says(rng, seed):
     seen = {}
 
     async def bench(ctx, host):
-        await host.load(ctx, memory)
-        await host.load(ctx, records, program=True)
-        await host.run(ctx)
-        host.dma_write(incoming)
-        seen["run"] = await host.finish(ctx)
+        seen["run"] = await host.play(ctx, records, data=memory, incoming=incoming)
         seen["sent"] = list(host.received)
         host.received.clear()
         await host.write(ctx, "RES_ADDR", 0)
@@ -419,11 +425,7 @@ def test_a_host_segment_feeds_the_pass_from_the_host(case, rng, seed):
     seen = {}
 
     async def bench(ctx, host):
-        await host.load(ctx, data)
-        await host.load(ctx, records, program=True)
-        await host.run(ctx)
-        host.dma_write(incoming)
-        seen["status"] = await host.finish(ctx)
+        seen["status"] = await host.play(ctx, records, data=data, incoming=incoming)
 
     host = simulate(bench)
     label = f"seed={seed} {case} host words {start}..{stop} of {count}"
@@ -454,10 +456,7 @@ def test_a_pass_reads_what_the_pass_before_it_wrote(rng, seed):
     seen = {}
 
     async def bench(ctx, host):
-        await host.load(ctx, h2c)
-        await host.load(ctx, records, program=True)
-        await host.run(ctx)
-        seen["status"] = await host.finish(ctx)
+        seen["status"] = await host.play(ctx, records, data=h2c)
 
     host = simulate(bench)
     label = f"seed={seed}"
@@ -502,10 +501,7 @@ def test_a_pass_add_adds_the_skip_operand_as_its_results_are_stored(rng, seed):
     later = rng.integers(0, 1 << 32, 8, dtype=np.uint64).astype(np.uint32)
 
     async def bench(ctx, host):
-        await host.load(ctx, data)
-        await host.load(ctx, records, program=True)
-        await host.run(ctx)
-        seen["status"] = await host.finish(ctx)
+        seen["status"] = await host.play(ctx, records, data=data)
         seen["error"] = await host.read(ctx, "RES_ERROR")
         # After the run the writer's words go straight to the memory again: a load.
         seen["sent"] = list(host.received)
@@ -531,9 +527,7 @@ def test_a_pass_add_without_the_resident_add_is_a_bad_record():
     seen = {}
 
     async def bench(ctx, host):
-        await host.load(ctx, records, program=True)
-        await host.run(ctx)
-        seen["status"] = await host.finish(ctx)
+        seen["status"] = await host.play(ctx, records)
         seen["error"] = await host.read(ctx, "RES_ERROR")
 
     simulate(bench, cycles=20_000)
@@ -548,10 +542,7 @@ def test_a_host_segment_outside_a_pass_is_a_bad_address():
     seen = {}
 
     async def bench(ctx, host):
-        await host.load(ctx, records, program=True)
-        await host.run(ctx)
-        host.dma_write([1, 2])
-        seen["status"] = await host.finish(ctx)
+        seen["status"] = await host.play(ctx, records, incoming=[1, 2])
         seen["error"] = await host.read(ctx, "RES_ERROR")
 
     host = simulate(bench, cycles=20_000)
