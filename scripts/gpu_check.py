@@ -236,48 +236,41 @@ def _speed(torch, provider, out_dir, quick):
     for batch in BATCHES:
         x = random_models.random_inputs(rng, batch)
         timing = (sync, repeats, min_seconds)
-        row = _one_batch(torch, provider, session, float_model(batch)[0], energy, timing, x)
-        fused_row = _one_batch(torch, fused, fused_session, float_model(batch)[0], energy,
-                               timing, x)
-        for key in ("session", "captured", "joules_per_image", "ratio_to_pytorch_float"):
-            if key in fused_row:
-                row[f"{key}_compiled"] = fused_row[key]
+        row = _provider_figures(torch, provider, session, energy, timing, x)
+        peer = _pytorch_figures(torch, float_model(batch)[0], timing, cuda, batch)
+        fused_row = _provider_figures(torch, fused, fused_session, energy, timing, x)
+        row.update(peer, ratio_to_pytorch_float=_ratio(row, peer))
+        row.update({f"{key}_compiled": value for key, value in fused_row.items()},
+                   ratio_to_pytorch_float_compiled=_ratio(fused_row, peer))
         rows[str(batch)] = row
         print(f"batch {batch}: {json.dumps(row)}", flush=True)
     return rows
 
 
-def _one_batch(torch, provider, session, float_fn, energy, timing, x):
+def _figures(batch, seconds, **more):
+    return {"images_per_s": batch / seconds, "latency_ms": seconds * 1e3, **more}
+
+
+def _provider_figures(torch, provider, session, energy, timing, x):
+    """The session's and the captured whole model's images/s, and joules per image."""
     from sw_driver.providers.torch_provider import graph_runner
 
-    sync, repeats, min_seconds = timing
+    sync = timing[0]
     batch, cuda = len(x), provider.device.type == "cuda"
-
-    def figures(seconds, **more):
-        return {"images_per_s": batch / seconds, "latency_ms": seconds * 1e3, **more}
-
-    row = {"session": figures(_timed(lambda: session.run(None, {"input": x}), *timing))}
+    row = {"session": _figures(batch, _timed(lambda: session.run(None, {"input": x}),
+                                             *timing))}
     runner = graph_runner(provider, session.graph)
     static = provider.kernels.upload(x)
     replay = None
     if cuda:
         try:
             replay, _ = _cuda_graph(torch, lambda: runner(static))
-            row["captured"] = figures(_timed(replay, *timing), what="CUDA graph")
+            row["captured"] = _figures(batch, _timed(replay, *timing), what="CUDA graph")
         except Exception as exc:
             row["captured"] = {"error": f"{type(exc).__name__}: {exc}"}
     else:
-        row["captured"] = figures(_timed(lambda: runner(static), *timing),
-                                  what="whole model on the device, no CUDA graph (CPU)")
-    with torch.inference_mode():
-        row["pytorch_float"] = figures(_timed(float_fn, *timing),
-                                       dtype="float16" if cuda else "float32")
-        if cuda:
-            try:
-                float_replay, _ = _cuda_graph(torch, float_fn)
-                row["pytorch_float_graph"] = figures(_timed(float_replay, *timing))
-            except Exception as exc:
-                row["pytorch_float_graph"] = {"error": f"{type(exc).__name__}: {exc}"}
+        row["captured"] = _figures(batch, _timed(lambda: runner(static), *timing),
+                                   what="whole model on the device, no CUDA graph (CPU)")
     if energy is not None and replay is not None:
         start, calls, t0 = energy(), 0, time.perf_counter()
         while time.perf_counter() - t0 < 1.0:
@@ -285,12 +278,29 @@ def _one_batch(torch, provider, session, float_fn, energy, timing, x):
             calls += 1
         sync()
         row["joules_per_image"] = (energy() - start) / (calls * batch)
+    return row
+
+
+def _pytorch_figures(torch, float_fn, timing, cuda, batch):
+    """The peer: PyTorch's float model, eagerly and (on CUDA) as a CUDA graph."""
+    row = {}
+    with torch.inference_mode():
+        row["pytorch_float"] = _figures(batch, _timed(float_fn, *timing),
+                                        dtype="float16" if cuda else "float32")
+        if cuda:
+            try:
+                float_replay, _ = _cuda_graph(torch, float_fn)
+                row["pytorch_float_graph"] = _figures(batch, _timed(float_replay, *timing))
+            except Exception as exc:
+                row["pytorch_float_graph"] = {"error": f"{type(exc).__name__}: {exc}"}
+    return row
+
+
+def _ratio(row, peer):
+    """The provider's best images/s over the peer's best."""
     best = max(row[k]["images_per_s"] for k in ("session", "captured")
                if "images_per_s" in row.get(k, {}))
-    peer = max(row[k]["images_per_s"] for k in ("pytorch_float", "pytorch_float_graph")
-               if "images_per_s" in row.get(k, {}))
-    row["ratio_to_pytorch_float"] = best / peer
-    return row
+    return best / max(v["images_per_s"] for v in peer.values() if "images_per_s" in v)
 
 
 def main(argv=None):
