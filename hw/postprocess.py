@@ -24,14 +24,22 @@ A rescaler is ``hw.fixedpoint.rounding_shift`` of a 32-bit value by a 31-bit mul
 ```
 
 The requantization path is as long as the requantizer's (``REQUANT_LATENCY``); the add
-path runs the third rescaler after the first two (``ADD_LATENCY``). The pipeline stalls
-as a whole; its output is taken from the stage of the current mode, and the stages past the
-requantization's output stay empty in that mode, so ``adding`` may change whenever the bank
-is empty (between passes).
+path runs the third rescaler after the first two (``ADD_LATENCY``). Its output is taken from
+the stage of the current mode, and the stages past the requantization's output stay empty in
+that mode, so ``adding`` may change whenever the bank is empty (between passes).
+
+The pipeline never stalls: its registers have no enable. A group of lanes enters only
+against a credit, one of ``credit_groups(...)`` places in a queue of groups before the
+collector, given back when the collector takes a group. So a consumer that is not ready
+fills the queue instead of stopping the pipeline, and its ``ready`` reaches only the
+collector and the queue, not the enable of every rescaler register across the die (the
+85F's critical path). Under a ready consumer the queue is passed by and the timing is
+the same as a stalling pipeline's; the credits are enough for a group a cycle.
 """
 
-from amaranth import C, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import C, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ADD_LANES_PER_UNIT, check_bool, check_positive_int
@@ -55,6 +63,7 @@ __all__ = [
     "RequantParams",
     "accumulator_layout",
     "add_params_layout",
+    "credit_groups",
     "operand_pair_layout",
     "output_layout",
     "sum_layout",
@@ -120,6 +129,13 @@ _ADD_STAGES = _REQUANT_STAGES + RESCALE_STAGES + 1
 _OPERAND_BITS = 28
 if (_REQUANT_STAGES + 2, _ADD_STAGES + 2) != (REQUANT_LATENCY, ADD_LATENCY):
     raise AssertionError("contract.postprocess's latencies do not match the bank's stages")
+
+
+def credit_groups(residual_add):
+    """Groups the bank's queue holds (its credits): one for each group that can be between
+    its entry and the collector when a group enters every cycle, plus one for the credit's
+    way back, so a ready consumer never waits on a credit."""
+    return (_ADD_STAGES if residual_add else _REQUANT_STAGES) + 2
 
 
 def bank_ports(lanes):
@@ -203,13 +219,20 @@ class PostProcessBank(wiring.Component):
         # `phase` is the mode's last group: a register decided one group ahead, since it
         # gates both sinks' `ready`.
         final_in = Signal()
-        advance = Signal()
+        # A group enters against a credit (`credit_ok`: a register, so the sinks' `ready`
+        # depends on registers only); the collector gives it back.
+        depth = credit_groups(self.residual_add)
+        credits = Signal(range(depth + 1), init=depth)
+        credit_ok = Signal(init=1)
+        give_back = Signal()
         take_in = Signal()
         m.d.comb += [
-            take_in.eq(held & advance),
-            self.accumulators.ready.eq(~adding & (~held | (advance & final_in))),
-            self.operands.ready.eq(adding & (~held | (advance & final_in))),
+            take_in.eq(held & credit_ok),
+            self.accumulators.ready.eq(~adding & (~held | (credit_ok & final_in))),
+            self.operands.ready.eq(adding & (~held | (credit_ok & final_in))),
         ]
+        credits_next = credits - take_in + give_back
+        m.d.sync += [credits.eq(credits_next), credit_ok.eq(credits_next != 0)]
         with m.If(~held):  # phase 0 (a beat's groups are taken back to back)
             m.d.sync += final_in.eq(Mux(adding, add_groups == 1, rq_groups == 1))
         with m.If(take_in):
@@ -226,25 +249,22 @@ class PostProcessBank(wiring.Component):
             m.d.sync += [pair_beat.eq(self.operands.payload), held.eq(1)]
 
         # --- valid and last through the stages; the output stage depends on the mode ---
-        out_valid, out_ready = Signal(), Signal()
-        valids = [held]
+        out_valid = Signal()
+        valids = [take_in]
         lasts = [Mux(adding, pair_beat.last, acc_beat.last) & final_in]
         for stage in range(1, last_stage + 1):
             valid = Signal(name=f"valid_s{stage}")
             last = Signal(name=f"last_s{stage}")
             # Past the requantization's output the stages stay empty unless adding.
             entering = valids[-1] & adding if stage == _REQUANT_STAGES + 1 else valids[-1]
-            with m.If(advance):
-                m.d.sync += [valid.eq(entering), last.eq(lasts[-1])]
+            m.d.sync += [valid.eq(entering), last.eq(lasts[-1])]
             valids.append(valid)
             lasts.append(last)
         out_last = Mux(adding, lasts[last_stage], lasts[_REQUANT_STAGES])
-        m.d.comb += [
-            out_valid.eq(Mux(adding, valids[last_stage], valids[_REQUANT_STAGES])),
-            advance.eq(~out_valid | out_ready),
-        ]
-        step = Signal()
-        m.d.comb += step.eq(advance & Cat(*valids[:last_stage]).any())
+        m.d.comb += out_valid.eq(Mux(adding, valids[last_stage], valids[_REQUANT_STAGES]))
+        # Every data register moves every cycle (no enable): the valid bits say which
+        # stages hold a group.
+        step = C(1, 1)
 
         def pick(values, units, groups, unit, name):
             """The element of ``values`` (a lane array) for ``unit`` at this phase, in a
@@ -327,33 +347,55 @@ class PostProcessBank(wiring.Component):
                              above.eq(shifted > hi_less_z)]
             clamped[unit] = Mux(below, lo, Mux(above, hi, biased))
 
+        # --- the queue of groups: passed by while the collector takes, filled while not ---
+        # A group is the mode's output units' results (the add's third rescalers, or the
+        # requantization's units) in its first lanes, and `last`.
+        group_lanes = max(rq_units, add_dp)
+        group_layout = data.StructLayout({"y": data.ArrayLayout(signed(8), group_lanes),
+                                          "last": 1})
+        arriving = Signal(group_layout)
+        with m.If(adding):
+            m.d.comb += [arriving.y[d].eq(clamped[3 * d + 2]) for d in range(add_dp)]
+        with m.Else():
+            m.d.comb += [arriving.y[u].eq(clamped[u]) for u in range(rq_units)]
+        m.d.comb += arriving.last.eq(out_last)
+        m.submodules.queue = queue = SyncFIFO(width=group_layout.size, depth=depth)
+        group = data.View(group_layout, Mux(queue.r_rdy, queue.r_data, arriving))
+        group_valid = queue.r_rdy | out_valid
+
         # --- the collector: group results go into the output beat in place -------------
         out_valid_reg, out_last_reg = Signal(), Signal()
         beat_y = Signal(data.ArrayLayout(signed(8), lanes))
         count = Signal(range(max(rq_groups, add_groups)))
         final_out = Mux(adding, count == add_groups - 1, count == rq_groups - 1)
         sink_ready = Mux(adding, self.sums.ready, self.results.ready)
-        take = Signal()
+        out_ready, take = Signal(), Signal()
         m.d.comb += [out_ready.eq(~out_valid_reg | sink_ready),
-                     take.eq(out_valid & out_ready)]
+                     take.eq(group_valid & out_ready),
+                     give_back.eq(take),
+                     queue.w_data.eq(arriving),
+                     # The queue keeps the order: an arriving group passes it by only
+                     # when it is empty and the collector takes.
+                     queue.w_en.eq(out_valid & (queue.r_rdy | ~out_ready)),
+                     queue.r_en.eq(out_ready)]
         with m.If(take):
             with m.If(final_out):
-                m.d.sync += [out_valid_reg.eq(1), out_last_reg.eq(out_last), count.eq(0)]
+                m.d.sync += [out_valid_reg.eq(1), out_last_reg.eq(group.last), count.eq(0)]
             with m.Else():
                 m.d.sync += count.eq(count + 1)
                 with m.If(sink_ready):
                     m.d.sync += out_valid_reg.eq(0)
             with m.If(adding):
                 with m.Switch(count):
-                    for group in range(add_groups):
-                        with m.Case(group):
-                            m.d.sync += [beat_y[group * add_dp + d].eq(clamped[3 * d + 2])
+                    for index in range(add_groups):
+                        with m.Case(index):
+                            m.d.sync += [beat_y[index * add_dp + d].eq(group.y[d])
                                          for d in range(add_dp)]
             with m.Else():
                 with m.Switch(count):
-                    for group in range(rq_groups):
-                        with m.Case(group):
-                            m.d.sync += [beat_y[group * rq_units + u].eq(clamped[u])
+                    for index in range(rq_groups):
+                        with m.Case(index):
+                            m.d.sync += [beat_y[index * rq_units + u].eq(group.y[u])
                                          for u in range(rq_units)]
         with m.Elif(sink_ready):
             m.d.sync += out_valid_reg.eq(0)
