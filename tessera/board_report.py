@@ -46,6 +46,11 @@ def print_summary(report, console=None):
                       f"{report['clock_mhz']:g} MHz from {report['board_clock_mhz']:g} MHz "
                       f"({pll['primitive']}); fmax [bold]{report['fmax_mhz']} MHz[/bold] "
                       f"({verdict})")
+        if report.get("peak_gops") is not None:
+            array = report["config"]["array"]
+            console.print(f"peak: [bold]{report['peak_gops']:g} GOP/s[/bold] "
+                          f"({array['rows']}x{array['cols']} MACs at "
+                          f"{report['array_clock_mhz']:g} MHz)")
         uart = report["uart"]
         console.print(f"host link: UART {uart['baud']} baud, divisor {uart['divisor']} "
                       f"({uart['baud_error_percent']}% off)")

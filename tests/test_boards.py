@@ -266,6 +266,7 @@ def test_accelerator_summary_fits_one_screen():
         "board": "ulx3s-85f", "kind": "accelerator", "device": "LFE5U-85F",
         "config": ConvEngineConfig().as_dict(), "board_clock_mhz": 25.0, "target_mhz": 125.0,
         "clock_mhz": 125.0, "fmax_mhz": 130.0, "timing_met": True,
+        **bitstream.peak_throughput(ConvEngineConfig(), 125.0, True),
         "pll": {"primitive": "EHXPLLL"}, "uart": {"baud": 3000000, "divisor": 42,
                                                   "baud_error_percent": 0.794},
         **parsed, "critical_path": bitstream.critical_path(raw),
@@ -280,7 +281,16 @@ def test_accelerator_summary_fits_one_screen():
     assert "whole accelerator, 8x8 array" in text
     assert "PLL makes 125 MHz from 25 MHz" in text and "divisor 42" in text
     assert "build/ulx3s-85f/nextpnr.log" in text
+    assert "peak: 16 GOP/s (8x8 MACs at 125 MHz)" in text
     assert len(text.splitlines()) <= 24
+
+
+def test_peak_throughput_counts_only_a_met_clock():
+    """The issue's figure: 2 x MACs x the array's clock, and nothing where timing failed."""
+    config = replace(ConvEngineConfig(), array=ArrayConfig(rows=6, cols=8))
+    assert bitstream.peak_throughput(config, 62.5, True) == {
+        "array_clock_mhz": 62.5, "peak_gops": 6.0}
+    assert bitstream.peak_throughput(config, 62.5, False)["peak_gops"] is None
 
 
 def test_cli_refuses_an_unreachable_clock_without_running_tools(capsys):

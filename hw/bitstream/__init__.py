@@ -9,7 +9,7 @@ the design-space search, the CLI and the benchmarks build on.
 """
 
 from .cache import ARRAY_SUFFIX, REPORT_NAME, build_dir_for, inputs_key, load_report, source_state
-from .flow import accelerator_report, build_array_bitstream, build_bitstream
+from .flow import accelerator_report, build_array_bitstream, build_bitstream, peak_throughput
 from .nextpnr import RESOURCE_CELLS, critical_path, parse_nextpnr_report, timing_verdict
 from .registry import (
     BITSTREAM_SUFFIX,
@@ -42,6 +42,7 @@ __all__ = [
     "accelerator_report", "array_board_top", "board_platform", "board_top",
     "build_array_bitstream", "build_bitstream", "build_dir_for", "critical_path",
     "default_config", "design_clock_mhz", "inputs_key", "load_report", "multipliers_needed",
-    "parse_nextpnr_report", "prepare_array_build", "prepare_build", "source_state",
+    "parse_nextpnr_report", "peak_throughput", "prepare_array_build", "prepare_build",
+    "source_state",
     "timing_verdict", "tool_versions",
 ]

@@ -15,6 +15,9 @@ progress lines, into ``build/<board>/``. ``report.json`` there carries:
 - ``block_ram``: the DP16KD placed and what :func:`~.registry.block_rams_needed` counts
   per part, and the resident memories' depths; ``image``: a built-in model's key,
   checksum and sizes (None without one),
+- ``array_clock_mhz`` (the clock the array runs at: the design clock, which it shares)
+  and ``peak_gops`` (2 x rows x columns x that clock, in GOP/s; None when timing is not
+  met, since the build does not run at that clock),
 - the configuration (its ``clock_mhz`` the clock asked for, so it rebuilds the same
   design), the critical path, tool versions, wall times and the log paths.
 
@@ -176,6 +179,15 @@ def image_report(image):
             "program_words": len(image.program), "data_words": len(image.data)}
 
 
+def peak_throughput(config, array_clock_mhz, timing_met):
+    """``report.json``'s ``array_clock_mhz`` and ``peak_gops``: two operations (a multiply
+    and an add) per PE a cycle at the clock the array runs at, counted only where the
+    build meets that clock."""
+    peak = 2 * config.rows * config.cols * array_clock_mhz / 1e3
+    return {"array_clock_mhz": round(array_clock_mhz, 6),
+            "peak_gops": round(peak, 3) if timing_met else None}
+
+
 def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, bitstream,
                        logs, baud, seed, tools, source, image=None, router=None):
     """The ``report.json`` of a whole-accelerator build (see the module docstring) from what
@@ -199,6 +211,7 @@ def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, b
         "clock_net": None if clock is None else clock["net"],
         "fmax_mhz": fmax_mhz,
         "timing_met": failure is None,
+        **peak_throughput(config, top.clock_mhz, failure is None),
         "pll": top.pll_settings.as_dict(),
         "uart": {"baud": baud, "divisor": top.divisor,
                  "baud_error_percent": round(100 * top.baud_error, 3)},
