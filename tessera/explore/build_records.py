@@ -1,0 +1,186 @@
+"""The record of board builds: one entry per build from its ``report.json``, and the table
+of all of them that ``docs/boards.md`` shows.
+
+``tessera/explore/board_builds.json`` keeps two lists. ``builds`` is the latest build per
+board and configuration, what the resource model fits (``resource_model.board_builds``);
+``history`` is every build recorded, in the order they were made, failed and unrouted ones
+included, which the table in ``docs/boards.md`` is generated from (so no figure of a build
+is typed by hand):
+
+    python -m tessera.explore.build_records add build/ulx3s-85f/report.json \\
+        --label "ulx3s-85f 8x8 default" [--critical-path TEXT] [--note TEXT]
+    python -m tessera.explore.build_records table [--check]
+
+``add`` takes every figure from the report (seed, router, clock asked, fmax, timing,
+resources, place-and-route time, critical path); ``--critical-path`` replaces nextpnr's
+start and end names with words a person reads, and ``--note`` says what the build tried.
+``table`` rewrites the block between ``<!-- begin builds -->`` and ``<!-- end builds -->``
+in ``docs/boards.md``; ``--check`` only says whether it is current (a test runs it).
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["RECORDS_PATH", "add_record", "config_key", "record_from_report", "render_table",
+           "update_doc"]
+
+RECORDS_PATH = Path(__file__).resolve().parent / "board_builds.json"
+DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "boards.md"
+BEGIN, END = "<!-- begin builds -->", "<!-- end builds -->"
+#: The resources a record keeps (ECP5 names: the boards recorded are the ULX3S's).
+RESOURCES = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD")
+
+
+def config_key(record):
+    """Board and configuration, without the clock: builds with the same key are the same
+    design, and ``builds`` keeps the latest of them."""
+    config = dict(record["config"])
+    config.pop("clock_mhz", None)
+    config.setdefault("resident_words", 0)
+    config.setdefault("program_words", 0)
+    return record["board"], json.dumps(config, sort_keys=True)
+
+
+def _path_text(report):
+    """nextpnr's critical path of the design clock, in one line."""
+    paths = report.get("critical_path") or {}
+    if not paths:
+        return None
+    clock = report.get("clock_net")
+    path = paths.get(clock) or next(iter(paths.values()))
+    return (f"{path['total_ns']:.2f} ns ({path['logic_ns']:.2f} logic, "
+            f"{path['routing_ns']:.2f} routing): {path['start']} -> {path['end']}")
+
+
+def record_from_report(report, *, label, date, critical_path=None, note=None):
+    """A record of the build ``report`` (a ``report.json`` of ``tessera bitstream``)."""
+    if report.get("kind") != "accelerator":
+        raise ValueError(f"{label}: only whole-accelerator builds are recorded, this report "
+                         f"is of kind {report.get('kind')!r}")
+    config = dict(report["config"])
+    config["clock_mhz"] = None
+    missing = [name for name in RESOURCES if name not in report.get("resources", {})]
+    if missing:
+        raise ValueError(f"{label}: the report has no {', '.join(missing)} count "
+                         f"(an ECP5 build is expected)")
+    record = {
+        "label": label,
+        "board": report["board"], "family": report["family"], "device": report["device"],
+        "config": config, "commit": report["source"]["commit"][:7], "date": date,
+        "seed": report["seed"], "pll_clock_mhz": report["clock_mhz"],
+        "fmax_mhz": report["fmax_mhz"], "timing_met": report["timing_met"],
+        "resources": {name: {"used": report["resources"][name]["used"]}
+                      for name in RESOURCES},
+        "place_and_route_min": round(report["wall_time_s"]["place_and_route_s"] / 60, 1),
+        "critical_path": critical_path or _path_text(report),
+    }
+    if report.get("router", "router1") != "router1":
+        record["router"] = report["router"]
+    if note:
+        record["note"] = note
+    return record
+
+
+def add_record(data, record):
+    """``data`` (the records file's content) with ``record`` added to ``history`` and in
+    place of its configuration's earlier build in ``builds``."""
+    key = config_key(record)
+    builds = [b for b in data["builds"] if config_key(b) != key] + [record]
+    return {**data, "builds": builds, "history": data.get("history", []) + [record]}
+
+
+def _fmax_text(record):
+    if record.get("fmax_mhz") is None:
+        return "not routed"
+    verdict = "met" if record.get("timing_met") else "missed"
+    return f"**{record['fmax_mhz']:.2f} MHz**, {verdict}"
+
+
+def _design_text(record):
+    config = record["config"]
+    array = config["array"]
+    text = f"{array['rows']}×{array['cols']}"
+    if config.get("resident_words"):
+        text += " resident"
+    return text
+
+
+def _count(value):
+    return "—" if value is None else f"{value:,}".replace(",", " ")
+
+
+def render_table(data):
+    """The markdown table of every recorded build, oldest first."""
+    lines = ["| date | board | design | commit | router, seed | clock asked | fmax | LUT4 | "
+             "FF | MULT18X18D | DP16KD | P&R min | critical path; what the build tried |",
+             "|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    for record in data.get("history", []):
+        resources = record.get("resources", {})
+        used = [resources.get(name, {}).get("used") for name in RESOURCES]
+        minutes = record.get("place_and_route_min")
+        words = "; ".join(text for text in (record.get("critical_path"), record.get("note"))
+                          if text)
+        lines.append(
+            f"| {record['date']} | {record['board']} | {_design_text(record)} | "
+            f"{record['commit']} | {record.get('router', 'router1')}, {record['seed']} | "
+            f"{record['pll_clock_mhz']:g} MHz | {_fmax_text(record)} | "
+            f"{' | '.join(_count(v) for v in used)} | "
+            f"{'—' if minutes is None else f'{minutes:g}'} | {words} |")
+    return "\n".join(lines)
+
+
+def update_doc(data, doc_path=DOC_PATH, check=False):
+    """Rewrite (or with ``check`` only compare) the generated block of ``doc_path``;
+    returns whether it was already current."""
+    text = Path(doc_path).read_text()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"{doc_path}: no '{BEGIN}' ... '{END}' block to write the build "
+                         f"table into")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    new = f"{head}{BEGIN}\n{render_table(data)}\n{END}{tail}"
+    if not check and new != text:
+        Path(doc_path).write_text(new)
+    return new == text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tessera.explore.build_records",
+                                     description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    add = commands.add_parser("add", help="record a build from its report.json")
+    add.add_argument("report", type=Path)
+    add.add_argument("--label", required=True)
+    add.add_argument("--date", required=True, help="the day the build ran (YYYY-MM-DD)")
+    add.add_argument("--critical-path", help="the critical path in words (default: "
+                     "nextpnr's start and end)")
+    add.add_argument("--note", help="what the build tried")
+    table = commands.add_parser("table", help="regenerate docs/boards.md's build table")
+    table.add_argument("--check", action="store_true",
+                       help="only say whether the table is current")
+    args = parser.parse_args(argv)
+    data = json.loads(RECORDS_PATH.read_text())
+    if args.command == "add":
+        if not args.report.is_file():
+            print(f"no report at {args.report}", file=sys.stderr)
+            return 2
+        record = record_from_report(json.loads(args.report.read_text()), label=args.label,
+                                    date=args.date, critical_path=args.critical_path,
+                                    note=args.note)
+        data = add_record(data, record)
+        RECORDS_PATH.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        update_doc(data)
+        print(json.dumps(record, indent=1, ensure_ascii=False))
+        return 0
+    current = update_doc(data, check=args.check)
+    if args.check and not current:
+        print(f"{DOC_PATH}: the build table is stale; run python -m "
+              f"tessera.explore.build_records table", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
