@@ -23,6 +23,8 @@ import json
 import sys
 from pathlib import Path
 
+from contract.config import ConvEngineConfig
+
 __all__ = ["RECORDS_PATH", "add_record", "config_key", "record_from_report", "render_table",
            "update_doc"]
 
@@ -36,10 +38,10 @@ RESOURCES = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD")
 def config_key(record):
     """Board and configuration, without the clock: builds with the same key are the same
     design, and ``builds`` keeps the latest of them."""
-    config = dict(record["config"])
+    # A field a record lacks is one added to the configuration after that build, whose
+    # default is the hardware it had.
+    config = {**ConvEngineConfig().as_dict(), **record["config"]}
     config.pop("clock_mhz", None)
-    config.setdefault("resident_words", 0)
-    config.setdefault("program_words", 0)
     return record["board"], json.dumps(config, sort_keys=True)
 
 
