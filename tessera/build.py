@@ -263,8 +263,8 @@ def _pll_clock(board, family, fmax_mhz, margin):
     for step in range(steps, 0, -1):
         mhz = step * CLOCK_STEP_MHZ
         try:
-            settings(oscillator, mhz)
-            uart_divisor(mhz, BAUD)
+            # The UART divides the clock the PLL makes, which may be off the one asked.
+            uart_divisor(settings(oscillator, mhz).f_out_mhz, BAUD)
         except (PllError, ValueError):
             continue
         return mhz

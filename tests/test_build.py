@@ -119,7 +119,7 @@ def test_fit_recovers_the_coefficients_of_exact_data():
     assert prediction["ff"] == round(4000 + 150 * 15 + 30 * 5 + 2000 + f["bank_registers"])
     assert prediction["dsp"] == rm.structural(config, "ecp5")["dsp"]
     assert prediction["fmax_mhz"] == pytest.approx(
-        1e3 / (4.0 + 0.5 * f["die_side"] + 1.5 * f["resident_die"]), abs=0.05)
+        1e3 / (4.0 + 0.5 * f["resident"] + 1.5 * f["resident_die"]), abs=0.05)
 
 
 def test_fit_with_few_runs_uses_fewer_features():
@@ -611,10 +611,12 @@ def test_pack_only_runs_fit_resources_but_not_fmax():
     pack["fmax_mhz"] = None
     coefficients = rm.fit(full + [pack])["ecp5"]
     assert list(coefficients["lut"]) == ["one", "pes", "cols"]  # 3 runs: 3 coefficients
-    # The period is fitted on the two full builds only: exact there.
-    for config, fmax in ((engine(8, 8), 120.0), (engine(2, 2), 150.0)):
+    # The period is fitted on the two full builds only (the pack-only run has no fmax):
+    # without the block, the model's period is one figure, their mean.
+    mean = 1e3 / ((1e3 / 120.0 + 1e3 / 150.0) / 2)
+    for config in (engine(8, 8), engine(2, 2)):
         assert rm.predict_with({"ecp5": coefficients}, config, "ecp5",
-                               "LFE5U-85F")["fmax_mhz"] == fmax
+                               "LFE5U-85F")["fmax_mhz"] == pytest.approx(mean, abs=0.05)
     one_run = rm.fit([full[0]])["ecp5"]
     assert list(one_run["lut"]) == ["one"] and one_run["period_ns"] == {
         "one": pytest.approx(1e3 / 150)}

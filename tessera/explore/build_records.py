@@ -14,8 +14,10 @@ is typed by hand):
 ``add`` takes every figure from the report (seed, router, clock asked, fmax, timing,
 resources, place-and-route time, critical path); ``--critical-path`` replaces nextpnr's
 start and end names with words a person reads, and ``--note`` says what the build tried.
-``table`` rewrites the block between ``<!-- begin builds -->`` and ``<!-- end builds -->``
-in ``docs/boards.md``; ``--check`` only says whether it is current (a test runs it).
+``table`` rewrites the generated blocks of ``docs/boards.md`` and ``docs/build.md``: between
+``<!-- begin builds -->`` and ``<!-- end builds -->`` the history, between
+``<!-- begin latest builds -->`` and ``<!-- end latest builds -->`` the latest build of each
+configuration; ``--check`` only says whether they are current (a test runs it).
 """
 
 import argparse
@@ -25,12 +27,12 @@ from pathlib import Path
 
 from contract.config import ConvEngineConfig
 
-__all__ = ["RECORDS_PATH", "add_record", "config_key", "record_from_report", "render_table",
-           "update_doc"]
+__all__ = ["RECORDS_PATH", "add_record", "config_key", "record_from_report", "render_latest",
+           "render_table", "update_doc"]
 
 RECORDS_PATH = Path(__file__).resolve().parent / "board_builds.json"
-DOC_PATH = Path(__file__).resolve().parents[2] / "docs" / "boards.md"
-BEGIN, END = "<!-- begin builds -->", "<!-- end builds -->"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOC_PATHS = (DOCS / "boards.md", DOCS / "build.md")
 #: The resources a record keeps (ECP5 names: the boards recorded are the ULX3S's).
 RESOURCES = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD")
 
@@ -133,19 +135,51 @@ def render_table(data):
     return "\n".join(lines)
 
 
-def update_doc(data, doc_path=DOC_PATH, check=False):
-    """Rewrite (or with ``check`` only compare) the generated block of ``doc_path``;
-    returns whether it was already current."""
-    text = Path(doc_path).read_text()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"{doc_path}: no '{BEGIN}' ... '{END}' block to write the build "
-                         f"table into")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{BEGIN}\n{render_table(data)}\n{END}{tail}"
-    if not check and new != text:
-        Path(doc_path).write_text(new)
-    return new == text
+def render_latest(data):
+    """The markdown table of the latest build of each configuration (what the resource
+    model fits), largest die first."""
+    lines = ["| board | design | clock asked | fmax | LUT4 | FF | MULT18X18D | DP16KD | "
+             "P&R min | commit, date |",
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---|"]
+    order = {"ulx3s-85f": 0, "ulx3s-45f": 1, "ulx3s-25f": 2}
+    records = sorted(data["builds"], key=lambda r: (order.get(r["board"], 9),
+                                                    bool(r["config"].get("resident_words")),
+                                                    r["config"]["array"]["rows"]))
+    for record in records:
+        used = [record["resources"].get(name, {}).get("used") for name in RESOURCES]
+        minutes = record.get("place_and_route_min")
+        lines.append(
+            f"| {record['board']} | {_design_text(record)} | {record['pll_clock_mhz']:g} MHz | "
+            f"{_fmax_text(record)} | {' | '.join(_count(v) for v in used)} | "
+            f"{'—' if minutes is None else f'{minutes:g}'} | "
+            f"{record['commit']}, {record['date']} |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"builds": render_table, "latest builds": render_latest}
+
+
+def update_doc(data, doc_paths=DOC_PATHS, check=False):
+    """Rewrite (or with ``check`` only compare) every generated block (:data:`BLOCKS`) in
+    ``doc_paths``; returns whether all were already current."""
+    current = True
+    for doc_path in doc_paths:
+        text = Path(doc_path).read_text()
+        new = text
+        for name, render in BLOCKS.items():
+            begin, end = f"<!-- begin {name} -->", f"<!-- end {name} -->"
+            if begin not in new:
+                continue
+            if end not in new:
+                raise ValueError(f"{doc_path}: '{begin}' has no '{end}' after it")
+            head, rest = new.split(begin, 1)
+            _, tail = rest.split(end, 1)
+            new = f"{head}{begin}\n{render(data)}\n{end}{tail}"
+        if new != text:
+            current = False
+            if not check:
+                Path(doc_path).write_text(new)
+    return current
 
 
 def main(argv=None):
@@ -178,8 +212,8 @@ def main(argv=None):
         return 0
     current = update_doc(data, check=args.check)
     if args.check and not current:
-        print(f"{DOC_PATH}: the build table is stale; run python -m "
-              f"tessera.explore.build_records table", file=sys.stderr)
+        print("docs/boards.md or docs/build.md: a build table is stale; run python -m "
+              "tessera.explore.build_records table", file=sys.stderr)
         return 1
     return 0
 

@@ -16,10 +16,11 @@ and PLL), and the fmax nextpnr achieves.
 - ECP5: ``lut``, ``ff`` = ``a + b·R·C + c·C + d·resident``: per PE (accumulator, skew), per
   column (the post-processing lanes, the result path), the fixed part (CSRs, sequencer,
   bridge, pool, add unit), and the resident block's player (its counters and segment
-  registers do not grow with its memories). Period = ``a + b·die·sqrt(R·C) + c·die·resident``
-  with ``die`` the side of the device's logic (sqrt of its LUTs, in hundreds): the critical
-  paths are control routes across the die (71-86 % routing), longer on a larger die and a
-  larger array, and the resident block's block RAMs spread the design over the die.
+  registers do not grow with its memories). Period = ``a + c·resident + d·die·resident``
+  with ``die`` the side of the device's logic (sqrt of its LUTs, in hundreds): without the
+  block the routed builds' critical paths are local control paths, the same on every die;
+  the resident block's block RAMs spread the design over the die, so its paths grow with
+  the die.
 - iCE40 (the lean engine): ``lut`` = ``a + b·(R + C)``; one routed build, so one period.
 
 The runs are the board builds recorded in ``tessera/explore/board_builds.json``
@@ -79,7 +80,7 @@ FAMILY_CAPS = {"iCE40": {**UTILIZATION_CAP, "lut": 0.95}}
 FEATURES = {
     "ecp5": {"lut": ("one", "pes", "cols", "resident"),
              "ff": ("one", "pes", "cols", "resident"),
-             "period_ns": ("one", "die_side", "resident_die")},
+             "period_ns": ("one", "resident", "resident_die")},
     "iCE40": {"lut": ("one", "edge"), "ff": ("one", "edge"), "period_ns": ("one",)},
 }
 #: Terms of a fitted figure whose coefficient is known (1 per counted flip-flop): taken
