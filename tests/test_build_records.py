@@ -86,3 +86,13 @@ def test_the_cli_names_a_missing_report(tmp_path, capsys):
     assert br.main(["add", str(tmp_path / "none.json"), "--label", "x",
                     "--date", "2026-11-28"]) == 2
     assert "no report at" in capsys.readouterr().err
+
+
+def test_a_build_at_another_clock_goes_to_the_history_only():
+    fitted = br.record_from_report(_report(), label="62.5", date="d")
+    other = br.record_from_report(_report(clock_mhz=50.0, target_mhz=50.0), label="50",
+                                  date="d")
+    data = br.add_record({"builds": []}, fitted)
+    data = br.add_record(data, other, history_only=True)
+    assert [r["label"] for r in data["builds"]] == ["62.5"]
+    assert [r["label"] for r in data["history"]] == ["62.5", "50"]

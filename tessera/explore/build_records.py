@@ -87,11 +87,16 @@ def record_from_report(report, *, label, date, critical_path=None, note=None):
     return record
 
 
-def add_record(data, record):
-    """``data`` (the records file's content) with ``record`` added to ``history`` and in
-    place of its configuration's earlier build in ``builds``."""
-    key = config_key(record)
-    builds = [b for b in data["builds"] if config_key(b) != key] + [record]
+def add_record(data, record, *, history_only=False):
+    """``data`` (the records file's content) with ``record`` added to ``history`` and, unless
+    ``history_only``, in place of its configuration's earlier build in ``builds``. The
+    model fits builds asked for the board's default clock (the tools work harder on a
+    higher one, and LUT counts move with it): a build at another clock, or one that was
+    stopped, goes to the history only."""
+    builds = data["builds"]
+    if not history_only:
+        key = config_key(record)
+        builds = [b for b in builds if config_key(b) != key] + [record]
     return {**data, "builds": builds, "history": data.get("history", []) + [record]}
 
 
@@ -193,6 +198,9 @@ def main(argv=None):
     add.add_argument("--critical-path", help="the critical path in words (default: "
                      "nextpnr's start and end)")
     add.add_argument("--note", help="what the build tried")
+    add.add_argument("--history-only", action="store_true",
+                     help="keep it out of the builds the resource model fits (a clock "
+                     "other than the board's default)")
     table = commands.add_parser("table", help="regenerate docs/boards.md's build table")
     table.add_argument("--check", action="store_true",
                        help="only say whether the table is current")
@@ -205,7 +213,7 @@ def main(argv=None):
         record = record_from_report(json.loads(args.report.read_text()), label=args.label,
                                     date=args.date, critical_path=args.critical_path,
                                     note=args.note)
-        data = add_record(data, record)
+        data = add_record(data, record, history_only=args.history_only)
         RECORDS_PATH.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
         update_doc(data)
         print(json.dumps(record, indent=1, ensure_ascii=False))
