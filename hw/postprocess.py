@@ -30,7 +30,7 @@ that mode, so ``adding`` may change whenever the bank is empty (between passes).
 
 The pipeline never stalls: its registers have no enable. A group of lanes enters only
 against a credit, one of ``credit_groups(...)`` places in a queue of groups before the
-collector, given back when the collector takes a group. So a consumer that is not ready
+collector (a FIFO with a registered read), given back when the collector takes a group. So a consumer that is not ready
 fills the queue instead of stopping the pipeline, and its ``ready`` reaches only the
 collector and the queue, not the enable of every rescaler register across the die (the
 85F's critical path). Under a ready consumer the queue is passed by and the timing is
@@ -39,7 +39,7 @@ the same as a stalling pipeline's; the credits are enough for a group a cycle.
 
 from amaranth import C, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ADD_LANES_PER_UNIT, check_bool, check_positive_int
@@ -359,9 +359,14 @@ class PostProcessBank(wiring.Component):
         with m.Else():
             m.d.comb += [arriving.y[u].eq(clamped[u]) for u in range(rq_units)]
         m.d.comb += arriving.last.eq(out_last)
-        m.submodules.queue = queue = SyncFIFO(width=group_layout.size, depth=depth)
+        # Its read is registered (a memory read port in the clocked logic, which the
+        # energy twin counts); one place more than the credits, so that a group written
+        # while the output register is empty always finds room.
+        m.submodules.queue = queue = SyncFIFOBuffered(width=group_layout.size,
+                                                      depth=depth + 1)
+        queue_empty = queue.level == 0
         group = data.View(group_layout, Mux(queue.r_rdy, queue.r_data, arriving))
-        group_valid = queue.r_rdy | out_valid
+        group_valid = queue.r_rdy | (out_valid & queue_empty)
 
         # --- the collector: group results go into the output beat in place -------------
         out_valid_reg, out_last_reg = Signal(), Signal()
@@ -375,8 +380,9 @@ class PostProcessBank(wiring.Component):
                      give_back.eq(take),
                      queue.w_data.eq(arriving),
                      # The queue keeps the order: an arriving group passes it by only
-                     # when it is empty and the collector takes.
-                     queue.w_en.eq(out_valid & (queue.r_rdy | ~out_ready)),
+                     # when it is empty (its output register included) and the collector
+                     # takes.
+                     queue.w_en.eq(out_valid & (~queue_empty | ~out_ready)),
                      queue.r_en.eq(out_ready)]
         with m.If(take):
             with m.If(final_out):
