@@ -25,26 +25,16 @@ import json
 import sys
 from pathlib import Path
 
-from contract.config import ConvEngineConfig
+from .resource_model import BOARD_BUILDS_PATH as RECORDS_PATH
+from .resource_model import build_key
 
-__all__ = ["RECORDS_PATH", "add_record", "config_key", "record_from_report", "render_latest",
-           "render_table", "update_doc"]
+__all__ = ["RECORDS_PATH", "add_record", "record_from_report", "render_latest", "render_table",
+           "update_doc"]
 
-RECORDS_PATH = Path(__file__).resolve().parent / "board_builds.json"
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 DOC_PATHS = (DOCS / "boards.md", DOCS / "build.md")
 #: The resources a record keeps (ECP5 names: the boards recorded are the ULX3S's).
 RESOURCES = ("LUT4", "TRELLIS_FF", "MULT18X18D", "DP16KD")
-
-
-def config_key(record):
-    """Board and configuration, without the clock: builds with the same key are the same
-    design, and ``builds`` keeps the latest of them."""
-    # A field a record lacks is one added to the configuration after that build, whose
-    # default is the hardware it had.
-    config = {**ConvEngineConfig().as_dict(), **record["config"]}
-    config.pop("clock_mhz", None)
-    return record["board"], json.dumps(config, sort_keys=True)
 
 
 def _path_text(report):
@@ -95,8 +85,9 @@ def add_record(data, record, *, history_only=False):
     stopped, goes to the history only."""
     builds = data["builds"]
     if not history_only:
-        key = config_key(record)
-        builds = [b for b in builds if config_key(b) != key] + [record]
+        # The same board and configuration, whatever clock: the later build replaces it.
+        key = build_key(record)
+        builds = [b for b in builds if build_key(b) != key] + [record]
     return {**data, "builds": builds, "history": data.get("history", []) + [record]}
 
 

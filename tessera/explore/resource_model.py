@@ -214,7 +214,7 @@ def measured_build(board, config=None, path=BOARD_BUILDS_PATH):
 
     config = default_config(board) if config is None else config
     builds = [b for b in board_builds(path)
-              if _build_key(b) == (board, dataclasses.replace(config, clock_mhz=None))]
+              if build_key(b) == (board, dataclasses.replace(config, clock_mhz=None))]
     if not builds:
         raise ModelError(f"{path} records no build of {config.name} on {board}; add one "
                          f"from `make bitstream BOARD={board}`'s report.json")
@@ -236,13 +236,13 @@ def fit_records(sweep_records, builds=None, kept=()):
     ones), the sweep records of any other board and configuration, and the ``kept``
     records (a model document's runs, :func:`run_record`) of any other still."""
     builds = board_builds() if builds is None else builds
-    recorded = {_build_key(b) for b in builds}
-    sweep = [r for r in sweep_records if "error" in r or _build_key(r) not in recorded]
-    have = recorded | {_build_key(r) for r in sweep if "error" not in r}
-    return builds + sweep + [r for r in kept if _build_key(r) not in have]
+    recorded = {build_key(b) for b in builds}
+    sweep = [r for r in sweep_records if "error" in r or build_key(r) not in recorded]
+    have = recorded | {build_key(r) for r in sweep if "error" not in r}
+    return builds + sweep + [r for r in kept if build_key(r) not in have]
 
 
-def _build_key(record):
+def build_key(record):
     """What a build measured: the board and the configuration (whatever clock it asked)."""
     return record["board"], dataclasses.replace(_config_of(record), clock_mhz=None)
 
