@@ -30,11 +30,12 @@ that mode, so ``adding`` may change whenever the bank is empty (between passes).
 
 The pipeline never stalls: its registers have no enable. A group of lanes enters only
 against a credit, one of ``credit_groups(...)`` places in a queue of groups before the
-collector (a FIFO with a registered read), given back when the collector takes a group. So a consumer that is not ready
-fills the queue instead of stopping the pipeline, and its ``ready`` reaches only the
-collector and the queue, not the enable of every rescaler register across the die (the
-85F's critical path). Under a ready consumer the queue is passed by and the timing is
-the same as a stalling pipeline's; the credits are enough for a group a cycle.
+collector (a FIFO with a registered read), given back when the collector takes a group.
+So a consumer that is not ready fills the queue instead of stopping the pipeline, and its
+``ready`` reaches only the collector and the queue, not the enable of every rescaler
+register across the die (the 85F's critical path). Under a ready consumer the queue is
+passed by and the timing is the same as a stalling pipeline's; the credits are enough for
+a group a cycle.
 """
 
 from amaranth import C, Module, Mux, Signal, signed, unsigned
@@ -264,17 +265,15 @@ class PostProcessBank(wiring.Component):
         m.d.comb += out_valid.eq(Mux(adding, valids[last_stage], valids[_REQUANT_STAGES]))
         # Every data register moves every cycle (no enable): the valid bits say which
         # stages hold a group.
-        step = C(1, 1)
 
         def pick(values, units, groups, unit, name):
             """The element of ``values`` (a lane array) for ``unit`` at this phase, in a
             register (stage 1: the selection does not share a cycle with the sums)."""
             picked = Signal.like(values[unit], name=name)
-            with m.If(step):
-                with m.Switch(phase):
-                    for group in range(groups):
-                        with m.Case(group):
-                            m.d.sync += picked.eq(values[group * units + unit])
+            with m.Switch(phase):
+                for group in range(groups):
+                    with m.Case(group):
+                        m.d.sync += picked.eq(values[group * units + unit])
             return picked
 
         # --- stage 1 and the rescalers ---------------------------------------------------
@@ -311,19 +310,16 @@ class PostProcessBank(wiring.Component):
                 add_value = x - getattr(p, f"{side}_zero_point")
                 add_m = getattr(p, f"{side}_multiplier")
                 add_n = getattr(p, f"{side}_shift") - ADD_LEFT_SHIFT
-                with m.If(step):
-                    m.d.sync += [value.eq(Mux(adding, add_value, rq_value)),
-                                 multiplier.eq(Mux(adding, add_m, rq_m)),
-                                 shift.eq(Mux(adding, add_n, rq_n))]
+                m.d.sync += [value.eq(Mux(adding, add_value, rq_value)),
+                             multiplier.eq(Mux(adding, add_m, rq_m)),
+                             shift.eq(Mux(adding, add_n, rq_n))]
             else:
-                with m.If(step):
-                    m.d.sync += [value.eq(rq_value), multiplier.eq(rq_m), shift.eq(rq_n)]
+                m.d.sync += [value.eq(rq_value), multiplier.eq(rq_m), shift.eq(rq_n)]
             if role == 2:
                 # The output rescale of the add takes the sum of the first two, which is
                 # ready RESCALE_STAGES + 1 stages after stage 1.
                 total = Signal(signed(_OPERAND_BITS + 1), name=f"sum{datapath}")
-                with m.If(step):
-                    m.d.sync += total.eq(operand_out[datapath, 0] + operand_out[datapath, 1])
+                m.d.sync += total.eq(operand_out[datapath, 0] + operand_out[datapath, 1])
                 value = Mux(adding, total, value)
                 multiplier = Mux(adding, p.y_multiplier, multiplier)
                 shift = Mux(adding, p.y_shift, shift)
@@ -331,9 +327,9 @@ class PostProcessBank(wiring.Component):
             # The rounded result whole, then saturated in a stage of its own: with the
             # saturation beside the rounding increment (``rounding_shift``'s ``narrow``)
             # the 28-bit operands' path limited the bank's clock.
-            rounded = rounding_shift(m, value, multiplier, shift, en=step, name=f"r{unit}",
+            rounded = rounding_shift(m, value, multiplier, shift, en=C(1, 1), name=f"r{unit}",
                                      stages=4, pipelined=True, platform=platform)
-            shifted = _saturate(m, rounded, narrow, en=step, name=f"r{unit}_narrowed")
+            shifted = _saturate(m, rounded, narrow, name=f"r{unit}_narrowed")
             if role in (0, 1):
                 operand_out[datapath, role] = shifted
             # The clamp flags compare the whole (saturated) value; z + shifted is kept
@@ -342,9 +338,8 @@ class PostProcessBank(wiring.Component):
             # bound as the exact one (|z| <= 128).
             biased = Signal(signed(8), name=f"biased{unit}")
             below, above = Signal(name=f"below{unit}"), Signal(name=f"above{unit}")
-            with m.If(step):
-                m.d.sync += [biased.eq(shifted + zero_point), below.eq(shifted < lo_less_z),
-                             above.eq(shifted > hi_less_z)]
+            m.d.sync += [biased.eq(shifted + zero_point), below.eq(shifted < lo_less_z),
+                         above.eq(shifted > hi_less_z)]
             clamped[unit] = Mux(below, lo, Mux(above, hi, biased))
 
         # --- the queue of groups: passed by while the collector takes, filled while not ---
@@ -414,12 +409,11 @@ class PostProcessBank(wiring.Component):
         return m
 
 
-def _saturate(m, value, bits, *, en, name):
+def _saturate(m, value, bits, *, name):
     """A register of ``bits`` signed bits holding ``value`` when it fits, otherwise the
     bound of its sign. Every consumer clamps to a range well inside ``bits``, so a
     saturated value lands on the same bound as the exact one (and the add's operands fit
     ``_OPERAND_BITS`` exactly)."""
     narrowed = Signal(signed(bits), name=name)
-    with m.If(en):
-        m.d.sync += narrowed.eq(saturate(value, bits))
+    m.d.sync += narrowed.eq(saturate(value, bits))
     return narrowed
