@@ -474,6 +474,7 @@ def _no_fit_message(profile, board_info, fitting, blocked, resource_model):
 def plan_document(plan):
     """The JSON-able form of a :func:`search` plan (what ``report.json`` starts from)."""
     from contract.config_file import config_to_dict
+    from hw.bitstream import peak_throughput
 
     config = dataclasses.replace(plan["config"], clock_mhz=plan["clock_mhz"])
     return {
@@ -487,8 +488,9 @@ def plan_document(plan):
                       # the runs' value (docs/build.md).
                       "unmeasured": plan.get("unmeasured", []),
                       "images_per_s": round(plan["images_per_s"], 2),
-                      "peak_gops": round(2 * config.rows * config.cols * plan["clock_mhz"]
-                                         / 1e3, 3)},
+                      # The clock the design is built for, as if it meets it.
+                      "peak_gops": peak_throughput(config, plan["clock_mhz"],
+                                                   True)["peak_gops"]},
         "layers": [dataclasses.asdict(c) for c in plan["layers"]],
         "fallbacks": [{"layer": f.name, "op": f.op, "reason": f.reason,
                        "cpu_seconds": f.seconds} for f in plan["fallbacks"]],
