@@ -136,20 +136,31 @@ def _engine_control(m, engine, walker, *, on_walk, drained, on_load=None):
         m.d.sync += [segment.eq(pending), pending_valid.eq(0)]
         m.next = "LOADED"
 
+    # The command is copied every idle cycle and acted on a cycle after ``start``, from
+    # the copy: the player's ``start`` is decoded from its state, and must not reach the
+    # enables of the wide segment registers across the die (the 85F resident build's
+    # critical path). ``busy`` covers that cycle.
+    command = Signal(data.StructLayout({"direct": 1, "direct_base": 32, "direct_count": 32,
+                                        "seg_ptr": 32, "seg_count": len(engine.seg_count)}))
     with m.FSM(name="engine") as fsm:
         with m.State("IDLE"):
+            m.d.sync += command.eq(Cat(engine.direct, engine.direct_base, engine.direct_count,
+                                       engine.seg_ptr, engine.seg_count))
             with m.If(engine.start):
-                m.d.sync += pending_valid.eq(0)
-                with m.If(engine.direct):
-                    m.d.sync += [segment.as_value().eq(0), segment.base.eq(engine.direct_base),
-                                 segment.outer_count.eq(1), segment.inner_count.eq(1),
-                                 segment.chunk_words.eq(engine.direct_count),
-                                 segs_left.eq(1), fetch_left.eq(0)]
-                    m.next = "LOADED"
-                with m.Elif(engine.seg_count != 0):
-                    m.d.sync += [segs_left.eq(engine.seg_count),
-                                 fetch_left.eq(engine.seg_count), ptr.eq(engine.seg_ptr)]
-                    m.next = "WAIT"
+                m.next = "COMMAND"
+        with m.State("COMMAND"):
+            m.d.sync += pending_valid.eq(0)
+            m.next = "IDLE"
+            with m.If(command.direct):
+                m.d.sync += [segment.as_value().eq(0), segment.base.eq(command.direct_base),
+                             segment.outer_count.eq(1), segment.inner_count.eq(1),
+                             segment.chunk_words.eq(command.direct_count),
+                             segs_left.eq(1), fetch_left.eq(0)]
+                m.next = "LOADED"
+            with m.Elif(command.seg_count != 0):
+                m.d.sync += [segs_left.eq(command.seg_count),
+                             fetch_left.eq(command.seg_count), ptr.eq(command.seg_ptr)]
+                m.next = "WAIT"
         with m.State("WAIT"):
             m.d.comb += engine.starved.eq(1)
             with m.If(pending_valid):
@@ -175,7 +186,8 @@ def _engine_control(m, engine, walker, *, on_walk, drained, on_load=None):
                     m.next = "IDLE"
         with m.State("ERROR"):
             m.d.comb += engine.error.eq(1)
-    m.d.comb += engine.need_segment.eq(~fsm.ongoing("IDLE") & ~fsm.ongoing("ERROR")
+    m.d.comb += engine.need_segment.eq((fsm.ongoing("WAIT") | fsm.ongoing("LOADED")
+                                        | fsm.ongoing("WALK"))
                                        & (fetch_left != 0) & ~pending_valid)
     m.d.comb += engine.busy.eq(~fsm.ongoing("IDLE"))
     return segment, fsm.ongoing("DRAIN") if drained is not None else None

@@ -164,9 +164,9 @@ class RESIDENT:
     #: memory gives a word a cycle: the offset, then the value).
     CSR_SETUP = 2
     CSR_WRITE = 2
-    #: A command's first segment fetched from the program memory (8 words, one a cycle,
-    #: and the hand-over) plus 2 to start its walk.
-    FIRST_SEGMENT = 15
+    #: A command's first segment fetched from the program memory (the engine's copy of the
+    #: command, 8 words, one a cycle, and the hand-over) plus 2 to start its walk.
+    FIRST_SEGMENT = 16
     #: Each further segment of the command's stream: fetched while the one before is
     #: walked, then 2 cycles to start it.
     SEGMENT = 2
@@ -182,11 +182,11 @@ class RESIDENT:
     #: A ``PASS``'s end after the core's ``STATUS.done``: a ``STATUS`` read every 3 cycles,
     #: 2 of latency (at most 5; 3 on average).
     STATUS_POLL = 3
-    #: A ``SEND`` of one segment of L words takes L + 26 from its record to done, a ``RECV``
-    #: L + 21: the record, the first segment, and the reader's latency (SEND) or the
+    #: A ``SEND`` of one segment of L words takes L + 27 from its record to done, a ``RECV``
+    #: L + 22: the record, the first segment, and the reader's latency (SEND) or the
     #: writer's last store (RECV).
-    SEND_EXTRA = 26
-    RECV_EXTRA = 21
+    SEND_EXTRA = 27
+    RECV_EXTRA = 22
     #: Cycles the host spends inside a layer-at-a-time pass that :func:`pass_cycles` counts
     #: and a played pass does not have: the twin's host reads the other five performance
     #: counters after ``PERF_CYCLES`` and ``STATUS`` at the end, 2 cycles a register access.

@@ -17,10 +17,10 @@ CONFIG = PRESETS["default"]
 
 def test_player_overheads_follow_the_table():
     """The composition of docs/resident.md's table: a one-segment SEND of L words is
-    L + 26 and a RECV L + 21; each register write 2 cycles; each further segment 2."""
-    assert resident_stream_cycles("SEND", 10, 1) == 36
-    assert resident_stream_cycles("RECV", 10, 1) == 31
-    assert resident_stream_cycles("SEND", 10, 2) == 10 + 26 + RESIDENT.SEGMENT
+    L + 27 and a RECV L + 22; each register write 2 cycles; each further segment 2."""
+    assert resident_stream_cycles("SEND", 10, 1) == 37
+    assert resident_stream_cycles("RECV", 10, 1) == 32
+    assert resident_stream_cycles("SEND", 10, 2) == 10 + 27 + RESIDENT.SEGMENT
     one = resident_pass_cycles(1000, csr_writes=10, read_segments=1)
     assert resident_pass_cycles(1000, csr_writes=11, read_segments=1) == one + 2 - 2
     assert resident_pass_cycles(1000, csr_writes=10, read_segments=3) == one + 4
