@@ -23,12 +23,15 @@ class SkidBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        skid = Signal.like(self.sink.payload)
+        # The payload registers need no reset (read only with their valid): the reset then
+        # reaches only the two valid flags.
+        skid = Signal.like(self.sink.payload, reset_less=True)
+        payload = Signal.like(self.sink.payload, reset_less=True)
         skid_full = Signal()
-        m.d.comb += self.sink.ready.eq(~skid_full)
+        m.d.comb += [self.sink.ready.eq(~skid_full), self.source.payload.eq(payload)]
         with m.If(~self.source.valid | self.source.ready):
             m.d.sync += [self.source.valid.eq(skid_full | self.sink.valid),
-                         self.source.payload.eq(Mux(skid_full, skid, self.sink.payload)),
+                         payload.eq(Mux(skid_full, skid, self.sink.payload)),
                          skid_full.eq(0)]
         with m.Elif(self.sink.valid & ~skid_full):
             m.d.sync += [skid.eq(self.sink.payload), skid_full.eq(1)]

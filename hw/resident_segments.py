@@ -27,6 +27,11 @@ SEGMENT_LAYOUT = data.StructLayout({name: 32 for name, _ in SEGMENT_FIELDS})
 READ_FIFO_SPARE = 3
 
 
+def _data(shape, **kwargs):
+    """A register the engines load before they read it: no reset (see the walker)."""
+    return Signal(shape, reset_less=True, **kwargs)
+
+
 class SegmentWalker(wiring.Component):
     """The addresses of one segment, one item per ``step``: ``addr`` for a chunk word or
     ``gap`` for a gap word.
@@ -45,10 +50,14 @@ class SegmentWalker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         seg = self.segment
-        # Down counters of what is left of the chunk, the gap, the row and the rows.
-        chunk_left, gap_left = Signal(32), Signal(32)
-        inner_left, outer_left = Signal(32), Signal(32)
-        addr, chunk_base, row_base = Signal(32), Signal(32), Signal(32)
+        # Down counters of what is left of the chunk, the gap, the row and the rows. Like
+        # every data register of the engines, they are loaded before they are used and so
+        # need no reset: the reset (the PLL's lock, the host's abort, the player's engine
+        # reset, ORed) then reaches only the few control registers, not hundreds of
+        # flip-flops across the die (the 85F resident build's critical path).
+        chunk_left, gap_left = _data(32), _data(32)
+        inner_left, outer_left = _data(32), _data(32)
+        addr, chunk_base, row_base = _data(32), _data(32), _data(32)
         gap = chunk_left == 0
         unit_end = Mux(gap, gap_left == 1, (chunk_left == 1) & (gap_left == 0))
         m.d.comb += [self.addr.eq(addr), self.gap.eq(gap)]
@@ -115,11 +124,11 @@ def _engine_control(m, engine, walker, *, on_walk, drained, on_load=None):
     delays the stream. ``on_load(m, segment)`` runs in the cycle a segment's walk starts.
     Returns ``(segment, draining)``: the segment being walked, and whether every segment
     has been walked (what is issued is still on its way)."""
-    segment, pending = Signal(SEGMENT_LAYOUT), Signal(SEGMENT_LAYOUT)
+    segment, pending = _data(SEGMENT_LAYOUT), _data(SEGMENT_LAYOUT)
     pending_valid = Signal()
     segs_left = Signal(range(HEADER_COUNT_MAX + 1))  # to walk
     fetch_left = Signal(range(HEADER_COUNT_MAX + 1))  # to fetch
-    ptr = Signal(32)
+    ptr = _data(32)
     m.d.comb += [walker.segment.eq(segment), engine.segment_ptr.eq(ptr)]
     with m.If(engine.seg_word_valid):
         with m.Switch(engine.seg_word_index):
@@ -140,8 +149,8 @@ def _engine_control(m, engine, walker, *, on_walk, drained, on_load=None):
     # the copy: the player's ``start`` is decoded from its state, and must not reach the
     # enables of the wide segment registers across the die (the 85F resident build's
     # critical path). ``busy`` covers that cycle.
-    command = Signal(data.StructLayout({"direct": 1, "direct_base": 32, "direct_count": 32,
-                                        "seg_ptr": 32, "seg_count": len(engine.seg_count)}))
+    command = _data(data.StructLayout({"direct": 1, "direct_base": 32, "direct_count": 32,
+                                       "seg_ptr": 32, "seg_count": len(engine.seg_count)}))
     with m.FSM(name="engine") as fsm:
         with m.State("IDLE"):
             m.d.sync += command.eq(Cat(engine.direct, engine.direct_base, engine.direct_count,
@@ -246,8 +255,8 @@ class SegmentReader(wiring.Component):
         # each issue, whether a gap and its fill, travel down a pipeline that long.
         issue = Signal()
         flight = [Signal(name=f"in_flight_{k}") for k in range(self.latency)]
-        gaps = [Signal(name=f"gap_{k}") for k in range(self.latency)]
-        fills = [Signal(32, name=f"fill_{k}") for k in range(self.latency)]
+        gaps = [_data(1, name=f"gap_{k}") for k in range(self.latency)]
+        fills = [_data(32, name=f"fill_{k}") for k in range(self.latency)]
         m.d.sync += [flight[0].eq(issue), gaps[0].eq(walker.gap)]
         for k in range(1, self.latency):
             m.d.sync += [flight[k].eq(flight[k - 1]), gaps[k].eq(gaps[k - 1]),
@@ -278,7 +287,7 @@ class SegmentReader(wiring.Component):
         def on_load(m, segment):
             m.d.sync += walking_host.eq(host_allowed & (segment.base == HOST_BASE))
 
-        held, held_valid = Signal(WORD_BITS), Signal()
+        held, held_valid = _data(WORD_BITS), Signal()
         draining = Signal()
         segment, draining_now = _engine_control(
             m, self, walker, on_walk=on_walk, on_load=on_load,
@@ -335,6 +344,8 @@ class SegmentWriter(wiring.Component):
             with m.If(target == index):
                 m.d.comb += limit.eq(depth)
         m.d.sync += self.w_en.eq(0)
+        w_addr, w_data, w_fill = _data(32), _data(WORD_BITS), _data(32)
+        m.d.comb += [self.w_addr.eq(w_addr), self.w_data.eq(w_data), self.w_fill.eq(w_fill)]
 
         def on_walk(m):
             bad = ~walker.gap & (walker.addr >= limit)
@@ -345,11 +356,11 @@ class SegmentWriter(wiring.Component):
                     m.d.comb += self.input.ready.eq(1)
                     with m.If(self.input.valid):
                         m.d.comb += walker.step.eq(1)
-                        m.d.sync += [self.w_en.eq(~walker.gap), self.w_addr.eq(walker.addr),
-                                     self.w_data.eq(self.input.payload.data)]
+                        m.d.sync += [self.w_en.eq(~walker.gap), w_addr.eq(walker.addr),
+                                     w_data.eq(self.input.payload.data)]
 
         # The last word's write leaves the cycle after it is taken: ``busy`` covers it.
         segment, _ = _engine_control(m, self, walker, on_walk=on_walk, drained=~self.w_en)
         with m.If(walker.step):
-            m.d.sync += self.w_fill.eq(segment.fill)
+            m.d.sync += w_fill.eq(segment.fill)
         return m
