@@ -378,3 +378,20 @@ def test_source_state_names_the_commit(tmp_path):
     assert re.fullmatch(r"[0-9a-f]{40}", state["commit"])
     assert isinstance(state["dirty"], bool)
     assert bitstream.source_state(tmp_path)["commit"] is None  # not a git work tree
+
+
+def test_the_85f_resident_preset_has_its_own_clock_and_router():
+    """The 85F with the resident block is built at the clock it met and with the router that
+    routes it, without being asked; the other presets take the board's clock and nextpnr's
+    router."""
+    resident = PRESETS["ulx3s-85f-resident"]
+    assert bitstream.design_clock_mhz("ulx3s-85f", resident) == 54
+    assert bitstream.default_router("ulx3s-85f", resident) == "router2"
+    assert bitstream.default_router("ulx3s-85f", PRESETS["ulx3s-85f"]) is None
+    for board in ("ulx3s-45f", "ulx3s-25f"):
+        config = PRESETS[f"{board}-resident"]
+        assert bitstream.design_clock_mhz(board, config) == 62.5, board
+        assert bitstream.default_router(board, config) is None, board
+    # The clock the PLL makes for it still divides into 3 Mbaud within 2 %.
+    top = bitstream.board_top("ulx3s-85f", resident)
+    assert top.clock_mhz == pytest.approx(54.1667, abs=1e-3) and top.divisor == 18

@@ -50,7 +50,7 @@ def test_presets_and_the_one_default():
     # The 85F's engine is the plain ConvEngineConfig's; its resident preset adds the block.
     assert PRESETS["ulx3s-85f"] == ConvEngineConfig()
     assert PRESETS["ulx3s-85f-resident"] == replace(ConvEngineConfig(), resident_words=36864,
-                                                    program_words=8192)
+                                                    program_words=8192, clock_mhz=54)
     from hw.bitstream.registry import block_rams_needed, check_fits
     for board in ("ulx3s-85f", "ulx3s-45f", "ulx3s-25f"):
         assert not PRESETS[board].resident, board

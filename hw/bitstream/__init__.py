@@ -20,6 +20,7 @@ from .registry import (
     MULTIPLIERS,
     board_platform,
     default_config,
+    default_router,
     design_clock_mhz,
     multipliers_needed,
 )
@@ -41,8 +42,8 @@ __all__ = [
     "NEXTPNR_REPORT_NAME", "REPORT_NAME", "RESOURCE_CELLS", "TOP_NAME", "BitstreamError",
     "accelerator_report", "array_board_top", "board_platform", "board_top",
     "build_array_bitstream", "build_bitstream", "build_dir_for", "critical_path",
-    "default_config", "design_clock_mhz", "inputs_key", "load_report", "multipliers_needed",
-    "parse_nextpnr_report", "peak_throughput", "prepare_array_build", "prepare_build",
-    "source_state",
+    "default_config", "default_router", "design_clock_mhz", "inputs_key", "load_report",
+    "multipliers_needed", "parse_nextpnr_report", "peak_throughput", "prepare_array_build",
+    "prepare_build", "source_state",
     "timing_verdict", "tool_versions",
 ]

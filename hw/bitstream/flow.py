@@ -50,6 +50,7 @@ from .registry import (
     board_clock_mhz,
     check_board,
     default_config,
+    default_router,
     design_clock_mhz,
 )
 from .tools import STEPS, BitstreamError, run_plan, tool_versions
@@ -91,8 +92,9 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
         A model built in: the resident memories' initial contents and checksum
         (``report.json``'s ``image``); the build folder is ``<board>-<image key>``.
     router : str, optional
-        nextpnr's router (``"router2"``: the 85F with the resident block routes only with
-        it); default nextpnr's own (router1). ``report.json`` says which.
+        nextpnr's router; default :func:`~.registry.default_router` (router2 for the 85F
+        with the resident block, which router1 does not route; else nextpnr's own,
+        router1). ``report.json`` says which.
 
     Returns
     -------
@@ -118,6 +120,7 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
     say = _say(say)
     config = default_config(board) if config is None else config
     clock_mhz = design_clock_mhz(board, config, clock_mhz)
+    router = default_router(board, config) if router is None else router
     platform, top, plan = prepare_build(board, config, clock_mhz=clock_mhz, baud=baud,
                                         seed=seed, image=image, router=router)
     apply_tool_env()

@@ -19,6 +19,10 @@ DEFAULT_CONFIGS = {**ulx3s.DEFAULT_CONFIGS, **icebreaker.DEFAULT_CONFIGS}
 #: Board name -> the design clock (MHz) of the default build.
 DEFAULT_CLOCK_MHZ = {**ulx3s.DEFAULT_CLOCK_MHZ, **icebreaker.DEFAULT_CLOCK_MHZ}
 
+#: Board name -> nextpnr's router for a build with the resident block, where the board
+#: needs one other than nextpnr's default.
+RESIDENT_ROUTER = dict(ulx3s.RESIDENT_ROUTER)
+
 #: FPGA device -> its hardware multipliers (18x18 or 16x16 DSP blocks).
 MULTIPLIERS = {**ulx3s.MULTIPLIERS, **icebreaker.MULTIPLIERS}
 
@@ -163,6 +167,14 @@ def family_of(board):
 def board_clock_mhz(board):
     """The board oscillator's frequency in MHz."""
     return KNOWN_BOARDS[board]().default_clk_frequency / 1e6
+
+
+def default_router(board, config):
+    """nextpnr's router for ``config`` on ``board`` when none is asked: the board's
+    :data:`RESIDENT_ROUTER` for a configuration with the resident block, else None
+    (nextpnr's own, router1)."""
+    check_board(board)
+    return RESIDENT_ROUTER.get(board) if getattr(config, "resident", False) else None
 
 
 def design_clock_mhz(board, config, clock_mhz=None):

@@ -45,3 +45,8 @@ DEFAULT_CONFIGS = {name: PRESETS[name] for name in PLATFORMS}
 # and, since commit a0a95dd, does not route. 62.5 MHz is 25 MHz x 5 / 2 from the EHXPLLL; 3 Mbaud
 # takes a divisor of 21 there (0.8% slow, well inside an 8N1 receiver's tolerance).
 DEFAULT_CLOCK_MHZ = {"ulx3s-85f": 62.5, "ulx3s-45f": 62.5, "ulx3s-25f": 62.5}
+
+# nextpnr's router for a build with the resident block where nextpnr's default (router1)
+# does not route it: on the 85F router1 left 100 to 200 arcs unrouted after 17 and 33 min,
+# router2 routes it in 10 to 15 min (tessera/explore/board_builds.json).
+RESIDENT_ROUTER = {"ulx3s-85f": "router2"}

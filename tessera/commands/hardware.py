@@ -196,7 +196,8 @@ def add_commands(sub):
                    help="build the bare systolic array under an on-chip pattern instead")
     p.add_argument("--build", default="build")
     p.add_argument("--router", choices=("router1", "router2"), default=None,
-                   help="nextpnr's router (default: nextpnr's, router1; the 85F with the "
-                        "resident block routes with router2)")
+                   help="nextpnr's router (default: router2 for the 85F with the "
+                        "resident block, which router1 does not route; else nextpnr's, "
+                        "router1)")
     add_config_option(p, "the accelerator to build", "the board's own configuration")
     p.set_defaults(func=cmd_bitstream)

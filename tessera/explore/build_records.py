@@ -80,9 +80,10 @@ def record_from_report(report, *, label, date, critical_path=None, note=None):
 def add_record(data, record, *, history_only=False):
     """``data`` (the records file's content) with ``record`` added to ``history`` and, unless
     ``history_only``, in place of its configuration's earlier build in ``builds``. The
-    model fits builds asked for the board's default clock (the tools work harder on a
-    higher one, and LUT counts move with it): a build at another clock, or one that was
-    stopped, goes to the history only."""
+    model fits builds asked for the configuration's default clock (its preset's
+    ``clock_mhz``, else the board's: the tools work harder on a higher one, and LUT counts
+    move with it): a build at another clock, or one that was stopped, goes to the history
+    only."""
     builds = data["builds"]
     if not history_only:
         # The same board and configuration, whatever clock: the later build replaces it.
