@@ -276,21 +276,29 @@ class ResidentPlayer(wiring.Component):
             SkidBuffer(word_layout()))
         wiring.connect(m, to_accel.source, wiring.flipped(self.to_accel))
         wiring.connect(m, wiring.flipped(self.from_accel), from_accel.sink)
+        # The host's stream too: the top hands it to the player by the player's busy, and
+        # without the buffer that decision reached the engines' walkers (a word taken steps
+        # them) across the die (the 85F resident build's critical path). It holds at most
+        # two words, which only a command of the player takes.
+        m.submodules.from_host_skid = host_in = ResetInserter(engine_reset)(
+            SkidBuffer(word_layout()))
+        wiring.connect(m, wiring.flipped(self.from_host), host_in.sink)
+        from_host = host_in.source
         out = reader.output
         m.d.comb += [
             self.to_host.payload.eq(out.payload), to_accel.sink.payload.eq(out.payload),
             self.to_host.valid.eq(out.valid & sink_host),
             to_accel.sink.valid.eq(out.valid & ~sink_host),
             out.ready.eq(Mux(sink_host, self.to_host.ready, to_accel.sink.ready)),
-            writer.input.payload.eq(Mux(source_host, self.from_host.payload,
+            writer.input.payload.eq(Mux(source_host, from_host.payload,
                                         from_accel.source.payload)),
-            writer.input.valid.eq(Mux(source_host, self.from_host.valid,
+            writer.input.valid.eq(Mux(source_host, from_host.valid,
                                       from_accel.source.valid)),
             # In a PASS (the writer takes the accelerator's words) the host's words go to
             # the reader's host segments: the model's input, straight into its pass.
-            reader.host.payload.eq(self.from_host.payload),
-            reader.host.valid.eq(self.from_host.valid & ~source_host),
-            self.from_host.ready.eq(Mux(source_host, writer.input.ready, reader.host.ready)),
+            reader.host.payload.eq(from_host.payload),
+            reader.host.valid.eq(from_host.valid & ~source_host),
+            from_host.ready.eq(Mux(source_host, writer.input.ready, reader.host.ready)),
             from_accel.source.ready.eq(writer.input.ready & ~source_host),
         ]
 
