@@ -77,7 +77,7 @@ PRESETS = {
     # ceil(words / 512) DP16KD (hw.bitstream.block_rams_needed checks the device's count).
     # Not the boards' defaults: `make bitstream` keeps building the engine alone. The 85F's
     # runs at 54 MHz (the PLL makes 54.17; 3 Mbaud 0.3 % off): with the block it met that
-    # (60.44 MHz) and missed the board's 62.5 (54.96 MHz; docs/boards.md).
+    # (59.27 MHz) and missed the board's 62.5 (49.99 to 54.96 MHz; docs/boards.md).
     "ulx3s-85f-resident": ConvEngineConfig(array=ArrayConfig(rows=8, cols=8), act_depth=4096,
                                            weight_depth=1024, max_col_tiles=16,
                                            resident_words=36864, program_words=8192,
