@@ -149,12 +149,11 @@ def _engine_control(m, engine, walker, *, on_walk, drained, on_load=None):
     # the copy: the player's ``start`` is decoded from its state, and must not reach the
     # enables of the wide segment registers across the die (the 85F resident build's
     # critical path). ``busy`` covers that cycle.
-    command = _data(data.StructLayout({"direct": 1, "direct_base": 32, "direct_count": 32,
-                                       "seg_ptr": 32, "seg_count": len(engine.seg_count)}))
+    fields = ("direct", "direct_base", "direct_count", "seg_ptr", "seg_count")
+    command = _data(data.StructLayout({name: len(getattr(engine, name)) for name in fields}))
     with m.FSM(name="engine") as fsm:
         with m.State("IDLE"):
-            m.d.sync += command.eq(Cat(engine.direct, engine.direct_base, engine.direct_count,
-                                       engine.seg_ptr, engine.seg_count))
+            m.d.sync += [getattr(command, name).eq(getattr(engine, name)) for name in fields]
             with m.If(engine.start):
                 m.next = "COMMAND"
         with m.State("COMMAND"):

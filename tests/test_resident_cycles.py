@@ -33,15 +33,17 @@ def test_player_overheads_follow_the_table():
         resident_stream_cycles("PASS", 1, 1)
 
 
-def _player_cycles(kind, words, segments):
+def _player_cycles(kind, words, segments, *, limit):
     """Cycles of a run of ``kind`` (one record of ``words`` stream words in ``segments``
     equal segments, then ``END``) on the player with its memories under Amaranth's
     simulator: from the ``run`` strobe's cycle to the ``set_done`` pulse's, both counted;
-    a ``RECV``'s words offered by the host a word a cycle."""
+    a ``RECV``'s words offered by the host a word a cycle. The run may take ``limit``
+    cycles, the program's load as many."""
     from amaranth.sim import Simulator
 
     from bench.ooc_fmax import ResidentBlock
     from contract.resident import Segment, header
+    from sim.streams import run_bounded
 
     dut = ResidentBlock(data_words=1024, program_words=256)
     each = words // segments
@@ -83,13 +85,14 @@ def _player_cycles(kind, words, segments):
                 ctx.set(dut.from_host.payload, {"data": offered, "last": 0})
             if ctx.get(dut.set_done):
                 break
-            assert cycles < 2000, f"no done after {cycles} cycles"
+            assert cycles < limit, f"no done after {cycles} cycles"
         seen["cycles"] = cycles
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
-    sim.run()
+    assert run_bounded(sim, 1e-8 * (2 * limit + 8 * len(program))), \
+        f"{kind}: the program's load or the run hung"
     return seen["cycles"]
 
 
@@ -101,7 +104,7 @@ def test_stream_records_take_the_cycles_the_model_says(kind, words, segments):
     each next segment hides behind the walk of the one before, as the table assumes."""
     model = resident_run_cycles(resident_stream_cycles(kind, words, segments)
                                 + RESIDENT.RECORD)
-    assert _player_cycles(kind, words, segments) == model
+    assert _player_cycles(kind, words, segments, limit=2 * model) == model
 
 
 @pytest.mark.slow

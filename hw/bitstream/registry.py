@@ -174,7 +174,7 @@ def default_router(board, config):
     :data:`RESIDENT_ROUTER` for a configuration with the resident block, else None
     (nextpnr's own, router1)."""
     check_board(board)
-    return RESIDENT_ROUTER.get(board) if getattr(config, "resident", False) else None
+    return RESIDENT_ROUTER.get(board) if config.resident else None
 
 
 def design_clock_mhz(board, config, clock_mhz=None):
