@@ -64,7 +64,8 @@ class Harness(wiring.Component):
 
 
 #: The blocks ``make_block`` builds.
-BLOCKS = ("addrgen", "maxpool", "postprocess", "conv_engine", "host_bridge", "resident")
+BLOCKS = ("addrgen", "maxpool", "postprocess", "conv_engine", "host_bridge", "resident",
+          "array", "pumped_array")
 #: Names of standalone blocks that were retired into the post-processing bank.
 RETIRED = {"requant": "the standalone requantizer", "residual_add": "the standalone residual add"}
 
@@ -123,6 +124,12 @@ def make_block(name, rows, cols):
     if name == "postprocess":  # the engine's bank: requantization and residual add
         from hw.postprocess import PostProcessBank
         return PostProcessBank(lanes=cols)
+    if name == "array":  # the array alone, as the engine builds it
+        from hw.systolic import SystolicArray
+        return SystolicArray(config.array)
+    if name == "pumped_array":  # its multipliers in their own clock domain (hw.double_pumped)
+        from hw.double_pumped import DoublePumpedArray
+        return DoublePumpedArray(config.array)
     if name == "conv_engine":
         from hw.conv_engine import ConvEngine
         return ConvEngine(config)

@@ -33,6 +33,9 @@ STREAM_WIDTHS = (WORD_BITS,)
 #: Design clock range (MHz) a configuration may ask for; the board's PLL refuses what it
 #: cannot make within it.
 MIN_CLOCK_MHZ, MAX_CLOCK_MHZ = 1.0, 1000.0
+#: The values ``ArrayConfig.pump`` may take: logical rows per multiplier, and the array
+#: clock's multiple of the engine's (``hw/double_pumped.py``).
+PUMP_CHOICES = (1, 2)
 
 
 def check_positive_int(name, value, *, maximum=None):
@@ -160,11 +163,17 @@ class ArrayConfig:
         R x C processing elements; one output tile is R rows of A by C columns of B.
     acc_width : int
         Accumulator width in bits (two's complement, wraps like the golden model).
+    pump : int
+        Logical rows one DSP block serves (one of :data:`PUMP_CHOICES`): 1, one processing
+        element a multiplier, all in the engine's clock; 2, the processing elements in
+        their own clock domain at twice the engine's clock, each multiplier doing two
+        rows' MACs (``hw/double_pumped.py``; rows must be even). The results are the same.
     """
 
     rows: int = 8
     cols: int = 8
     acc_width: int = 32
+    pump: int = 1
 
     def __post_init__(self):
         check_positive_int("rows", self.rows, maximum=MAX_ARRAY_SIDE)
@@ -174,11 +183,24 @@ class ArrayConfig:
             raise ValueError(
                 f"acc_width must be at least 16 to hold one int8 x int8 product, "
                 f"not {self.acc_width!r}")
+        if self.pump not in PUMP_CHOICES or isinstance(self.pump, bool):
+            raise ValueError(f"pump must be one of {list(PUMP_CHOICES)} (logical rows a DSP "
+                             f"block serves), not {self.pump!r}")
+        if self.rows % self.pump:
+            raise ValueError(f"a double-pumped array (pump={self.pump}) pairs its rows on "
+                             f"its multipliers: rows must be a multiple of {self.pump}, "
+                             f"not {self.rows!r}")
 
     @property
     def name(self):
         """Folder-friendly name, one per netlist (Amaranth Verilog has no HDL parameters)."""
-        return f"r{self.rows}c{self.cols}a{self.acc_width}"
+        return (f"r{self.rows}c{self.cols}a{self.acc_width}"
+                + (f"p{self.pump}" if self.pump != 1 else ""))
+
+    @property
+    def multipliers(self):
+        """DSP blocks (multipliers) the array uses."""
+        return self.rows * self.cols // self.pump
 
     def as_dict(self):
         return asdict(self)
@@ -283,6 +305,9 @@ class ConvEngineConfig:
             raise ValueError(f"the engine's requantizer takes {ACC_WIDTH}-bit accumulators; "
                              f"array.acc_width must be {ACC_WIDTH}, "
                              f"not {self.array.acc_width!r}")
+        if self.array.pump != 1 and self.depthwise:
+            raise ValueError("the double-pumped array (array.pump 2) has no depthwise mode: "
+                             "build it with depthwise false, or with array.pump 1")
         if self.array.rows > 255:
             raise ValueError(f"array.rows must fit the 8-bit last_rows field, "
                              f"not {self.array.rows!r}")
@@ -346,7 +371,8 @@ class ConvEngineConfig:
     def from_env(cls, environ):
         """Inverse of the runner's environment (``TESSERA_ROWS`` ... and :meth:`env`)."""
         array = ArrayConfig(rows=int(environ["TESSERA_ROWS"]), cols=int(environ["TESSERA_COLS"]),
-                            acc_width=int(environ.get("TESSERA_ACC_WIDTH", "32")))
+                            acc_width=int(environ.get("TESSERA_ACC_WIDTH", "32")),
+                            pump=int(environ.get("TESSERA_PUMP", "1")))
         return cls(array=array, act_depth=int(environ["TESSERA_ACT_DEPTH"]),
                    weight_depth=int(environ["TESSERA_WEIGHT_DEPTH"]),
                    max_col_tiles=int(environ["TESSERA_MAX_COL_TILES"]),

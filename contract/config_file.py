@@ -27,6 +27,7 @@ from .config import (
     MAX_RESIDENT_WORDS,
     MAX_WEIGHT_DEPTH,
     MIN_CLOCK_MHZ,
+    PUMP_CHOICES,
     STREAM_WIDTHS,
     ArrayConfig,
     ConvEngineConfig,
@@ -107,6 +108,9 @@ FIELDS = {
     "array.cols": ("int", range(1, MAX_ARRAY_SIDE + 1)),
     # The engine's requantizer takes exactly this accumulator width (contract.requant).
     "array.acc_width": ("int", (ACC_WIDTH,)),
+    # 2: the array's multipliers on their own clock at twice the engine's, two rows each
+    # (hw/double_pumped.py; rows even, no depthwise mode, ECP5 boards).
+    "array.pump": ("int", PUMP_CHOICES),
     "act_depth": ("int", range(1, MAX_ACT_DEPTH + 1)),
     "weight_depth": ("int", range(1, MAX_WEIGHT_DEPTH + 1)),
     "max_col_tiles": ("int", range(1, MAX_COL_TILES + 1)),

@@ -52,6 +52,7 @@ from contract.streams import ACTIVATIONS_PER_WORD, PARAM_ENTRY_FIELDS
 
 from .addrgen import AddressGenerator, address_width, descriptor_layout
 from .addrgen_lean import LeanAddressGenerator
+from .double_pumped import DoublePumpedArray
 from .pipeline import skid_after, skid_between
 from .postprocess import (
     PostProcessBank,
@@ -223,8 +224,13 @@ class ConvEngine(wiring.Component):
         # Without the timing registers, the generator that shares its logic over cycles.
         generator = AddressGenerator if cfg.pipelined else LeanAddressGenerator
         m.submodules.addrgen = addrgen = generator(cfg)
-        m.submodules.array = array = SystolicArray(cfg.array, input_skid=cfg.pipelined,
-                                                   depthwise=cfg.depthwise)
+        if cfg.array.pump == 1:
+            array = SystolicArray(cfg.array, input_skid=cfg.pipelined, depthwise=cfg.depthwise)
+        else:
+            # Its processing elements in their own clock domain (hw.double_pumped), which
+            # the top provides; the same streams and results.
+            array = DoublePumpedArray(cfg.array)
+        m.submodules.array = array
         # A depthwise pass (docs/conv-engine.md, "Depthwise convolution"): each beat reads
         # the whole word at a lane's (word) address, and column j of the array takes byte
         # j % 4 of it. The descriptor holds still for the pass, so these are static selects.

@@ -61,7 +61,7 @@ def result_layout(cols, acc_width):
     })
 
 
-def _or_all(values):
+def or_all(values):
     """Bitwise OR of ``values`` as a balanced tree."""
     while len(values) > 1:
         values = [values[n] | values[n + 1] if n + 1 < len(values) else values[n]
@@ -69,7 +69,7 @@ def _or_all(values):
     return values[0]
 
 
-def _delayed(m, signal, ticks, en, name):
+def delayed(m, signal, ticks, en, name):
     """``signal`` through ``ticks`` registers that advance while ``en``."""
     for t in range(ticks):
         reg = Signal.like(signal, name=f"{name}_d{t + 1}")
@@ -175,9 +175,9 @@ class SystolicArray(wiring.Component):
                 m.d.comb += pe.en.eq(advance)
                 if j == 0:
                     m.d.comb += [
-                        pe.a_in.eq(_delayed(m, beat.a[i], i, advance, f"a{i}")),
-                        pe.valid_in.eq(_delayed(m, entering, i, advance, f"valid{i}")),
-                        pe.last_in.eq(_delayed(m, beat.last, i, advance, f"last{i}")),
+                        pe.a_in.eq(delayed(m, beat.a[i], i, advance, f"a{i}")),
+                        pe.valid_in.eq(delayed(m, entering, i, advance, f"valid{i}")),
+                        pe.last_in.eq(delayed(m, beat.last, i, advance, f"last{i}")),
                     ]
                 else:
                     left = pes[i][j - 1]
@@ -188,11 +188,11 @@ class SystolicArray(wiring.Component):
                     m.d.comb += [pe.a_in.eq(a_left), pe.valid_in.eq(left.valid_out),
                                  pe.last_in.eq(left.last_out)]
                 if i == 0:
-                    b_entry = _delayed(m, beat.b[j], j, advance, f"b{j}")
+                    b_entry = delayed(m, beat.b[j], j, advance, f"b{j}")
                     if self.depthwise and depthwise_words(cols) > 1:
                         # The tap's weight row holds every column's weight; a column
                         # whose channel is in another word than this beat's takes 0.
-                        word_j = _delayed(m, beat.word, j, advance, f"word{j}")
+                        word_j = delayed(m, beat.word, j, advance, f"word{j}")
                         b_entry = Mux(self.depthwise_mode
                                       & (word_j != j // DEPTHWISE_WORD), 0, b_entry)
                     m.d.comb += pe.b_in.eq(b_entry)
@@ -261,7 +261,7 @@ class SystolicArray(wiring.Component):
             for j in range(cols):
                 picked = [pes[i][j].hold & row[i].replicate(self.config.acc_width)
                           for i in range(rows)]
-                m.d.sync += self.results.payload.c[j].eq(_or_all(picked))
+                m.d.sync += self.results.payload.c[j].eq(or_all(picked))
 
         for i in range(rows):
             read_now = full[i] & row[i] & out_free

@@ -11,9 +11,11 @@ def array_verilog(config):
     """Verilog text of the systolic array for ``config`` (one netlist per configuration)."""
     from amaranth.back import verilog
 
+    from .double_pumped import DoublePumpedArray
     from .systolic import SystolicArray
 
-    return verilog.convert(SystolicArray(config), name=TOP_NAME, emit_src=False)
+    array = SystolicArray(config) if config.pump == 1 else DoublePumpedArray(config)
+    return verilog.convert(array, name=TOP_NAME, emit_src=False)
 
 
 def write_array_verilog(config, build_root="build"):

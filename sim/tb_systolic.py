@@ -2,8 +2,10 @@
 
 Driver (operand beats, optional idle cycles) + monitor (result beats, optional stalls) +
 golden model (``models.gemm``) + in-order scoreboard. Configuration arrives through the
-environment (``TESSERA_ROWS``, ``TESSERA_COLS``, ``TESSERA_ACC_WIDTH``, ``TESSERA_SEED``)
-because the Verilog has no HDL parameters: one netlist per configuration.
+environment (``TESSERA_ROWS``, ``TESSERA_COLS``, ``TESSERA_ACC_WIDTH``, ``TESSERA_PUMP``,
+``TESSERA_SEED``) because the Verilog has no HDL parameters: one netlist per configuration.
+A double-pumped array (``TESSERA_PUMP`` 2) runs its processing elements on a second clock,
+``array_clk``, at twice the design clock (``sim.cocotb_util.clock_and_reset``).
 """
 
 import json
@@ -23,7 +25,8 @@ from sw_driver.gemm_tiling import assemble_results, operand_beats, plan_gemm
 def _config():
     return ArrayConfig(rows=int(os.environ["TESSERA_ROWS"]),
                        cols=int(os.environ["TESSERA_COLS"]),
-                       acc_width=int(os.environ.get("TESSERA_ACC_WIDTH", "32")))
+                       acc_width=int(os.environ.get("TESSERA_ACC_WIDTH", "32")),
+                       pump=int(os.environ.get("TESSERA_PUMP", "1")))
 
 
 def _seed():

@@ -489,8 +489,8 @@ def plan_document(plan):
                       "unmeasured": plan.get("unmeasured", []),
                       "images_per_s": round(plan["images_per_s"], 2),
                       # The clock the design is built for, as if it meets it.
-                      "peak_gops": peak_throughput(config, plan["clock_mhz"],
-                                                   True)["peak_gops"]},
+                      "peak_gops": peak_throughput(
+                          config, plan["clock_mhz"] * config.array.pump, True)["peak_gops"]},
         "layers": [dataclasses.asdict(c) for c in plan["layers"]],
         "fallbacks": [{"layer": f.name, "op": f.op, "reason": f.reason,
                        "cpu_seconds": f.seconds} for f in plan["fallbacks"]],

@@ -87,9 +87,15 @@ def test_round_trip_with_every_field_set(tmp_path):
                                       "depthwise": True, "resident_add": True,
                                       "resident_words": 5000,
                                       "program_words": 300, "add_lanes": 2,
-                                      "array": {"rows": 3, "cols": 5, "acc_width": 32}}
+                                      "array": {"rows": 3, "cols": 5, "acc_width": 32,
+                                                "pump": 1}}
     # An unset clock is left out of the file rather than written as a value TOML lacks.
     assert "clock_mhz" not in config_to_dict(PRESETS["default"])
+    # The double-pumped array (no depthwise mode, so not in the configuration above).
+    pumped = replace(PRESETS["ulx3s-85f"], array=ArrayConfig(rows=16, cols=8, pump=2))
+    (tmp_path / "p.toml").write_text(dumps_toml(pumped))
+    assert load_config(tmp_path / "p.toml") == pumped
+    assert pumped.name.startswith("conv_engine-r16c8a32p2-")
 
 
 def test_a_file_overrides_its_base_preset(tmp_path):
@@ -121,11 +127,11 @@ BAD_TOML = [
     ("clock_mhz = nan", "clock_mhz must be a number from 1 to 1000, not nan (a number)"),
     ('clock_mhz = "fast"', "clock_mhz must be a number from 1 to 1000, not 'fast' (a string)"),
     ("rows = 2", "unknown field 'rows'; known fields: base, array.rows, array.cols, "
-                 "array.acc_width, act_depth, weight_depth, max_col_tiles, stream_width, "
-                 "clock_mhz"),
+                 "array.acc_width, array.pump, act_depth, weight_depth, max_col_tiles, "
+                 "stream_width, clock_mhz"),
     ("[array]\nrowz = 2", "unknown field 'array.rowz'; known fields: base, array.rows"),
     ("array = 4", "array must be a table ([array]) of array.rows, array.cols, "
-                  "array.acc_width, not 4"),
+                  "array.acc_width, array.pump, not 4"),
     ('base = "huge"', "base must be a preset name, one of default, tiny, ulx3s-85f"),
     ("act_depth = ", "not valid TOML ("),
     ("resident_words = -1", "resident_words must be an integer from 0 to 1048576, not -1"),

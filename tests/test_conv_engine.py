@@ -250,6 +250,10 @@ RTL_CONFIGS = [
     # full): regular layers with the mode off, depthwise ones with it on.
     ConvEngineConfig(array=ArrayConfig(rows=3, cols=6), act_depth=4096, weight_depth=1024,
                      max_col_tiles=8, depthwise=True),
+    # The double-pumped array (hw/double_pumped.py): its processing elements on a second
+    # clock at twice the engine's, two rows to a multiplier.
+    ConvEngineConfig(array=ArrayConfig(rows=4, cols=3, pump=2), act_depth=4096,
+                     weight_depth=1024, max_col_tiles=8),
 ]
 
 

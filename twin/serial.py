@@ -16,15 +16,16 @@ import ctypes
 import threading
 from pathlib import Path
 
-from amaranth import ClockDomain, Module, Signal
+from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.config import ConvEngineConfig
 
-from .dma import FLAGS, config_folder_name, source_key, verilate
+from .dma import ARRAY_CLOCK_HEADER, FLAGS, clock_flags, config_folder_name, source_key, verilate
 from .handle import LibraryModel
 from .runner import BUILD_ROOT
+from .top import add_clock_domains, clock_ports
 
 HERE = Path(__file__).resolve().parent
 HARNESS = HERE / "harness" / "serial_harness.cpp"
@@ -39,16 +40,13 @@ class SerialTwinTop(wiring.Component):
         from hw.uart_top import UartTop
 
         self.inner = UartTop(config, byte_port=True, image=image)
+        self.config = config
         super().__init__({"rx": In(stream.Signature(8)), "tx": Out(stream.Signature(8)),
-                          "irq": Out(1), "clock": In(1), "reset": In(1)})
+                          "irq": Out(1), **clock_ports(config)})
 
     def elaborate(self, platform):
         m = Module()
-        m.domains.sync = sync = ClockDomain()
-        m.domains.unreset = unreset = ClockDomain(reset_less=True)
-        reset = Signal(init=1)
-        m.d.comb += [sync.clk.eq(self.clock), unreset.clk.eq(self.clock), sync.rst.eq(reset)]
-        m.d.unreset += reset.eq(self.reset)
+        add_clock_domains(m, self, self.config)
         m.submodules.inner = inner = self.inner
 
         rx_valid, rx_payload = Signal(), Signal(8)
@@ -74,9 +72,11 @@ def build_serial_twin(config, *, image=None, build_root=BUILD_ROOT, log=print):
     if image is not None:
         image.check_fits(config.resident_words, config.program_words)
     tag = "" if image is None else f"-{image.key}"
+    flags = FLAGS + clock_flags(config)
+    sources = (Path(__file__), HARNESS, ARRAY_CLOCK_HEADER, Path(__file__).parent / "top.py")
     folder = (Path(build_root).resolve() / "twin-serial" / f"{config_folder_name(config)}"
-              f"{tag}-{source_key(config, FLAGS, (Path(__file__), HARNESS))}")
-    return verilate(folder, lambda: SerialTwinTop(config, image), flags=FLAGS,
+              f"{tag}-{source_key(config, flags, sources)}")
+    return verilate(folder, lambda: SerialTwinTop(config, image), flags=flags,
                     harness=HARNESS, what="serial twin", label=config.name + tag, log=log)
 
 

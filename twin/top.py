@@ -12,7 +12,33 @@ from amaranth import ClockDomain, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
+from hw.double_pumped import ARRAY_DOMAIN
 from hw.resident import accelerator_top
+
+
+def clock_ports(config):
+    """The ports a twin top's clocks take: ``clock`` and ``reset``, and ``array_clock``
+    where the array runs on its own clock (``config.array.pump`` 2; the harness drives it
+    at twice ``clock`` when built with ``-DTWIN_ARRAY_CLOCK``: ``harness/array_clock.h``)."""
+    ports = {"clock": In(1), "reset": In(1)}
+    if config.array.pump != 1:
+        ports["array_clock"] = In(1)
+    return ports
+
+
+def add_clock_domains(m, top, config):
+    """``sync`` and ``unreset`` on ``top.clock`` (and the array's domain on
+    ``top.array_clock`` where there is one), ``sync`` and the array's reset from a register
+    of ``top.reset`` (why: the module docstring)."""
+    m.domains.sync = sync = ClockDomain()
+    m.domains.unreset = unreset = ClockDomain(reset_less=True)
+    reset = Signal(init=1)
+    m.d.comb += [sync.clk.eq(top.clock), unreset.clk.eq(top.clock), sync.rst.eq(reset)]
+    m.d.unreset += reset.eq(top.reset)
+    if config.array.pump != 1:
+        array = ClockDomain(ARRAY_DOMAIN)
+        m.domains += array
+        m.d.comb += [array.clk.eq(top.array_clock), array.rst.eq(reset)]
 
 
 class TwinTop(wiring.Component):
@@ -28,16 +54,13 @@ class TwinTop(wiring.Component):
 
     def __init__(self, config):
         self.core = accelerator_top(config)
-        super().__init__({**dict(self.core.signature.members), "clock": In(1), "reset": In(1),
+        self.config = config
+        super().__init__({**dict(self.core.signature.members), **clock_ports(config),
                           "flush": In(1)})
 
     def elaborate(self, platform):
         m = Module()
-        m.domains.sync = sync = ClockDomain()
-        m.domains.unreset = unreset = ClockDomain(reset_less=True)
-        reset = Signal(init=1)
-        m.d.comb += [sync.clk.eq(self.clock), unreset.clk.eq(self.clock), sync.rst.eq(reset)]
-        m.d.unreset += reset.eq(self.reset)
+        add_clock_domains(m, self, self.config)
         m.submodules.core = core = self.core
 
         csr = core.csr

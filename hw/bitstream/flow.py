@@ -15,8 +15,10 @@ progress lines, into ``build/<board>/``. ``report.json`` there carries:
 - ``block_ram``: the DP16KD placed and what :func:`~.registry.block_rams_needed` counts
   per part, and the resident memories' depths; ``image``: a built-in model's key,
   checksum and sizes (None without one),
-- ``array_clock_mhz`` (the clock the array runs at: the design clock, which it shares)
-  and ``peak_gops`` (2 x rows x columns x that clock, in GOP/s; None when timing is not
+- ``array_clock_mhz`` (the clock the array runs at: the design clock, which it shares, or
+  for ``array.pump`` 2 the PLL's second output at twice it; ``array_fmax_mhz`` is
+  nextpnr's fmax of that clock, and ``timing_met`` needs both clocks met)
+  and ``peak_gops`` (2 x multipliers x that clock, in GOP/s; None when timing is not
   met, since the build does not run at that clock),
 - the configuration (its ``clock_mhz`` the clock asked for, so it rebuilds the same
   design), the critical path, tool versions, wall times and the log paths.
@@ -184,9 +186,10 @@ def image_report(image):
 
 def peak_throughput(config, array_clock_mhz, timing_met):
     """``report.json``'s ``array_clock_mhz`` and ``peak_gops``: two operations (a multiply
-    and an add) per PE a cycle at the clock the array runs at, counted only where the
+    and an add) per multiplier a cycle at the clock the array runs at (a double-pumped
+    array's multiplier does two PEs' work at twice the clock), counted only where the
     build meets that clock."""
-    peak = 2 * config.rows * config.cols * array_clock_mhz / 1e3
+    peak = 2 * config.array.multipliers * array_clock_mhz / 1e3
     return {"array_clock_mhz": round(array_clock_mhz, 6),
             "peak_gops": round(peak, 3) if timing_met else None}
 
@@ -200,6 +203,13 @@ def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, b
     parsed = parse_nextpnr_report(raw, platform.family)
     paths = critical_path(raw)
     clock, fmax_mhz, failure = timing_verdict(parsed, paths, top.clock_mhz, logs["nextpnr"])
+    array_fmax_mhz = fmax_mhz
+    if config.array.pump != 1:  # the array's own clock must be met too
+        _, array_fmax_mhz, array_failure = timing_verdict(parsed, paths, top.array_clock_mhz,
+                                                          logs["nextpnr"])
+        if array_failure is not None:
+            array_failure = f"array clock: {array_failure}"
+        failure = failure or array_failure
     report = {
         "board": board,
         "kind": "accelerator",
@@ -214,7 +224,8 @@ def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, b
         "clock_net": None if clock is None else clock["net"],
         "fmax_mhz": fmax_mhz,
         "timing_met": failure is None,
-        **peak_throughput(config, top.clock_mhz, failure is None),
+        "array_fmax_mhz": array_fmax_mhz,
+        **peak_throughput(config, top.array_clock_mhz, failure is None),
         "pll": top.pll_settings.as_dict(),
         "uart": {"baud": baud, "divisor": top.divisor,
                  "baud_error_percent": round(100 * top.baud_error, 3)},

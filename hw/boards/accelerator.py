@@ -16,6 +16,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 
 from contract.config import ConvEngineConfig
 
+from ..double_pumped import ARRAY_DOMAIN
 from ..uart_top import UartTop
 from .pll import (
     DEFAULT_TOLERANCE,
@@ -94,10 +95,23 @@ class AcceleratorBoardTop(wiring.Component):
         self.config = config
         self.image = image
         self.family = family
-        find = ecp5_pll_settings if family == "ecp5" else ice40_pll_settings
+        pump = config.array.pump
+        if pump != 1 and family != "ecp5":
+            self._MustUse__silence = True  # refused: nothing to elaborate
+            raise ValueError(f"an array on its own clock (array.pump {pump}) needs the "
+                             f"ECP5's second PLL output; {family} builds take array.pump 1")
         try:
-            self.pll_settings = find(board_clock_mhz, clock_mhz, tolerance=tolerance)
+            if family == "ecp5":
+                self.pll_settings = ecp5_pll_settings(board_clock_mhz, clock_mhz,
+                                                      tolerance=tolerance,
+                                                      array_multiple=pump)
+            else:
+                self.pll_settings = ice40_pll_settings(board_clock_mhz, clock_mhz,
+                                                       tolerance=tolerance)
             self.clock_mhz = self.pll_settings.f_out_mhz
+            #: The clock the array runs at: the design clock, or the PLL's second output.
+            self.array_clock_mhz = (self.pll_settings.f_array_mhz if pump != 1
+                                    else self.clock_mhz)
             self.divisor, self.baud_error = uart_divisor(self.clock_mhz, baud)
         except ValueError:
             # A refused top is not a forgotten one: no "created but never used" warning.
@@ -109,6 +123,9 @@ class AcceleratorBoardTop(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.domains.sync = ClockDomain("sync")
+        pumped = self.config.array.pump != 1
+        if pumped:
+            m.domains += ClockDomain(ARRAY_DOMAIN)
         m.submodules.link = link = UartTop(self.config, divisor=self.divisor,
                                                 image=self.image)
         if platform is None:
@@ -125,6 +142,10 @@ class AcceleratorBoardTop(wiring.Component):
             m.submodules.pll = pll = Ice40PllPad(self.pll_settings, pad.io)
         m.d.comb += ClockSignal("sync").eq(pll.clk_out)
         m.submodules.reset_sync = ResetSynchronizer(~pll.locked, domain="sync")
+        if pumped:
+            m.d.comb += ClockSignal(ARRAY_DOMAIN).eq(pll.array_clk_out)
+            m.submodules.array_reset_sync = ResetSynchronizer(~pll.locked,
+                                                              domain=ARRAY_DOMAIN)
 
         uart = platform.request("uart", 0, dir="-")
         m.submodules.uart_rx_buffer = rx = io.Buffer("i", uart.rx)

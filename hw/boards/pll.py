@@ -66,10 +66,23 @@ class Ecp5PllSettings:
     clki_div: int
     clkfb_div: int
     clkop_div: int
+    #: ``CLKOS = f_out * array_multiple`` (``f_vco / (clkop_div / array_multiple)``) for an
+    #: array on its own clock (``hw.double_pumped``); 1: no second output.
+    array_multiple: int = 1
 
     @property
     def f_out_mhz(self):
         return self.f_in_mhz * self.clkfb_div / self.clki_div
+
+    @property
+    def clkos_div(self):
+        return self.clkop_div // self.array_multiple
+
+    @property
+    def f_array_mhz(self):
+        """The second output's frequency (the array's clock), ``array_multiple`` times
+        ``f_out_mhz`` and in phase with it."""
+        return self.f_vco_mhz / self.clkos_div
 
     @property
     def f_pfd_mhz(self):
@@ -83,14 +96,18 @@ class Ecp5PllSettings:
         return {"primitive": "EHXPLLL", "f_in_mhz": self.f_in_mhz,
                 "f_out_mhz": round(self.f_out_mhz, 6), "f_vco_mhz": round(self.f_vco_mhz, 3),
                 "CLKI_DIV": self.clki_div, "CLKFB_DIV": self.clkfb_div,
-                "CLKOP_DIV": self.clkop_div}
+                "CLKOP_DIV": self.clkop_div,
+                **({"CLKOS_DIV": self.clkos_div, "f_array_mhz": round(self.f_array_mhz, 6)}
+                   if self.array_multiple != 1 else {})}
 
 
-def ecp5_pll_settings(f_in_mhz, f_out_mhz, *, tolerance=DEFAULT_TOLERANCE):
+def ecp5_pll_settings(f_in_mhz, f_out_mhz, *, tolerance=DEFAULT_TOLERANCE, array_multiple=1):
     """The EHXPLLL dividers whose output is closest to ``f_out_mhz``.
 
     Ties go to the highest VCO frequency (lowest jitter). Raises :class:`PllError` when the
-    best setting is more than ``tolerance`` (relative) away.
+    best setting is more than ``tolerance`` (relative) away. ``array_multiple`` > 1 also
+    asks for ``CLKOS`` at that multiple of the output (the array's clock): only ``CLKOP``
+    dividers that are multiples of it qualify, and the second output must be in range too.
     """
     f_in = _check_mhz("f_in_mhz", f_in_mhz)
     f_out = _check_mhz("f_out_mhz", f_out_mhz)
@@ -112,12 +129,14 @@ def ecp5_pll_settings(f_in_mhz, f_out_mhz, *, tolerance=DEFAULT_TOLERANCE):
                     vco = out * clkop_div
                     if vco > ECP5_VCO_MHZ[1]:
                         break
-                    if vco < ECP5_VCO_MHZ[0]:
+                    if vco < ECP5_VCO_MHZ[0] or clkop_div % array_multiple \
+                            or out * array_multiple > ECP5_OUT_MHZ[1]:
                         continue
                     key = (abs(out - f_out), -vco, clki_div)
                     if best_key is None or key < best_key:
                         best_key = key
-                        best = Ecp5PllSettings(f_in, clki_div, clkfb_div, clkop_div)
+                        best = Ecp5PllSettings(f_in, clki_div, clkfb_div, clkop_div,
+                                               array_multiple)
     if best is None or abs(best.f_out_mhz - f_out) > tolerance * f_out:
         _refuse("ECP5", f_in, f_out, None if best is None else best.f_out_mhz,
                 ECP5_OUT_MHZ, tolerance)
@@ -195,19 +214,25 @@ def ice40_pll_settings(f_in_mhz, f_out_mhz, *, tolerance=DEFAULT_TOLERANCE):
 class Ecp5Pll(wiring.Component):
     """An ``EHXPLLL`` making ``clk_out`` from ``clk_in``; ``locked`` from its LOCK pin."""
 
-    clk_in: In(1)
-    clk_out: Out(1)
-    locked: Out(1)
-
     def __init__(self, settings):
         if not isinstance(settings, Ecp5PllSettings):
             raise TypeError(f"settings must be Ecp5PllSettings, not {settings!r}")
         self.settings = settings
-        super().__init__()
+        ports = {"clk_in": In(1), "clk_out": Out(1), "locked": Out(1)}
+        if settings.array_multiple != 1:
+            ports["array_clk_out"] = Out(1)  # CLKOS: the array's clock
+        super().__init__(ports)
 
     def elaborate(self, platform):
         m = Module()
         s = self.settings
+        second = {}
+        if s.array_multiple != 1:
+            # CLKOS from the same VCO, its edges aligned with CLKOP's (no phase shift).
+            second = dict(a_FREQUENCY_PIN_CLKOS=f"{s.f_array_mhz:.6g}",
+                          p_CLKOS_ENABLE="ENABLED", p_CLKOS_DIV=s.clkos_div,
+                          p_CLKOS_CPHASE=s.clkos_div - 1, p_CLKOS_FPHASE=0,
+                          p_OUTDIVIDER_MUXB="DIVB", i_ENCLKOS=0, o_CLKOS=self.array_clk_out)
         m.submodules.pll = Instance(
             "EHXPLLL",
             # Frequencies as attributes, the way Lattice's tools and ecppll annotate them;
@@ -228,6 +253,7 @@ class Ecp5Pll(wiring.Component):
             i_RST=0, i_STDBY=0, i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=0,
             i_PHASESTEP=0, i_PHASELOADREG=0, i_PLLWAKESYNC=0, i_ENCLKOP=0,
             o_LOCK=self.locked,
+            **second,
         )
         return m
 

@@ -30,7 +30,7 @@ def engine_config(args):
     if rows is not None or cols is not None:
         array = ArrayConfig(rows=config.rows if rows is None else rows,
                             cols=config.cols if cols is None else cols,
-                            acc_width=config.acc_width)
+                            acc_width=config.acc_width, pump=config.array.pump)
         config = dataclasses.replace(config, array=array)
     return config
 

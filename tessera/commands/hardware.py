@@ -146,7 +146,7 @@ def cmd_bitstream(args):
             config = default_config(args.board)
         if args.config is None and (args.rows is not None or args.cols is not None):
             array = ArrayConfig(rows=pick(args.rows, config.rows),
-                                cols=pick(args.cols, config.cols))
+                                cols=pick(args.cols, config.cols), pump=config.array.pump)
             config = dataclasses.replace(config, array=array)
         # --clock-mhz, else the configuration's clock, else the board's (None).
         report = build_bitstream(args.board, config, build_root=args.build,

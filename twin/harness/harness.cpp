@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "Vtessera_top.h"
+#include "array_clock.h"
 #include "verilated.h"
 #ifdef TWIN_TRACE
 #include "verilated_fst_c.h"
@@ -57,12 +58,15 @@ struct Twin {
         top->dbg_force_error = raise_error;
         raise_error = false;
         top->clock = 0;
+        TWIN_ARRAY_CLOCK_LOW(top);
         top->eval();
         const bool h2c_fire = sending && top->h2c___05Fready;
         const bool c2h_fire = top->c2h___05Fvalid;  // already qualified by the twin's ready
         const uint64_t c2h_word = top->c2h___05Fpayload;
         dump();
+        TWIN_ARRAY_CLOCK_MIDCYCLE(top);
         top->clock = 1;
+        TWIN_ARRAY_CLOCK_HIGH(top);
         top->eval();
         dump();
         if (h2c_fire) {

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "Vtessera_top.h"
+#include "array_clock.h"
 #include "verilated.h"
 
 namespace {
@@ -27,11 +28,14 @@ struct SerialTwin {
         if (sending) top->rx___05Fpayload = to_device.front();
         top->tx___05Fready = tx_wait == 0;
         top->clock = 0;
+        TWIN_ARRAY_CLOCK_LOW(top);
         top->eval();
         const bool rx_fire = sending && top->rx___05Fready;
         const bool tx_fire = top->tx___05Fvalid;  // qualified by the registered ready
         const uint8_t tx_byte = top->tx___05Fpayload;
+        TWIN_ARRAY_CLOCK_MIDCYCLE(top);
         top->clock = 1;
+        TWIN_ARRAY_CLOCK_HIGH(top);
         top->eval();
         if (rx_wait) --rx_wait;
         if (tx_wait) --tx_wait;

@@ -1,0 +1,322 @@
+"""The systolic array with its multipliers at twice the engine's clock: the engine's R x C
+array (R even) on R/2 x C DSP blocks, each block doing the work of two processing elements.
+
+Why: on the ECP5-85F the bare 8x8 array closes at 170 MHz, the control around it near
+62.5 to 80 MHz (docs/boards.md). Here only the processing elements run fast, so a DSP
+block does two MACs per engine cycle and the engine, its buffers and its address generator
+stay at the clock they close at (the feeder is the R-row engine's, unchanged).
+
+Clocks: the ``operands`` and ``results`` streams are in ``sync``, the engine's clock; the
+processing elements run in ``ARRAY_DOMAIN``, at least ``PUMP`` times as fast for the full
+rate (on a board, exactly that, from the same PLL). Both streams cross through Amaranth's
+``AsyncFIFO``, so the two clocks need no phase relation, in hardware or in simulation.
+
+Inside ``ARRAY_DOMAIN`` a *tick* is ``PUMP`` cycles, ``phase`` 0 then 1. The logical
+array is ``hw.systolic``'s dataflow (PE(i, j) sees the pair for k at tick k + i + j) with a
+two-tick multiplier: its registers move at the end of a tick (``step``), and its stall and
+drain are decided once a tick. The DSP block of physical PE (p, j) takes logical row 2p's
+pair in phase 0 and row 2p+1's in phase 1; its pipeline advances on both cycles of a tick
+that advances, so the products come back two ticks later in the same order, each into its
+own row's accumulator (docs/architecture.md, "The array's own clock").
+"""
+
+from amaranth import Cat, Module, Mux, Shape, Signal, signed
+from amaranth.hdl import DomainRenamer
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import AsyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from contract.config import ArrayConfig
+
+from .multiplier import mult18x18d
+from .systolic import delayed, operand_layout, or_all, result_layout
+
+#: The clock domain the processing elements run in.
+ARRAY_DOMAIN = "array"
+#: Cycles of ``ARRAY_DOMAIN`` per tick: the logical rows one DSP block serves.
+PUMP = 2
+#: Depth of each crossing FIFO: enough to cover the pointer synchronizers' round trip at
+#: one beat per engine cycle.
+CROSSING_DEPTH = 8
+
+
+class PumpedMultiplier(wiring.Component):
+    """``p`` is ``a * b`` from ``latency`` enabled cycles earlier: two ticks of the
+    logical array, so one pair in each phase comes back in the phase it went in.
+
+    On ECP5 one MULT18X18D with its input and output registers plus two fabric registers;
+    elsewhere behavioural with the same latency.
+    """
+
+    a: In(signed(8))
+    b: In(signed(8))
+    en: In(1)
+    p: Out(signed(16))
+
+    latency = 2 * PUMP
+
+    def elaborate(self, platform):
+        m = Module()
+        stage = Signal(signed(16))
+        if getattr(platform, "family", None) == "ecp5":
+            dsp_p = Signal(36)
+            m.submodules.dsp = mult18x18d(Cat(self.a, self.a[7].replicate(10)),
+                                          Cat(self.b, self.b[7].replicate(10)),
+                                          dsp_p, en=self.en)
+            product = dsp_p[:16]
+        else:
+            a_reg, b_reg = Signal(signed(8)), Signal(signed(8))
+            product = Signal(signed(16))
+            with m.If(self.en):
+                m.d.sync += [a_reg.eq(self.a), b_reg.eq(self.b), product.eq(a_reg * b_reg)]
+        with m.If(self.en):
+            m.d.sync += [stage.eq(product), self.p.eq(stage)]
+        return m
+
+
+class DualProcessingElement(wiring.Component):
+    """Two processing elements of one array column, logical rows 2p (index 0) and 2p+1
+    (index 1), on one multiplier.
+
+    ``advance`` is high for both cycles of a tick in which the logical array advances;
+    ``step`` is high in the second of them (the logical registers move at its end). The
+    ports are ``hw.pe.ProcessingElement``'s, one per row; ``b`` passes through both rows.
+    """
+
+    def __init__(self, *, acc_width=32):
+        self.acc_width = acc_width
+        pair = data.ArrayLayout(signed(8), 2)
+        super().__init__({
+            "advance": In(1),
+            "step": In(1),
+            "a_in": In(pair),
+            "b_in": In(signed(8)),
+            "valid_in": In(2),
+            "last_in": In(2),
+            "a_out": Out(pair),
+            "b_out": Out(signed(8)),
+            "valid_out": Out(2),
+            "last_out": Out(2),
+            "capture": Out(2),
+            "capture_next": Out(2),
+            "hold": Out(data.ArrayLayout(signed(acc_width), 2)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        step, advance = self.step, self.advance
+        # Row 1's b is row 0's, a tick later (it moves down one row a tick).
+        b_mid = Signal(signed(8))
+        valid_d1, valid_d2, last_d1, last_d2 = (Signal(2, name=n) for n in
+                                                ("valid_d1", "valid_d2", "last_d1", "last_d2"))
+        with m.If(step):
+            m.d.sync += [
+                self.a_out.eq(self.a_in), b_mid.eq(self.b_in), self.b_out.eq(b_mid),
+                self.valid_out.eq(self.valid_in), self.last_out.eq(self.last_in),
+                valid_d1.eq(self.valid_in), valid_d2.eq(valid_d1),
+                last_d1.eq(self.last_in), last_d2.eq(last_d1),
+                # As ProcessingElement's with a two-tick multiplier: `capture` is high in
+                # the tick whose end writes `hold`, `capture_next` a tick before.
+                self.capture.eq(valid_d1 & last_d1),
+                self.capture_next.eq(self.valid_in & self.last_in),
+            ]
+
+        # While advancing, `step` is the phase: row 0's pair goes in on the first cycle of
+        # the tick, row 1's on the second. Stalled, the multiplier holds (en low).
+        m.submodules.mul = mul = PumpedMultiplier()
+        m.d.comb += [mul.a.eq(Mux(step, self.a_in[1], self.a_in[0])),
+                     mul.b.eq(Mux(step, b_mid, self.b_in)), mul.en.eq(advance)]
+
+        # The products come back two ticks later in the same phases: row 0's at the end of
+        # the first cycle, row 1's at the end of the second.
+        acc = [Signal(signed(self.acc_width), name=f"acc{r}") for r in range(2)]
+        fresh = [Signal(init=1, name=f"fresh{r}") for r in range(2)]
+        total = [Signal(signed(self.acc_width), name=f"total{r}") for r in range(2)]
+        for r in range(2):
+            m.d.comb += total[r].eq(Mux(fresh[r], 0, acc[r]) + mul.p)
+        with m.If(advance & ~step & valid_d2[0]):
+            m.d.sync += [acc[0].eq(total[0]), fresh[0].eq(last_d2[0])]
+        with m.If(step & valid_d2[1]):
+            m.d.sync += [acc[1].eq(total[1]), fresh[1].eq(last_d2[1])]
+        # `hold` is written at the tick's end, as the logical array's is: row 0's finished
+        # sum has been in its accumulator since the first cycle.
+        with m.If(step & self.capture[0]):
+            m.d.sync += self.hold[0].eq(acc[0])
+        with m.If(step & self.capture[1]):
+            m.d.sync += self.hold[1].eq(total[1])
+        return m
+
+
+class PumpedCore(wiring.Component):
+    """The logical R x C array on R/2 x C ``DualProcessingElement``s, in one clock domain
+    (``sync`` here; ``DoublePumpedArray`` renames it). Its streams move at the end of a
+    tick only (``operands.ready`` and ``results.valid`` are low in phase 0)."""
+
+    def __init__(self, config):
+        if config.rows % PUMP:
+            raise ValueError(f"a double-pumped array needs an even number of rows, "
+                             f"not rows={config.rows}")
+        self.config = config
+        super().__init__({
+            "operands": In(stream.Signature(operand_layout(config.rows, config.cols))),
+            "results": Out(stream.Signature(result_layout(config.cols, config.acc_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        rows, cols, width = self.config.rows, self.config.cols, self.config.acc_width
+
+        phase = Signal()            # 0, 1: the cycle of the tick
+        m.d.sync += phase.eq(~phase)
+        # Whether the logical array advances this tick; decided at the end of the last one.
+        advance = Signal(init=1)
+        step = Signal()             # advance, in the tick's second cycle
+        m.d.sync += step.eq(~phase & advance)
+
+        # Input stage: the beat the array takes this tick, held for both cycles.
+        beat = Signal(operand_layout(rows, cols))
+        beat_full = Signal()
+        gap = max(rows, cols)       # hw.systolic: two tile ends enter >= gap ticks apart
+        since_last = Signal(range(gap + 1), init=gap)
+        take = advance & ~(beat.last & (since_last < gap))
+        entering = Signal()
+        load = ~beat_full | take
+        m.d.comb += [entering.eq(beat_full & take), self.operands.ready.eq(load & phase)]
+        with m.If(phase & load):
+            m.d.sync += [beat.eq(self.operands.payload), beat_full.eq(self.operands.valid)]
+        with m.If(step):
+            with m.If(entering & beat.last):
+                m.d.sync += since_last.eq(1)
+            with m.Elif(since_last < gap):
+                m.d.sync += since_last.eq(since_last + 1)
+
+        pairs = rows // PUMP
+        pes = [[DualProcessingElement(acc_width=width) for _ in range(cols)]
+               for _ in range(pairs)]
+        for p in range(pairs):
+            for j in range(cols):
+                pe = pes[p][j]
+                m.submodules[f"pe_{p}_{j}"] = pe
+                m.d.comb += [pe.advance.eq(advance), pe.step.eq(step)]
+                if j == 0:
+                    for r in range(2):
+                        i = 2 * p + r
+                        m.d.comb += [
+                            pe.a_in[r].eq(delayed(m, beat.a[i], i, step, f"a{i}")),
+                            pe.valid_in[r].eq(delayed(m, entering, i, step, f"valid{i}")),
+                            pe.last_in[r].eq(delayed(m, beat.last, i, step, f"last{i}")),
+                        ]
+                else:
+                    left = pes[p][j - 1]
+                    m.d.comb += [pe.a_in.eq(left.a_out), pe.valid_in.eq(left.valid_out),
+                                 pe.last_in.eq(left.last_out)]
+                if p == 0:
+                    m.d.comb += pe.b_in.eq(delayed(m, beat.b[j], j, step, f"b{j}"))
+                else:
+                    m.d.comb += pe.b_in.eq(pes[p - 1][j].b_out)
+
+        def row_pe(i, j):
+            return pes[i // PUMP][j], i % PUMP
+
+        # Row bookkeeping and drain: hw.systolic's, once a tick (at the end of phase 1).
+        cap_first, cap_last = Signal(rows), Signal(rows)
+        pending, pending_next, full = Signal(rows), Signal(rows), Signal(rows)
+        row = Signal(rows, init=1)
+        out_valid = Signal()
+        out_free = Signal()
+        reading = Signal()
+        for i in range(rows):
+            first, r = row_pe(i, 0)
+            last_pe, r_last = row_pe(i, cols - 1)
+            m.d.comb += [cap_first[i].eq(first.capture[r]),
+                         cap_last[i].eq(last_pe.capture[r_last])]
+        cap_next = Cat(row_pe(i, 0)[0].capture_next[row_pe(i, 0)[1]] for i in range(rows))
+        readable = Signal(rows)
+        m.d.comb += readable.eq(full & row)
+        stall_if = {}
+        for adv in (0, 1):
+            for free in (0, 1):
+                still_pending = pending & ~readable if free else pending
+                if adv:
+                    stall = (cap_first | still_pending) & cap_next
+                else:
+                    stall = still_pending & cap_first
+                stall_if[adv, free] = Signal(name=f"stall_if_adv{adv}_free{free}")
+                m.d.comb += stall_if[adv, free].eq(stall.any())
+        m.d.comb += [
+            out_free.eq(~out_valid | self.results.ready),
+            reading.eq(readable.any() & out_free),
+            self.results.valid.eq(out_valid & phase),
+        ]
+        with m.If(phase):
+            m.d.sync += [
+                pending.eq(pending_next),
+                advance.eq(~Mux(advance, Mux(out_free, stall_if[1, 1], stall_if[1, 0]),
+                                Mux(out_free, stall_if[0, 1], stall_if[0, 0]))),
+            ]
+            with m.If(reading):
+                m.d.sync += [out_valid.eq(1), row.eq(Cat(row[rows - 1], row[:rows - 1]))]
+            with m.Elif(self.results.ready):
+                m.d.sync += out_valid.eq(0)
+            with m.If(out_free):
+                m.d.sync += self.results.payload.last.eq(row[rows - 1])
+                for j in range(cols):
+                    picked = []
+                    for i in range(rows):
+                        pe, r = row_pe(i, j)
+                        picked.append(pe.hold[r] & row[i].replicate(width))
+                    m.d.sync += self.results.payload.c[j].eq(or_all(picked))
+            for i in range(rows):
+                read_now = full[i] & row[i] & out_free
+                with m.If(cap_last[i] & advance):
+                    m.d.sync += full[i].eq(1)
+                with m.Elif(read_now):
+                    m.d.sync += full[i].eq(0)
+        for i in range(rows):
+            read_now = full[i] & row[i] & out_free
+            m.d.comb += pending_next[i].eq(Mux(cap_first[i] & advance, 1,
+                                               Mux(read_now, 0, pending[i])))
+        return m
+
+
+class DoublePumpedArray(wiring.Component):
+    """``hw.systolic.SystolicArray``'s streams and results (rows even, no depthwise mode),
+    its processing elements in ``ARRAY_DOMAIN`` on half as many DSP blocks.
+
+    The streams are in ``sync``; the domain ``ARRAY_DOMAIN`` (with its reset) is the
+    caller's to provide.
+    """
+
+    def __init__(self, config=None):
+        if config is None:
+            config = ArrayConfig()
+        if not isinstance(config, ArrayConfig):
+            raise TypeError(f"config must be an ArrayConfig, not {config!r}")
+        self.config = config
+        self.core = PumpedCore(config)  # checks the rows
+        super().__init__({
+            "operands": In(stream.Signature(operand_layout(config.rows, config.cols))),
+            "results": Out(stream.Signature(result_layout(config.cols, config.acc_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.config
+        m.submodules.core = DomainRenamer(ARRAY_DOMAIN)(self.core)
+        m.submodules.operand_crossing = into = AsyncFIFO(
+            width=Shape.cast(operand_layout(cfg.rows, cfg.cols)).width, depth=CROSSING_DEPTH,
+            w_domain="sync", r_domain=ARRAY_DOMAIN)
+        m.submodules.result_crossing = out = AsyncFIFO(
+            width=Shape.cast(result_layout(cfg.cols, cfg.acc_width)).width,
+            depth=CROSSING_DEPTH, w_domain=ARRAY_DOMAIN, r_domain="sync")
+        m.d.comb += [
+            into.w_data.eq(self.operands.payload), into.w_en.eq(self.operands.valid),
+            self.operands.ready.eq(into.w_rdy),
+            self.core.operands.payload.eq(into.r_data),
+            self.core.operands.valid.eq(into.r_rdy), into.r_en.eq(self.core.operands.ready),
+            out.w_data.eq(self.core.results.payload), out.w_en.eq(self.core.results.valid),
+            self.core.results.ready.eq(out.w_rdy),
+            self.results.payload.eq(out.r_data), self.results.valid.eq(out.r_rdy),
+            out.r_en.eq(self.results.ready),
+        ]
+        return m
