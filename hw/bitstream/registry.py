@@ -5,7 +5,7 @@ import math
 
 from amaranth.build import Clock, Resource
 
-from contract.config import ConvEngineConfig
+from contract.config import ArrayConfig, ConvEngineConfig
 from contract.postprocess import postprocess_multipliers
 
 from ..boards import icebreaker, ulx3s
@@ -64,8 +64,9 @@ def multipliers_needed(config, family="ecp5"):
     PE and, on the ECP5, four per rescaler of the post-processing bank
     (``contract.postprocess``); what ``synth_ecp5`` produces for the default tops. The
     iCE40 builds map the rest of the arithmetic to logic, so only the array counts there
-    (as :func:`check_fits` counts it)."""
-    pes = config.rows * config.cols
+    (as :func:`check_fits` counts it). A double-pumped array has one multiplier per two
+    PEs (``ArrayConfig.multipliers``)."""
+    pes = config.array.multipliers
     if family != "ecp5":
         return pes
     return pes + postprocess_multipliers(
@@ -115,9 +116,9 @@ def check_fits(board, config):
     if isinstance(config, ConvEngineConfig) and family_of(board) == "ecp5":
         needed = multipliers_needed(config)
         what = (f"the {config.rows}x{config.cols} accelerator needs {needed} multipliers "
-                f"({config.rows * config.cols} in the array, the rest in post-processing)")
+                f"({config.array.multipliers} in the array, the rest in post-processing)")
     else:
-        needed = config.rows * config.cols
+        needed = (config if isinstance(config, ArrayConfig) else config.array).multipliers
         what = f"a {config.rows}x{config.cols} array needs {needed} multipliers"
     if available is not None and needed > available:
         raise ValueError(f"{what}; {board} ({cls.device}) has {available}")

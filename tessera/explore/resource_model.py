@@ -93,7 +93,7 @@ ERROR_FIGURES = ("lut", "ff", "dsp", "ebr", "fmax")
 #: The configuration fields no fitted feature reads: a prediction for a value none of a
 #: family's runs had is an extrapolation (:meth:`ResourceModel.unmeasured`).
 UNFITTED_FIELDS = ("pipelined", "residual_add", "perf_counters", "csr_readback",
-                   "depthwise", "add_lanes")
+                   "depthwise", "add_lanes", "pump")
 
 
 class ModelError(ValueError):
@@ -359,11 +359,16 @@ class ResourceModel:
             return []
         out = []
         for name in UNFITTED_FIELDS:
-            seen = {getattr(_config_of(r), name) for r in runs}
-            value = getattr(config, name)
+            seen = {_field(_config_of(r), name) for r in runs}
+            value = _field(config, name)
             if value not in seen:
                 out.append(f"{name}={value} (runs: {', '.join(map(str, sorted(seen)))})")
         return out
+
+
+def _field(config, name):
+    """A configuration's field by name, the array's included (``pump``)."""
+    return getattr(config.array, name) if name == "pump" else getattr(config, name)
 
 
 def board_limits(board):
@@ -395,7 +400,7 @@ def fits(prediction, board_info, cap=None):
 def fits_structurally(config, board_info):
     """Whether the array's own multipliers fit the device (the sweep's cheap pre-check,
     which needs no fitted model)."""
-    return config.rows * config.cols <= board_info["limits"]["dsp"]
+    return config.array.multipliers <= board_info["limits"]["dsp"]
 
 
 def fit_document(records, held_out=()):
