@@ -121,11 +121,15 @@ class DualProcessingElement(wiring.Component):
                 self.capture_next.eq(self.valid_in & self.last_in),
             ]
 
-        # While advancing, `step` is the phase: row 0's pair goes in on the first cycle of
-        # the tick, row 1's on the second. Stalled, the multiplier holds (en low).
+        # Row 0's pair goes in on the first cycle of the tick, row 1's on the second; the
+        # select is this PE's own copy of the tick's phase (a toggle from reset, in step
+        # with the array's), so no select net spans the array. Stalled, the multiplier
+        # holds (en low) and the select does not matter.
+        phase = Signal()
+        m.d.sync += phase.eq(~phase)
         m.submodules.mul = mul = PumpedMultiplier()
-        m.d.comb += [mul.a.eq(Mux(step, self.a_in[1], self.a_in[0])),
-                     mul.b.eq(Mux(step, b_mid, self.b_in)), mul.en.eq(advance)]
+        m.d.comb += [mul.a.eq(Mux(phase, self.a_in[1], self.a_in[0])),
+                     mul.b.eq(Mux(phase, b_mid, self.b_in)), mul.en.eq(advance)]
 
         # The products come back two ticks later in the same phases: row 0's at the end of
         # the first cycle, row 1's at the end of the second.
@@ -134,7 +138,7 @@ class DualProcessingElement(wiring.Component):
         total = [Signal(signed(self.acc_width), name=f"total{r}") for r in range(2)]
         for r in range(2):
             m.d.comb += total[r].eq(Mux(fresh[r], 0, acc[r]) + mul.p)
-        with m.If(advance & ~step & valid_d2[0]):
+        with m.If(advance & ~phase & valid_d2[0]):
             m.d.sync += [acc[0].eq(total[0]), fresh[0].eq(last_d2[0])]
         with m.If(step & valid_d2[1]):
             m.d.sync += [acc[1].eq(total[1]), fresh[1].eq(last_d2[1])]
@@ -166,12 +170,20 @@ class PumpedCore(wiring.Component):
         m = Module()
         rows, cols, width = self.config.rows, self.config.cols, self.config.acc_width
 
-        phase = Signal()            # 0, 1: the cycle of the tick
-        m.d.sync += phase.eq(~phase)
+        # 0, 1: the cycle of the tick. Copies for the wide registers that load at a tick's
+        # end (the input beat, the result row), so that no one toggle drives them all.
+        phase, phase_in, phase_out = Signal(), Signal(), Signal()
+        m.d.sync += [toggle.eq(~toggle) for toggle in (phase, phase_in, phase_out)]
         # Whether the logical array advances this tick; decided at the end of the last one.
         advance = Signal(init=1)
-        step = Signal()             # advance, in the tick's second cycle
-        m.d.sync += step.eq(~phase & advance)
+        pairs = rows // PUMP
+        # Each row of dual PEs has its own copies of `advance` and of `step` (advance, in
+        # the tick's second cycle), set from the same next-state logic: one register
+        # enables a row's hundreds of flip-flops, not the whole array's thousands.
+        advance_rows = [Signal(init=1, name=f"advance_row{p}") for p in range(pairs)]
+        step_rows = [Signal(name=f"step_row{p}") for p in range(pairs)]
+        m.d.sync += [step_rows[p].eq(~phase & advance_rows[p]) for p in range(pairs)]
+        step = step_rows[0]
 
         # Input stage: the beat the array takes this tick, held for both cycles.
         beat = Signal(operand_layout(rows, cols))
@@ -181,8 +193,8 @@ class PumpedCore(wiring.Component):
         take = advance & ~(beat.last & (since_last < gap))
         entering = Signal()
         load = ~beat_full | take
-        m.d.comb += [entering.eq(beat_full & take), self.operands.ready.eq(load & phase)]
-        with m.If(phase & load):
+        m.d.comb += [entering.eq(beat_full & take), self.operands.ready.eq(load & phase_in)]
+        with m.If(phase_in & load):
             m.d.sync += [beat.eq(self.operands.payload), beat_full.eq(self.operands.valid)]
         with m.If(step):
             with m.If(entering & beat.last):
@@ -190,21 +202,21 @@ class PumpedCore(wiring.Component):
             with m.Elif(since_last < gap):
                 m.d.sync += since_last.eq(since_last + 1)
 
-        pairs = rows // PUMP
         pes = [[DualProcessingElement(acc_width=width) for _ in range(cols)]
                for _ in range(pairs)]
         for p in range(pairs):
             for j in range(cols):
                 pe = pes[p][j]
                 m.submodules[f"pe_{p}_{j}"] = pe
-                m.d.comb += [pe.advance.eq(advance), pe.step.eq(step)]
+                m.d.comb += [pe.advance.eq(advance_rows[p]), pe.step.eq(step_rows[p])]
                 if j == 0:
                     for r in range(2):
-                        i = 2 * p + r
+                        i, row_step = 2 * p + r, step_rows[p]
                         m.d.comb += [
-                            pe.a_in[r].eq(delayed(m, beat.a[i], i, step, f"a{i}")),
-                            pe.valid_in[r].eq(delayed(m, entering, i, step, f"valid{i}")),
-                            pe.last_in[r].eq(delayed(m, beat.last, i, step, f"last{i}")),
+                            pe.a_in[r].eq(delayed(m, beat.a[i], i, row_step, f"a{i}")),
+                            pe.valid_in[r].eq(delayed(m, entering, i, row_step,
+                                                      f"valid{i}")),
+                            pe.last_in[r].eq(delayed(m, beat.last, i, row_step, f"last{i}")),
                         ]
                 else:
                     left = pes[p][j - 1]
@@ -248,24 +260,25 @@ class PumpedCore(wiring.Component):
             reading.eq(readable.any() & out_free),
             self.results.valid.eq(out_valid & phase),
         ]
+        advance_next = Signal()
+        m.d.comb += advance_next.eq(~Mux(advance, Mux(out_free, stall_if[1, 1], stall_if[1, 0]),
+                                         Mux(out_free, stall_if[0, 1], stall_if[0, 0])))
         with m.If(phase):
-            m.d.sync += [
-                pending.eq(pending_next),
-                advance.eq(~Mux(advance, Mux(out_free, stall_if[1, 1], stall_if[1, 0]),
-                                Mux(out_free, stall_if[0, 1], stall_if[0, 0]))),
-            ]
+            m.d.sync += [pending.eq(pending_next), advance.eq(advance_next),
+                         *(copy.eq(advance_next) for copy in advance_rows)]
             with m.If(reading):
                 m.d.sync += [out_valid.eq(1), row.eq(Cat(row[rows - 1], row[:rows - 1]))]
             with m.Elif(self.results.ready):
                 m.d.sync += out_valid.eq(0)
-            with m.If(out_free):
-                m.d.sync += self.results.payload.last.eq(row[rows - 1])
-                for j in range(cols):
-                    picked = []
-                    for i in range(rows):
-                        pe, r = row_pe(i, j)
-                        picked.append(pe.hold[r] & row[i].replicate(width))
-                    m.d.sync += self.results.payload.c[j].eq(or_all(picked))
+        with m.If(phase_out & out_free):
+            m.d.sync += self.results.payload.last.eq(row[rows - 1])
+            for j in range(cols):
+                picked = []
+                for i in range(rows):
+                    pe, r = row_pe(i, j)
+                    picked.append(pe.hold[r] & row[i].replicate(width))
+                m.d.sync += self.results.payload.c[j].eq(or_all(picked))
+        with m.If(phase):
             for i in range(rows):
                 read_now = full[i] & row[i] & out_free
                 with m.If(cap_last[i] & advance):
