@@ -35,6 +35,8 @@ from .systolic import delayed, operand_layout, or_all, result_layout
 ARRAY_DOMAIN = "array"
 #: Cycles of ``ARRAY_DOMAIN`` per tick: the logical rows one DSP block serves.
 PUMP = 2
+#: Rows whose results the drain ORs in its first step (a LUT level of AND-OR pairs).
+DRAIN_GROUP = 4
 #: Depth of each crossing FIFO: enough to cover the pointer synchronizers' round trip at
 #: one beat per engine cycle.
 CROSSING_DEPTH = 8
@@ -231,6 +233,10 @@ class PumpedCore(wiring.Component):
             return pes[i // PUMP][j], i % PUMP
 
         # Row bookkeeping and drain: hw.systolic's, once a tick (at the end of phase 1).
+        # Everything they read from the PEs (capture flags, hold registers) and the row
+        # state itself changes only at a tick's end, so the terms that span the array are
+        # registered at the end of phase 0 and used at the end of phase 1: each path that
+        # crosses the array has a cycle of its own (routing, not logic, is what limits it).
         cap_first, cap_last = Signal(rows), Signal(rows)
         pending, pending_next, full = Signal(rows), Signal(rows), Signal(rows)
         row = Signal(rows, init=1)
@@ -243,6 +249,8 @@ class PumpedCore(wiring.Component):
             m.d.comb += [cap_first[i].eq(first.capture[r]),
                          cap_last[i].eq(last_pe.capture[r_last])]
         cap_next = Cat(row_pe(i, 0)[0].capture_next[row_pe(i, 0)[1]] for i in range(rows))
+        cap_first_copy, cap_last_copy = Signal(rows), Signal(rows)
+        m.d.sync += [cap_first_copy.eq(cap_first), cap_last_copy.eq(cap_last)]
         readable = Signal(rows)
         m.d.comb += readable.eq(full & row)
         stall_if = {}
@@ -254,7 +262,7 @@ class PumpedCore(wiring.Component):
                 else:
                     stall = still_pending & cap_first
                 stall_if[adv, free] = Signal(name=f"stall_if_adv{adv}_free{free}")
-                m.d.comb += stall_if[adv, free].eq(stall.any())
+                m.d.sync += stall_if[adv, free].eq(stall.any())
         m.d.comb += [
             out_free.eq(~out_valid | self.results.ready),
             reading.eq(readable.any() & out_free),
@@ -270,24 +278,33 @@ class PumpedCore(wiring.Component):
                 m.d.sync += [out_valid.eq(1), row.eq(Cat(row[rows - 1], row[:rows - 1]))]
             with m.Elif(self.results.ready):
                 m.d.sync += out_valid.eq(0)
+        # The row read out, in two steps: the OR of each group of DRAIN_GROUP rows into a
+        # register, then the OR of the groups into the result register.
+        groups = [range(g, min(g + DRAIN_GROUP, rows)) for g in range(0, rows, DRAIN_GROUP)]
+        partial = [[Signal(signed(width), name=f"drain_g{g}_c{j}") for j in range(cols)]
+                   for g in range(len(groups))]
+        for g, group in enumerate(groups):
+            for j in range(cols):
+                picked = []
+                for i in group:
+                    pe, r = row_pe(i, j)
+                    picked.append(pe.hold[r] & row[i].replicate(width))
+                m.d.sync += partial[g][j].eq(or_all(picked))
         with m.If(phase_out & out_free):
             m.d.sync += self.results.payload.last.eq(row[rows - 1])
             for j in range(cols):
-                picked = []
-                for i in range(rows):
-                    pe, r = row_pe(i, j)
-                    picked.append(pe.hold[r] & row[i].replicate(width))
-                m.d.sync += self.results.payload.c[j].eq(or_all(picked))
+                m.d.sync += self.results.payload.c[j].eq(
+                    or_all([partial[g][j] for g in range(len(groups))]))
         with m.If(phase):
             for i in range(rows):
                 read_now = full[i] & row[i] & out_free
-                with m.If(cap_last[i] & advance):
+                with m.If(cap_last_copy[i] & advance):
                     m.d.sync += full[i].eq(1)
                 with m.Elif(read_now):
                     m.d.sync += full[i].eq(0)
         for i in range(rows):
             read_now = full[i] & row[i] & out_free
-            m.d.comb += pending_next[i].eq(Mux(cap_first[i] & advance, 1,
+            m.d.comb += pending_next[i].eq(Mux(cap_first_copy[i] & advance, 1,
                                                Mux(read_now, 0, pending[i])))
         return m
 
