@@ -46,11 +46,19 @@ def print_summary(report, console=None):
                       f"{report['clock_mhz']:g} MHz from {report['board_clock_mhz']:g} MHz "
                       f"({pll['primitive']}); fmax [bold]{report['fmax_mhz']} MHz[/bold] "
                       f"({verdict})")
+        array = report["config"]["array"]
+        pump = array.get("pump", 1)
+        if pump != 1:
+            console.print(f"array clock: {report['array_clock_mhz']:g} MHz (the PLL's second "
+                          f"output, {pump}x), fmax [bold]{report['array_fmax_mhz']} MHz"
+                          f"[/bold]")
         if report.get("peak_gops") is not None:
-            array = report["config"]["array"]
-            console.print(f"peak: [bold]{report['peak_gops']:g} GOP/s[/bold] "
-                          f"({array['rows']}x{array['cols']} MACs at "
-                          f"{report['array_clock_mhz']:g} MHz)")
+            size = f"{array['rows']}x{array['cols']}"
+            multipliers = array["rows"] * array["cols"] // pump
+            macs = (f"{size} MACs at {report['array_clock_mhz']:g} MHz" if pump == 1 else
+                    f"{size} PEs on {multipliers} multipliers at "
+                    f"{report['array_clock_mhz']:g} MHz")
+            console.print(f"peak: [bold]{report['peak_gops']:g} GOP/s[/bold] ({macs})")
         uart = report["uart"]
         console.print(f"host link: UART {uart['baud']} baud, divisor {uart['divisor']} "
                       f"({uart['baud_error_percent']}% off)")

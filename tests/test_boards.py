@@ -188,6 +188,31 @@ def test_ulx3s_85f_top_elaborates_with_pll_uart_and_clock():
     assert bitstream.KEEP_PE_REGISTERS in _text(plan, "ys")
 
 
+def test_a_pumped_array_gets_the_plls_second_output_at_twice_the_clock():
+    config = replace(PRESETS["ulx3s-85f"], array=ArrayConfig(rows=16, cols=8, pump=2))
+    settings = pll.ecp5_pll_settings(25.0, 62.5, array_multiple=2)
+    assert settings.f_array_mhz == pytest.approx(125.0)
+    assert settings.clkop_div % 2 == 0 and settings.clkos_div * 2 == settings.clkop_div
+    _, top, plan = bitstream.prepare_build("ulx3s-85f", config)
+    assert (top.clock_mhz, top.array_clock_mhz) == (62.5, 125.0)
+    rtlil = _text(plan, "il")
+    for name, value in (("CLKOP_DIV", 12), ("CLKOS_DIV", 6)):
+        assert f"parameter \\{name} {value}\n" in rtlil
+    assert 'parameter \\CLKOS_ENABLE "ENABLED"' in rtlil
+    # Two PEs a multiplier: the array's 128 on 64, the bank's 16 besides.
+    assert bitstream.multipliers_needed(config) == 64 + 16
+    # Without a second PLL output in use on the iCE40 boards, the pumped array is refused.
+    with pytest.raises(ValueError, match="second PLL output"):
+        AcceleratorBoardTop(replace(config, array=ArrayConfig(rows=2, cols=2, pump=2)),
+                            family="iCE40", board_clock_mhz=12.0, clock_mhz=18.0)
+
+
+def test_peak_of_a_pumped_array_counts_its_multipliers_at_their_clock():
+    config = replace(PRESETS["ulx3s-85f"], array=ArrayConfig(rows=16, cols=8, pump=2))
+    # 64 multipliers at 125 MHz: the 16x8 array's MACs at the engine's 62.5 MHz.
+    assert bitstream.peak_throughput(config, 125.0, True)["peak_gops"] == 16.0
+
+
 def test_router_is_passed_to_nextpnr():
     _, _, plan = bitstream.prepare_build("ulx3s-25f", router="router2")
     nextpnr = json.loads(plan.files[f"build_{bitstream.TOP_NAME}.json"])["commands"][1]
