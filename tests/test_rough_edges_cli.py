@@ -194,8 +194,8 @@ def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys
 
     def fake_prepare(board, config, *, clock_mhz, baud, seed, image=None, router=None):
         pll = types.SimpleNamespace(as_dict=lambda: {"primitive": "SB_PLL40_PAD"})
-        top = types.SimpleNamespace(clock_mhz=clock_mhz, pll_settings=pll, divisor=6,
-                                    baud_error=0.0)
+        top = types.SimpleNamespace(clock_mhz=clock_mhz, array_clock_mhz=clock_mhz,
+                                    pll_settings=pll, divisor=6, baud_error=0.0)
         return platform, top, None
 
     raw = {"utilization": {"ICESTORM_LC": {"used": 4000, "available": 5280}},
