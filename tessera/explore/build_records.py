@@ -70,6 +70,9 @@ def record_from_report(report, *, label, date, critical_path=None, note=None):
         "place_and_route_min": round(report["wall_time_s"]["place_and_route_s"] / 60, 1),
         "critical_path": critical_path or _path_text(report),
     }
+    if config["array"].get("pump", 1) != 1:  # the array's own clock, and its fmax
+        record["array_clock_mhz"] = report["array_clock_mhz"]
+        record["array_fmax_mhz"] = report["array_fmax_mhz"]
     if report.get("router", "router1") != "router1":
         record["router"] = report["router"]
     if note:
@@ -96,6 +99,9 @@ def _fmax_text(record):
     if record.get("fmax_mhz") is None:
         return "not routed"
     verdict = "met" if record.get("timing_met") else "missed"
+    if record.get("array_fmax_mhz") is not None:
+        return (f"**{record['fmax_mhz']:.2f} MHz**, array **{record['array_fmax_mhz']:.2f} "
+                f"MHz** at {record['array_clock_mhz']:g}, {verdict}")
     return f"**{record['fmax_mhz']:.2f} MHz**, {verdict}"
 
 
@@ -103,6 +109,8 @@ def _design_text(record):
     config = record["config"]
     array = config["array"]
     text = f"{array['rows']}×{array['cols']}"
+    if array.get("pump", 1) != 1:
+        text += f" pumped ({array['rows'] // array['pump']}×{array['cols']} multipliers)"
     if config.get("resident_words"):
         text += " resident"
     return text
