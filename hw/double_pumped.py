@@ -20,9 +20,20 @@ that advances, so the products come back two ticks later in the same order, each
 own row's accumulator (docs/architecture.md, "The array's own clock").
 """
 
-from amaranth import Cat, Module, Mux, Shape, Signal, signed
+from amaranth import (
+    Cat,
+    ClockDomain,
+    ClockSignal,
+    Module,
+    Mux,
+    ResetSignal,
+    Shape,
+    Signal,
+    signed,
+)
 from amaranth.hdl import DomainRenamer
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.fifo import AsyncFIFO
 from amaranth.lib.wiring import In, Out
 
@@ -37,6 +48,8 @@ ARRAY_DOMAIN = "array"
 PUMP = 2
 #: Rows whose results the drain ORs in its first step (a LUT level of AND-OR pairs).
 DRAIN_GROUP = 4
+#: Engine cycles the crossings and the core are held in reset after a reset of ``sync``.
+FLUSH_CYCLES = 4
 #: Depth of each crossing FIFO: enough to cover the pointer synchronizers' round trip at
 #: one beat per engine cycle.
 CROSSING_DEPTH = 8
@@ -314,7 +327,9 @@ class DoublePumpedArray(wiring.Component):
     its processing elements in ``ARRAY_DOMAIN`` on half as many DSP blocks.
 
     The streams are in ``sync``; the domain ``ARRAY_DOMAIN`` (with its reset) is the
-    caller's to provide.
+    caller's to provide. A reset of ``sync`` alone, such as the engine's soft reset (a
+    ``ResetInserter`` on ``sync``), also empties the crossings and resets the processing
+    elements: the array notices it by a register of its own and resets its local domains.
     """
 
     def __init__(self, config=None):
@@ -332,21 +347,41 @@ class DoublePumpedArray(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.config
-        m.submodules.core = DomainRenamer(ARRAY_DOMAIN)(self.core)
+        # A reset inserted on `sync` (the soft reset) reaches only `sync`'s statements, not
+        # the array's domain nor the reset the crossings read. `alive` is 0 for
+        # FLUSH_CYCLES cycles after any reset of `sync`, inserted or not; the crossings and
+        # the core run in local domains on the same clocks whose resets include that pulse
+        # (brought into the array's clock by a reset synchronizer). The pulse is long
+        # enough for each crossing's pointers to pass its synchronizers while its read
+        # side is held in reset (one cycle was not: the read side came out of reset with
+        # the old write pointer and read stale entries).
+        flush = Signal(FLUSH_CYCLES, init=(1 << FLUSH_CYCLES) - 1)
+        m.d.sync += flush.eq(flush >> 1)
+        alive = Signal()
+        m.d.comb += alive.eq(~flush[0])
+        m.domains.near = near = ClockDomain(local=True)    # sync's clock
+        m.domains.far = far = ClockDomain(local=True)      # the array's clock
+        m.d.comb += [near.clk.eq(ClockSignal("sync")),
+                     near.rst.eq(ResetSignal("sync") | ~alive),
+                     far.clk.eq(ClockSignal(ARRAY_DOMAIN))]
+        m.submodules.far_reset = ResetSynchronizer(ResetSignal(ARRAY_DOMAIN) | ~alive,
+                                                   domain="far")
+        m.submodules.core = DomainRenamer("far")(self.core)
         m.submodules.operand_crossing = into = AsyncFIFO(
             width=Shape.cast(operand_layout(cfg.rows, cfg.cols)).width, depth=CROSSING_DEPTH,
-            w_domain="sync", r_domain=ARRAY_DOMAIN)
+            w_domain="near", r_domain="far")
         m.submodules.result_crossing = out = AsyncFIFO(
             width=Shape.cast(result_layout(cfg.cols, cfg.acc_width)).width,
-            depth=CROSSING_DEPTH, w_domain=ARRAY_DOMAIN, r_domain="sync")
+            depth=CROSSING_DEPTH, w_domain="far", r_domain="near")
         m.d.comb += [
-            into.w_data.eq(self.operands.payload), into.w_en.eq(self.operands.valid),
-            self.operands.ready.eq(into.w_rdy),
+            # No transfer in the cycle the crossings are reset.
+            into.w_data.eq(self.operands.payload), into.w_en.eq(self.operands.valid & alive),
+            self.operands.ready.eq(into.w_rdy & alive),
             self.core.operands.payload.eq(into.r_data),
             self.core.operands.valid.eq(into.r_rdy), into.r_en.eq(self.core.operands.ready),
             out.w_data.eq(self.core.results.payload), out.w_en.eq(self.core.results.valid),
             self.core.results.ready.eq(out.w_rdy),
-            self.results.payload.eq(out.r_data), self.results.valid.eq(out.r_rdy),
-            out.r_en.eq(self.results.ready),
+            self.results.payload.eq(out.r_data), self.results.valid.eq(out.r_rdy & alive),
+            out.r_en.eq(self.results.ready & alive),
         ]
         return m

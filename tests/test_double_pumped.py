@@ -4,7 +4,7 @@ without a phase relation, and at one beat per engine cycle once it runs."""
 
 import numpy as np
 import pytest
-from amaranth import Module, Signal
+from amaranth import Module, ResetInserter, Signal
 from amaranth.sim import Simulator
 
 from contract.config import ArrayConfig
@@ -105,3 +105,48 @@ def test_pumped_array_takes_a_beat_every_engine_cycle(rng, seed):
 def test_pumped_array_refuses_an_odd_row_count():
     with pytest.raises(ValueError, match="even number of rows, not rows=3"):
         PumpedCore(ArrayConfig(rows=3, cols=2))
+
+
+def test_a_soft_reset_of_the_engine_empties_the_pumped_array(rng, seed):
+    # The engine's soft reset is a ResetInserter on `sync`: it must also empty the
+    # crossings and reset the processing elements, which run on the other clock, or the
+    # next pass reads what the aborted one left in them.
+    config = ArrayConfig(rows=4, cols=2)
+    a = rng.integers(-128, 128, (6, 9), dtype=np.int8)
+    b = rng.integers(-128, 128, (9, 3), dtype=np.int8)
+    plan = plan_gemm(a.shape, b.shape, config.rows, config.cols)
+    beats = list(operand_beats(a, b, config.rows, config.cols))
+    soft = Signal()
+    dut = DoublePumpedArray(config)
+    top = Module()
+    top.submodules.dut = ResetInserter(soft)(dut)
+    rows = []
+
+    async def bench(ctx):
+        # An aborted pass: a tile and a half in, then the soft reset before its results
+        # are taken.
+        for a_col, b_row, last in beats[:int(1.5 * len(beats) / plan.tiles)]:
+            await stream_put(ctx, dut.operands, {
+                "a": [int(v) for v in a_col], "b": [int(v) for v in b_row], "last": last})
+        await ctx.tick().repeat(30)
+        ctx.set(soft, 1)
+        await ctx.tick()
+        ctx.set(soft, 0)
+        await ctx.tick().repeat(3)
+        for a_col, b_row, last in beats:
+            await stream_put(ctx, dut.operands, {
+                "a": [int(v) for v in a_col], "b": [int(v) for v in b_row], "last": last})
+
+    async def consumer(ctx):
+        await ctx.tick().until(soft)
+        await ctx.tick().repeat(4)
+        for _ in range(plan.result_beats):
+            rows.append([int(v) for v in (await stream_get(ctx, dut.results)).c])
+
+    sim = Simulator(top)
+    sim.add_clock(SYNC_PERIOD)
+    sim.add_clock(SYNC_PERIOD / 2, domain=ARRAY_DOMAIN, phase=SYNC_PERIOD / 4)
+    sim.add_testbench(bench)
+    sim.add_testbench(consumer)
+    assert run_bounded(sim, SYNC_PERIOD * 5000), f"seed={seed}: the array stopped"
+    _check(assemble_results(rows, plan), gemm_int8(a, b), seed)

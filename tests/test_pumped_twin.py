@@ -10,10 +10,15 @@ import qdq_models
 from assertions import assert_exact
 
 from contract.config import ArrayConfig, ConvEngineConfig
+from models.conv import conv2d
+from models.requant import requantize
 from models.zoo import DIGITS_QDQ, load_digits_split
 from sw_driver import InferenceSession
+from sw_driver.accelerator import Accelerator, AcceleratorError
 from sw_driver.providers import SimProvider
 from sw_driver.providers.costs import device_work
+from sw_driver.transport.sim import SimTransport
+from twin.dma import Fault, Twin
 
 #: tests/test_providers_sim.py's engine, its array double-pumped: a 4x4 array on 8 DSPs.
 PUMPED = ConvEngineConfig(array=ArrayConfig(rows=4, cols=4, pump=2), act_depth=2048,
@@ -78,3 +83,30 @@ def test_pumped_twin_cycles_are_the_cycle_models(pumped, monkeypatch):
                 (entry["layer"], model.cycles, entry["cycles"])
             checked += 1
     assert checked >= 3
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [Fault.DROP_WORD, Fault.STUCK_BUSY])
+def test_pumped_twin_recovers_from_an_aborted_layer(fault, rng, seed):
+    """A layer that times out mid-pass is aborted by the driver's soft reset; the next
+    layer must not read what the aborted one left in the array's crossings or PEs, which
+    run on the other clock."""
+    x = rng.integers(-128, 128, (1, 4, 6, 6), dtype=np.int8)
+    weights = rng.integers(-128, 128, (8, 4, 3, 3), dtype=np.int8)
+    bias = rng.integers(-2**14, 2**14, 8).astype(np.int32)
+    mult, shift = rng.integers(2**30, 2**31, 8), rng.integers(12, 22, 8)
+    want = requantize(conv2d(x, weights, bias, x_zero_point=0, padding=1), mult, shift, 0)
+    transport = SimTransport(Twin(PUMPED), cycle_budget=400_000)
+    try:
+        accelerator = Accelerator(transport)
+        accelerator.reset()
+        args = (x, weights, bias, mult, shift)
+        transport.twin.inject_fault(fault)
+        with pytest.raises(AcceleratorError, match="timed out"):
+            accelerator.conv2d(*args, x_zero_point=0, y_zero_point=0, padding=1,
+                               name="faulty")
+        transport.twin.inject_fault(Fault.NONE)
+        got = accelerator.conv2d(*args, x_zero_point=0, y_zero_point=0, padding=1)
+    finally:
+        transport.close()
+    assert_exact(got, want, f"seed={seed} after {fault.name}", names=("twin", "golden"))
