@@ -158,11 +158,16 @@ class DualProcessingElement(wiring.Component):
         with m.If(step & valid_d2[1]):
             m.d.sync += [acc[1].eq(total[1]), fresh[1].eq(last_d2[1])]
         # `hold` is written at the tick's end, as the logical array's is: row 0's finished
-        # sum has been in its accumulator since the first cycle.
+        # sum has been in its accumulator since the first cycle. Two registers, not two
+        # halves of one: with the board build's `keep` on PE registers (hw/bitstream/tops.py),
+        # Yosys split a register whose halves had their own enables into two cells that
+        # both drove it, which nextpnr refused ("multiply driven").
+        hold = [Signal(signed(self.acc_width), name=f"hold{r}") for r in range(2)]
         with m.If(step & self.capture[0]):
-            m.d.sync += self.hold[0].eq(acc[0])
+            m.d.sync += hold[0].eq(acc[0])
         with m.If(step & self.capture[1]):
-            m.d.sync += self.hold[1].eq(total[1])
+            m.d.sync += hold[1].eq(total[1])
+        m.d.comb += [self.hold[r].eq(hold[r]) for r in range(2)]
         return m
 
 
