@@ -72,7 +72,11 @@ class PumpedMultiplier(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        stage = Signal(signed(16))
+        # Data registers have no reset (nor do the DSP block's): only control flags do, so
+        # the array's reset net reaches few flip-flops (it was the 16x8 board build's
+        # critical path at 125 MHz: 13.4 ns of routing into a hold register's reset).
+        stage, p = Signal(signed(16), reset_less=True), Signal(signed(16), reset_less=True)
+        m.d.comb += self.p.eq(p)
         if getattr(platform, "family", None) == "ecp5":
             dsp_p = Signal(36)
             m.submodules.dsp = mult18x18d(Cat(self.a, self.a[7].replicate(10)),
@@ -80,12 +84,13 @@ class PumpedMultiplier(wiring.Component):
                                           dsp_p, en=self.en)
             product = dsp_p[:16]
         else:
-            a_reg, b_reg = Signal(signed(8)), Signal(signed(8))
-            product = Signal(signed(16))
+            a_reg = Signal(signed(8), reset_less=True)
+            b_reg = Signal(signed(8), reset_less=True)
+            product = Signal(signed(16), reset_less=True)
             with m.If(self.en):
                 m.d.sync += [a_reg.eq(self.a), b_reg.eq(self.b), product.eq(a_reg * b_reg)]
         with m.If(self.en):
-            m.d.sync += [stage.eq(product), self.p.eq(stage)]
+            m.d.sync += [stage.eq(product), p.eq(stage)]
         return m
 
 
@@ -121,12 +126,16 @@ class DualProcessingElement(wiring.Component):
         m = Module()
         step, advance = self.step, self.advance
         # Row 1's b is row 0's, a tick later (it moves down one row a tick).
-        b_mid = Signal(signed(8))
+        # Operands and sums have no reset (PumpedMultiplier says why); flags do.
+        b_mid = Signal(signed(8), reset_less=True)
+        a_out = Signal(data.ArrayLayout(signed(8), 2), reset_less=True)
+        b_out = Signal(signed(8), reset_less=True)
+        m.d.comb += [self.a_out.eq(a_out), self.b_out.eq(b_out)]
         valid_d1, valid_d2, last_d1, last_d2 = (Signal(2, name=n) for n in
                                                 ("valid_d1", "valid_d2", "last_d1", "last_d2"))
         with m.If(step):
             m.d.sync += [
-                self.a_out.eq(self.a_in), b_mid.eq(self.b_in), self.b_out.eq(b_mid),
+                a_out.eq(self.a_in), b_mid.eq(self.b_in), b_out.eq(b_mid),
                 self.valid_out.eq(self.valid_in), self.last_out.eq(self.last_in),
                 valid_d1.eq(self.valid_in), valid_d2.eq(valid_d1),
                 last_d1.eq(self.last_in), last_d2.eq(last_d1),
@@ -148,7 +157,8 @@ class DualProcessingElement(wiring.Component):
 
         # The products come back two ticks later in the same phases: row 0's at the end of
         # the first cycle, row 1's at the end of the second.
-        acc = [Signal(signed(self.acc_width), name=f"acc{r}") for r in range(2)]
+        acc = [Signal(signed(self.acc_width), name=f"acc{r}", reset_less=True)
+               for r in range(2)]
         fresh = [Signal(init=1, name=f"fresh{r}") for r in range(2)]
         total = [Signal(signed(self.acc_width), name=f"total{r}") for r in range(2)]
         for r in range(2):
@@ -162,7 +172,8 @@ class DualProcessingElement(wiring.Component):
         # halves of one: with the board build's `keep` on PE registers (hw/bitstream/tops.py),
         # Yosys split a register whose halves had their own enables into two cells that
         # both drove it, which nextpnr refused ("multiply driven").
-        hold = [Signal(signed(self.acc_width), name=f"hold{r}") for r in range(2)]
+        hold = [Signal(signed(self.acc_width), name=f"hold{r}", reset_less=True)
+                for r in range(2)]
         with m.If(step & self.capture[0]):
             m.d.sync += hold[0].eq(acc[0])
         with m.If(step & self.capture[1]):
@@ -206,7 +217,7 @@ class PumpedCore(wiring.Component):
         step = step_rows[0]
 
         # Input stage: the beat the array takes this tick, held for both cycles.
-        beat = Signal(operand_layout(rows, cols))
+        beat = Signal(operand_layout(rows, cols), reset_less=True)  # `beat_full` says
         beat_full = Signal()
         gap = max(rows, cols)       # hw.systolic: two tile ends enter >= gap ticks apart
         since_last = Signal(range(gap + 1), init=gap)
@@ -233,7 +244,8 @@ class PumpedCore(wiring.Component):
                     for r in range(2):
                         i, row_step = 2 * p + r, step_rows[p]
                         m.d.comb += [
-                            pe.a_in[r].eq(delayed(m, beat.a[i], i, row_step, f"a{i}")),
+                            pe.a_in[r].eq(delayed(m, beat.a[i], i, row_step, f"a{i}",
+                                                  reset_less=True)),
                             pe.valid_in[r].eq(delayed(m, entering, i, row_step,
                                                       f"valid{i}")),
                             pe.last_in[r].eq(delayed(m, beat.last, i, row_step, f"last{i}")),
@@ -243,7 +255,8 @@ class PumpedCore(wiring.Component):
                     m.d.comb += [pe.a_in.eq(left.a_out), pe.valid_in.eq(left.valid_out),
                                  pe.last_in.eq(left.last_out)]
                 if p == 0:
-                    m.d.comb += pe.b_in.eq(delayed(m, beat.b[j], j, step, f"b{j}"))
+                    m.d.comb += pe.b_in.eq(delayed(m, beat.b[j], j, step, f"b{j}",
+                                                   reset_less=True))
                 else:
                     m.d.comb += pe.b_in.eq(pes[p - 1][j].b_out)
 
@@ -299,7 +312,8 @@ class PumpedCore(wiring.Component):
         # The row read out, in two steps: the OR of each group of DRAIN_GROUP rows into a
         # register, then the OR of the groups into the result register.
         groups = [range(g, min(g + DRAIN_GROUP, rows)) for g in range(0, rows, DRAIN_GROUP)]
-        partial = [[Signal(signed(width), name=f"drain_g{g}_c{j}") for j in range(cols)]
+        partial = [[Signal(signed(width), name=f"drain_g{g}_c{j}", reset_less=True)
+                    for j in range(cols)]
                    for g in range(len(groups))]
         for g, group in enumerate(groups):
             for j in range(cols):
@@ -308,10 +322,12 @@ class PumpedCore(wiring.Component):
                     pe, r = row_pe(i, j)
                     picked.append(pe.hold[r] & row[i].replicate(width))
                 m.d.sync += partial[g][j].eq(or_all(picked))
+        payload = Signal.like(self.results.payload, reset_less=True)  # `out_valid` says
+        m.d.comb += self.results.payload.eq(payload)
         with m.If(phase_out & out_free):
-            m.d.sync += self.results.payload.last.eq(row[rows - 1])
+            m.d.sync += payload.last.eq(row[rows - 1])
             for j in range(cols):
-                m.d.sync += self.results.payload.c[j].eq(
+                m.d.sync += payload.c[j].eq(
                     or_all([partial[g][j] for g in range(len(groups))]))
         with m.If(phase):
             for i in range(rows):

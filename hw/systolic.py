@@ -69,10 +69,11 @@ def or_all(values):
     return values[0]
 
 
-def delayed(m, signal, ticks, en, name):
-    """``signal`` through ``ticks`` registers that advance while ``en``."""
+def delayed(m, signal, ticks, en, name, *, reset_less=False):
+    """``signal`` through ``ticks`` registers that advance while ``en`` (without a reset
+    where ``reset_less``: data whose flags travel beside it)."""
     for t in range(ticks):
-        reg = Signal.like(signal, name=f"{name}_d{t + 1}")
+        reg = Signal.like(signal, name=f"{name}_d{t + 1}", reset_less=reset_less)
         with m.If(en):
             m.d.sync += reg.eq(signal)
         signal = reg
