@@ -113,6 +113,10 @@ def _step_layout(abits):
     })
 
 
+#: Lanes that share one copy of the flags that move them (``go``, the loop flags).
+LANES_PER_COPY = 4
+
+
 class _LoopCounter:
     """A loop counter and its registered ``last`` flag (the counter is at ``limit - 1``).
 
@@ -121,23 +125,29 @@ class _LoopCounter:
     descriptor field. ``limit`` 0 behaves as 2**width, as ``value == limit - 1`` did.
     """
 
-    def __init__(self, name, width, limit):
+    def __init__(self, name, width, limit, copies=0):
         self.value = Signal(width, name=name)
         self.last = Signal(name=f"{name}_last")
+        # Copies of ``last``, set with it, for groups of lanes (fan-out: one flag steered
+        # every lane's registers, the 16-row build's critical path).
+        self.last_copies = [Signal(name=f"{name}_last_copy{k}") for k in range(copies)]
         self.single = Signal(name=f"{name}_single")  # limit == 1: every value is last
         self.penultimate = Signal(width, name=f"{name}_penultimate")
         self.limit = limit
 
+    def _last(self, value):
+        return [flag.eq(value) for flag in (self.last, *self.last_copies)]
+
     def load(self):
         """At ``start``: value 0, the limit taken from the descriptor."""
-        return [self.value.eq(0), self.last.eq(self.limit == 1),
+        return [self.value.eq(0), *self._last(self.limit == 1),
                 self.single.eq(self.limit == 1), self.penultimate.eq(self.limit - 2)]
 
     def restart(self):
-        return [self.value.eq(0), self.last.eq(self.single)]
+        return [self.value.eq(0), *self._last(self.single)]
 
     def increment(self):
-        return [self.value.eq(self.value + 1), self.last.eq(self.value == self.penultimate)]
+        return [self.value.eq(self.value + 1), *self._last(self.value == self.penultimate)]
 
 
 class AddressGenerator(wiring.Component):
@@ -243,10 +253,13 @@ class AddressGenerator(wiring.Component):
         # The loop counters c, v, u, group, tile. Each carries a registered ``last`` flag
         # decided one step ahead (the counter equals its limit - 2 now, so it will equal
         # limit - 1 after this increment), against limits registered at ``start``.
-        c = _LoopCounter("c", 16, d.in_channels)
-        v = _LoopCounter("v", 3, d.kernel_w)
-        u = _LoopCounter("u", 3, d.kernel_h)
-        group = _LoopCounter("group", 16, d.pixel_groups)
+        # The lanes move in groups of LANES_PER_COPY, each on its own copies of the flags
+        # that steer them (`go` and the loop flags).
+        copies = -(-rows // LANES_PER_COPY)
+        c = _LoopCounter("c", 16, d.in_channels, copies)
+        v = _LoopCounter("v", 3, d.kernel_w, copies)
+        u = _LoopCounter("u", 3, d.kernel_h, copies)
+        group = _LoopCounter("group", 16, d.pixel_groups, copies)
         tile = _LoopCounter("tile", 16, d.col_tiles)
 
         # The inside test iy = y + u in [0, H), ix = x + v in [0, W) on per-lane registers
@@ -268,6 +281,7 @@ class AddressGenerator(wiring.Component):
         written = [Signal(name=f"slot{s}_written") for s in range(2)]
         wr, rd = Signal(), Signal()  # the slot filled next, the slot offered
         go = Signal()                # the lanes move this cycle (implies ``running``)
+        go_copies = [Signal(name=f"go_copy{k}") for k in range(copies)]
         m.d.comb += [self.busy.eq(prepare | init | running | held[0] | held[1]),
                      out.payload.eq(Mux(rd, slots[1], slots[0])),
                      out.valid.eq(Mux(rd, held[1] & written[1], held[0] & written[0]))]
@@ -346,9 +360,10 @@ class AddressGenerator(wiring.Component):
         # Moving next cycle must leave the slot it fills free, taken or not: at most one
         # slot is held after this cycle. (Both ends of the layer: ``running`` falls with
         # its last beat; the last cycle of ``init`` starts it, with both slots empty.)
-        m.d.sync += go.eq(running & ~(go & layer_end) & ~(held_next[0] & held_next[1]))
+        go_next = running & ~(go & layer_end) & ~(held_next[0] & held_next[1])
+        m.d.sync += [flag.eq(go_next) for flag in (go, *go_copies)]
         with m.If(init & (index == rows - 1)):
-            m.d.sync += go.eq(1)
+            m.d.sync += [flag.eq(1) for flag in (go, *go_copies)]
         beat = Signal(beat_shape)  # the lanes' beat, entering slot ``wr`` on ``go``
         for r in range(rows):
             m.d.comb += [beat.addr[r].eq(next_addr[r]), beat.inside[r].eq(next_inside[r])]
@@ -372,37 +387,43 @@ class AddressGenerator(wiring.Component):
             with m.Elif(~v.last):
                 m.d.sync += [*c.restart(), *v.increment(), offset.eq(offset + 1),
                              w_addr.eq(w_addr + 1)]
-                m.d.sync += [lane_ix[r].eq(lane_ix[r] + 1) for r in range(rows)]
             with m.Elif(~u.last):
                 m.d.sync += [*c.restart(), *v.restart(), *u.increment(),
                              offset.eq(offset + row_skip), w_addr.eq(w_addr + 1)]
-                m.d.sync += [lane_iy[r].eq(lane_iy[r] + 1) for r in range(rows)]
-                m.d.sync += [lane_ix[r].eq(lane_x[r]) for r in range(rows)]
             with m.Else():
                 # End of a group (one R x C output tile).
                 m.d.sync += [*c.restart(), *v.restart(), *u.restart(), offset.eq(0)]
                 with m.If(~group.last):
                     m.d.sync += [*group.increment(), w_addr.eq(w_tile)]
-                    for r in range(rows):
-                        ny, nx, na, nwrap = stepped(lane_y[r], lane_x[r], lane_a[r],
-                                                    lane_wrap[r], group_step)
-                        m.d.sync += [lane_y[r].eq(ny), lane_x[r].eq(nx), lane_a[r].eq(na),
-                                     lane_iy[r].eq(ny), lane_ix[r].eq(nx),
-                                     lane_wrap[r].eq(nwrap)]
                 with m.Else():
                     # Next column tile: its weights follow this tile's in the buffer.
                     m.d.sync += [*group.restart(), w_addr.eq(w_addr + 1),
                                  w_tile.eq(w_addr + 1)]
-                    for r in range(rows):
-                        home = home_a[r]
-                        if self.config.depthwise:
-                            home = (home_a[r] + tile_step)[:abits]
-                            m.d.sync += home_a[r].eq(home)
-                        m.d.sync += [lane_y[r].eq(home_y[r]), lane_x[r].eq(home_x[r]),
-                                     lane_iy[r].eq(home_y[r]), lane_ix[r].eq(home_x[r]),
-                                     lane_a[r].eq(home), lane_wrap[r].eq(home_wrap[r])]
                     with m.If(tile.last):
                         m.d.sync += running.eq(0)
                     with m.Else():
                         m.d.sync += tile.increment()
+        # The lanes, each group on its own copies of `go` and the loop flags (the same
+        # values as the originals above).
+        for r in range(rows):
+            k = r // LANES_PER_COPY
+            with m.If(go_copies[k] & c.last_copies[k]):
+                with m.If(~v.last_copies[k]):
+                    m.d.sync += lane_ix[r].eq(lane_ix[r] + 1)
+                with m.Elif(~u.last_copies[k]):
+                    m.d.sync += [lane_iy[r].eq(lane_iy[r] + 1), lane_ix[r].eq(lane_x[r])]
+                with m.Elif(~group.last_copies[k]):
+                    ny, nx, na, nwrap = stepped(lane_y[r], lane_x[r], lane_a[r],
+                                                lane_wrap[r], group_step)
+                    m.d.sync += [lane_y[r].eq(ny), lane_x[r].eq(nx), lane_a[r].eq(na),
+                                 lane_iy[r].eq(ny), lane_ix[r].eq(nx),
+                                 lane_wrap[r].eq(nwrap)]
+                with m.Else():
+                    home = home_a[r]
+                    if self.config.depthwise:
+                        home = (home_a[r] + tile_step)[:abits]
+                        m.d.sync += home_a[r].eq(home)
+                    m.d.sync += [lane_y[r].eq(home_y[r]), lane_x[r].eq(home_x[r]),
+                                 lane_iy[r].eq(home_y[r]), lane_ix[r].eq(home_x[r]),
+                                 lane_a[r].eq(home), lane_wrap[r].eq(home_wrap[r])]
         return m
