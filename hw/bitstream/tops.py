@@ -26,6 +26,11 @@ NEXTPNR_REPORT_NAME = "nextpnr-report.json"
 # (fresh -> accumulator carry chain, 2.6 ns of routing). `keep` on the PE registers leaves
 # each PE its own copy, next to its accumulator; cost: about 500 flip-flops for 8x8.
 KEEP_PE_REGISTERS = "setattr -set keep 1 *.pe_*/t:$dff"
+# Registers that copy another one to share its fan-out (named `*_copy*` in hw/: the address
+# generator's flags per group of lanes, the pumped array's enables per row) hold the same
+# value by design, so opt_merge would fold them back into one; `keep` on the flip-flops
+# that drive them leaves each copy beside its users.
+KEEP_COPIES = "setattr -set keep 1 w:*_copy* %ci1:+$dff[Q] t:$dff %i"
 
 
 def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD, image=None):
@@ -58,7 +63,7 @@ def board_top(board, config=None, *, clock_mhz=None, baud=DEFAULT_BAUD, image=No
 
 def _synthesis_overrides(family, extra_script=""):
     overrides = {"script_after_read": "\n".join(
-        line for line in (KEEP_PE_REGISTERS, extra_script) if line)}
+        line for line in (KEEP_PE_REGISTERS, KEEP_COPIES, extra_script) if line)}
     if family == "iCE40":
         overrides["synth_opts"] = icebreaker.SYNTH_OPTS
     return overrides
