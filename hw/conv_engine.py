@@ -246,11 +246,16 @@ class ConvEngine(wiring.Component):
         # together (`advance`).
         read_valid, read_inside, read_last = Signal(), Signal(rows), Signal()
         op_valid, op_inside, op_last = Signal(), Signal(rows), Signal()
-        op_words = [Signal(8 * ACTIVATIONS_PER_WORD, name=f"op_word{r}") for r in range(rows)]
-        op_weights = Signal(data.ArrayLayout(signed(8), cols))
+        # The operands and the byte selects are data (`read_valid`, `op_valid` say when they
+        # count): no reset, so the reset ORed with the soft reset does not reach them across
+        # the die (the 16x8 pumped build's engine-clock critical path, into op_word8).
+        op_words = [Signal(8 * ACTIVATIONS_PER_WORD, name=f"op_word{r}", reset_less=True)
+                    for r in range(rows)]
+        op_weights = Signal(data.ArrayLayout(signed(8), cols), reset_less=True)
         byte_shift = ACTIVATIONS_PER_WORD.bit_length() - 1
-        read_byte = [Signal(byte_shift, name=f"read_byte{r}") for r in range(rows)]
-        op_byte = [Signal(byte_shift, name=f"op_byte{r}") for r in range(rows)]
+        read_byte = [Signal(byte_shift, name=f"read_byte{r}", reset_less=True)
+                     for r in range(rows)]
+        op_byte = [Signal(byte_shift, name=f"op_byte{r}", reset_less=True) for r in range(rows)]
         # A beat waits while activations still stream in and one of the words it reads
         # (inside the image) is not written yet; addresses rise through the first column
         # tile, so this holds the array only where loading is ahead of computing. The
