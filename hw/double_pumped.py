@@ -41,7 +41,14 @@ from contract.config import ArrayConfig
 
 from .multiplier import mult18x18d
 from .pipeline import SkidBuffer
-from .systolic import delayed, operand_layout, or_all, result_layout
+from .systolic import (
+    delayed,
+    next_advance,
+    operand_layout,
+    or_all,
+    result_layout,
+    stall_terms,
+)
 
 #: The clock domain the processing elements run in.
 ARRAY_DOMAIN = "array"
@@ -288,23 +295,16 @@ class PumpedCore(wiring.Component):
         readable = Signal(rows)
         m.d.comb += readable.eq(full & row)
         stall_if = {}
-        for adv in (0, 1):
-            for free in (0, 1):
-                still_pending = pending & ~readable if free else pending
-                if adv:
-                    stall = (cap_first | still_pending) & cap_next
-                else:
-                    stall = still_pending & cap_first
-                stall_if[adv, free] = Signal(name=f"stall_if_adv{adv}_free{free}")
-                m.d.sync += stall_if[adv, free].eq(stall.any())
+        for key, term in stall_terms(cap_first, cap_next, pending, readable).items():
+            stall_if[key] = Signal(name=f"stall_if_adv{key[0]}_free{key[1]}")
+            m.d.sync += stall_if[key].eq(term)
         m.d.comb += [
             out_free.eq(~out_valid | self.results.ready),
             reading.eq(readable.any() & out_free),
             self.results.valid.eq(out_valid & phase),
         ]
         advance_next = Signal()
-        m.d.comb += advance_next.eq(~Mux(advance, Mux(out_free, stall_if[1, 1], stall_if[1, 0]),
-                                         Mux(out_free, stall_if[0, 1], stall_if[0, 0])))
+        m.d.comb += advance_next.eq(next_advance(advance, out_free, stall_if))
         with m.If(phase):
             m.d.sync += [pending.eq(pending_next), advance.eq(advance_next),
                          *(copy.eq(advance_next) for copy in advance_rows)]

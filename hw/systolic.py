@@ -69,6 +69,31 @@ def or_all(values):
     return values[0]
 
 
+def stall_terms(cap_first, cap_next, pending, readable):
+    """Whether the array must stall next step, ``{(advance, out_free): Value}`` for each
+    value of this step's ``advance`` and ``out_free``, which the caller picks last
+    (:func:`next_advance`). ``cap_first``/``cap_next``: column 0 captures now and after the
+    next enabled edge, one bit per row; ``pending``: rows captured and not yet read out;
+    ``readable``: the row the drain reads if the output register is free."""
+    terms = {}
+    for adv in (0, 1):
+        for free in (0, 1):
+            still_pending = pending & ~readable if free else pending
+            if adv:
+                stall = (cap_first | still_pending) & cap_next
+            else:
+                stall = still_pending & cap_first
+            terms[adv, free] = stall.any()
+    return terms
+
+
+def next_advance(advance, out_free, stall_if):
+    """``advance`` of the next step from the :func:`stall_terms` (as signals), picked by
+    this step's ``advance`` and ``out_free``."""
+    return ~Mux(advance, Mux(out_free, stall_if[1, 1], stall_if[1, 0]),
+                Mux(out_free, stall_if[0, 1], stall_if[0, 0]))
+
+
 def delayed(m, signal, ticks, en, name, *, reset_less=False):
     """``signal`` through ``ticks`` registers that advance while ``en`` (without a reset
     where ``reset_less``: data whose flags travel beside it)."""
@@ -223,21 +248,12 @@ class SystolicArray(wiring.Component):
         cap_next = Cat(pes[i][0].capture_next for i in range(rows))
         readable = Signal(rows)
         stall_if = {}
-        for adv in (0, 1):
-            for free in (0, 1):
-                still_pending = pending & ~readable if free else pending
-                if adv:
-                    stall = (cap_first | still_pending) & cap_next
-                else:
-                    stall = still_pending & cap_first
-                stall_if[adv, free] = Signal(name=f"stall_if_adv{adv}_free{free}")
-                m.d.comb += stall_if[adv, free].eq(stall.any())
+        for key, term in stall_terms(cap_first, cap_next, pending, readable).items():
+            stall_if[key] = Signal(name=f"stall_if_adv{key[0]}_free{key[1]}")
+            m.d.comb += stall_if[key].eq(term)
         m.d.comb += readable.eq(full & row)
-        m.d.sync += [
-            pending.eq(pending_next),
-            advance.eq(~Mux(advance, Mux(out_free, stall_if[1, 1], stall_if[1, 0]),
-                            Mux(out_free, stall_if[0, 1], stall_if[0, 0]))),
-        ]
+        m.d.sync += [pending.eq(pending_next),
+                     advance.eq(next_advance(advance, out_free, stall_if))]
 
         # Drain: one row per cycle, in row order, into the registered output beat. The row
         # being read is one-hot, so picking it is an AND-OR over the hold registers (two

@@ -16,6 +16,11 @@ from sw_driver.gemm_tiling import assemble_results, operand_beats, plan_gemm
 SYNC_PERIOD = 16e-9
 
 
+def _payload(a_col, b_row, last):
+    """An ``operands`` beat from ``operand_beats``' tuple."""
+    return {"a": [int(v) for v in a_col], "b": [int(v) for v in b_row], "last": last}
+
+
 def _simulate(config, a, b, rng, *, array_period, array_phase=None, stall_operands=0.0,
               stall_results=0.0):
     """The array's result rows for ``a @ b`` (planned as the engine tiles it), and the
@@ -30,11 +35,10 @@ def _simulate(config, a, b, rng, *, array_period, array_phase=None, stall_operan
 
     async def producer(ctx):
         cycles["start"] = ctx.get(counter)
-        for (a_col, b_row, last), wait in zip(beats, operand_waits, strict=True):
+        for beat, wait in zip(beats, operand_waits, strict=True):
             if wait:
                 await ctx.tick()
-            await stream_put(ctx, dut.operands, {
-                "a": [int(v) for v in a_col], "b": [int(v) for v in b_row], "last": last})
+            await stream_put(ctx, dut.operands, _payload(*beat))
 
     async def consumer(ctx):
         for index, wait in enumerate(result_waits):
@@ -125,17 +129,15 @@ def test_a_soft_reset_of_the_engine_empties_the_pumped_array(rng, seed):
     async def bench(ctx):
         # An aborted pass: a tile and a half in, then the soft reset before its results
         # are taken.
-        for a_col, b_row, last in beats[:int(1.5 * len(beats) / plan.tiles)]:
-            await stream_put(ctx, dut.operands, {
-                "a": [int(v) for v in a_col], "b": [int(v) for v in b_row], "last": last})
+        for beat in beats[:int(1.5 * len(beats) / plan.tiles)]:
+            await stream_put(ctx, dut.operands, _payload(*beat))
         await ctx.tick().repeat(30)
         ctx.set(soft, 1)
         await ctx.tick()
         ctx.set(soft, 0)
         await ctx.tick().repeat(3)
-        for a_col, b_row, last in beats:
-            await stream_put(ctx, dut.operands, {
-                "a": [int(v) for v in a_col], "b": [int(v) for v in b_row], "last": last})
+        for beat in beats:
+            await stream_put(ctx, dut.operands, _payload(*beat))
 
     async def consumer(ctx):
         await ctx.tick().until(soft)
@@ -148,5 +150,7 @@ def test_a_soft_reset_of_the_engine_empties_the_pumped_array(rng, seed):
     sim.add_clock(SYNC_PERIOD / 2, domain=ARRAY_DOMAIN, phase=SYNC_PERIOD / 4)
     sim.add_testbench(bench)
     sim.add_testbench(consumer)
-    assert run_bounded(sim, SYNC_PERIOD * 5000), f"seed={seed}: the array stopped"
+    # The pass twice (aborted, then whole), bounded as _simulate bounds one.
+    deadline = 2 * SYNC_PERIOD * (20 * len(beats) + 50 * plan.result_beats + 500)
+    assert run_bounded(sim, deadline), f"seed={seed}: the array stopped"
     _check(assemble_results(rows, plan), gemm_int8(a, b), seed)
