@@ -41,7 +41,7 @@ Post-processing: the requantizer's rescalers also serve the residual add of ADD 
 picks the mode and may change only between passes (docs/conv-engine.md, "Post-processing").
 """
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Module, Mux, ResetInserter, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -132,6 +132,13 @@ class ConvEngine(wiring.Component):
             "add_operands": In(stream.Signature(operand_pair_layout(cols))),
             "add_results": Out(stream.Signature(sum_layout(cols))),
             "add_params": In(add_params_layout()),
+            # The soft reset a cycle early (the register write that raises it): each block
+            # of the engine registers its own copy and resets on it, so that no one net
+            # from the LUT that ORs the soft reset with the domain's reset reaches all
+            # their flip-flops across the die (the 16x8 board build's critical path). The
+            # top still wraps the engine in a ResetInserter for its own registers; tied
+            # low, as in the block tests, only that reset remains.
+            "soft_reset_next": In(1),
         })
 
     def elaborate(self, platform):
@@ -223,14 +230,20 @@ class ConvEngine(wiring.Component):
         # --- Address generator -> buffer reads -> array operands ------------------------
         # Without the timing registers, the generator that shares its logic over cycles.
         generator = AddressGenerator if cfg.pipelined else LeanAddressGenerator
-        m.submodules.addrgen = addrgen = generator(cfg)
+        def with_own_reset(name, block):
+            copy = Signal(name=f"{name}_reset_copy")  # kept apart: hw/bitstream/tops.py
+            m.d.sync += copy.eq(self.soft_reset_next)
+            return ResetInserter(copy)(block)
+
+        addrgen = generator(cfg)
+        m.submodules.addrgen = with_own_reset("addrgen", addrgen)
         if cfg.array.pump == 1:
             array = SystolicArray(cfg.array, input_skid=cfg.pipelined, depthwise=cfg.depthwise)
         else:
             # Its processing elements in their own clock domain (hw.double_pumped), which
             # the top provides; the same streams and results.
             array = DoublePumpedArray(cfg.array)
-        m.submodules.array = array
+        m.submodules.array = with_own_reset("array", array)
         # A depthwise pass (docs/conv-engine.md, "Depthwise convolution"): each beat reads
         # the whole word at a lane's (word) address, and column j of the array takes byte
         # j % 4 of it. The descriptor holds still for the pass, so these are static selects.
@@ -318,10 +331,11 @@ class ConvEngine(wiring.Component):
 
         # --- Array results -> requantizer -> output; the add's operands -> the same bank --
         if serial_requantizer(residual_add=cfg.residual_add, pipelined=cfg.pipelined):
-            m.submodules.postprocess = post = SerialRequantizer(lanes=cols)
+            post = SerialRequantizer(lanes=cols)
         else:
-            m.submodules.postprocess = post = PostProcessBank(
-                lanes=cols, residual_add=cfg.residual_add, add_lanes=cfg.add_lanes)
+            post = PostProcessBank(lanes=cols, residual_add=cfg.residual_add,
+                                   add_lanes=cfg.add_lanes)
+        m.submodules.postprocess = with_own_reset("postprocess", post)
         # The mode fans out to every multiplexer of the bank: it leaves a register (a pass's
         # first beat comes cycles after the opcode is latched, and the bank's streams stay
         # not ready until its mode matches).

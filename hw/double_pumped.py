@@ -39,6 +39,7 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ArrayConfig
 
+from .dsp_sites import array_dsp_sites
 from .multiplier import mult18x18d
 from .pipeline import SkidBuffer
 from .systolic import (
@@ -58,6 +59,9 @@ PUMP = 2
 DRAIN_GROUP = 4
 #: Engine cycles the crossings and the core are held in reset after a reset of ``sync``.
 FLUSH_CYCLES = 4
+#: Columns of dual processing elements that share one copy of `advance` and `step`: a DSP
+#: slice's four multipliers on ECP5 (hw.dsp_sites).
+COPY_COLUMNS = 4
 #: Depth of each crossing FIFO: enough to cover the pointer synchronizers' round trip at
 #: one beat per engine cycle.
 CROSSING_DEPTH = 8
@@ -78,6 +82,10 @@ class PumpedMultiplier(wiring.Component):
 
     latency = 2 * PUMP
 
+    def __init__(self, *, site=None):
+        self.site = site  # the DSP site on ECP5 (hw.dsp_sites), or the placer's choice
+        super().__init__()
+
     def elaborate(self, platform):
         m = Module()
         # Data registers have no reset (nor do the DSP block's): only control flags do, so
@@ -89,7 +97,7 @@ class PumpedMultiplier(wiring.Component):
             dsp_p = Signal(36)
             m.submodules.dsp = mult18x18d(Cat(self.a, self.a[7].replicate(10)),
                                           Cat(self.b, self.b[7].replicate(10)),
-                                          dsp_p, en=self.en)
+                                          dsp_p, en=self.en, site=self.site)
             product = dsp_p[:16]
         else:
             a_reg = Signal(signed(8), reset_less=True)
@@ -111,8 +119,8 @@ class DualProcessingElement(wiring.Component):
     ports are ``hw.pe.ProcessingElement``'s, one per row; ``b`` passes through both rows.
     """
 
-    def __init__(self, *, acc_width=32):
-        self.acc_width = acc_width
+    def __init__(self, *, acc_width=32, site=None):
+        self.acc_width, self.site = acc_width, site
         pair = data.ArrayLayout(signed(8), 2)
         super().__init__({
             "advance": In(1),
@@ -159,7 +167,7 @@ class DualProcessingElement(wiring.Component):
         # holds (en low) and the select does not matter.
         phase = Signal()
         m.d.sync += phase.eq(~phase)
-        m.submodules.mul = mul = PumpedMultiplier()
+        m.submodules.mul = mul = PumpedMultiplier(site=self.site)
         m.d.comb += [mul.a.eq(Mux(phase, self.a_in[1], self.a_in[0])),
                      mul.b.eq(Mux(phase, b_mid, self.b_in)), mul.en.eq(advance)]
 
@@ -215,16 +223,25 @@ class PumpedCore(wiring.Component):
         phase_in, phase_out = Signal(name="phase_in_copy"), Signal(name="phase_out_copy")
         m.d.sync += [toggle.eq(~toggle) for toggle in (phase, phase_in, phase_out)]
         # Whether the logical array advances this tick; decided at the end of the last one.
-        advance = Signal(init=1)
+        # (Named `*_copy*`, as the copies below: the board build keeps it apart from
+        # them, hw/bitstream/tops.py; merged into a row's copy, it had to reach the input
+        # stage from that row's corner of the die.)
+        advance = Signal(init=1, name="advance_in_copy")
         pairs = rows // PUMP
-        # Each row of dual PEs has its own copies of `advance` and of `step` (advance, in
-        # the tick's second cycle), set from the same next-state logic: one register
-        # enables a row's hundreds of flip-flops, not the whole array's thousands. (Named
-        # `*_copy*`: the board build keeps them apart, hw/bitstream/tops.py.)
-        advance_rows = [Signal(init=1, name=f"advance_copy{p}") for p in range(pairs)]
-        step_rows = [Signal(name=f"step_copy{p}") for p in range(pairs)]
-        m.d.sync += [step_rows[p].eq(~phase & advance_rows[p]) for p in range(pairs)]
-        step = step_rows[0]
+        # Each group of COPY_COLUMNS dual PEs of a row (one DSP slice on ECP5) has its own
+        # copies of `advance` and of `step` (advance, in the tick's second cycle), set
+        # from the same next-state logic: one register enables a few hundred flip-flops
+        # next to it, not a row's spread over the die.
+        groups = range(-(-cols // COPY_COLUMNS))
+        advance_copies = {(p, g): Signal(init=1, name=f"advance_copy{p}_{g}")
+                          for p in range(pairs) for g in groups}
+        step_copies = {(p, g): Signal(name=f"step_copy{p}_{g}")
+                       for p in range(pairs) for g in groups}
+        m.d.sync += [step_copies[key].eq(~phase & advance_copies[key])
+                     for key in step_copies]
+        # The input stage's own: the first row's delay lines and the tile-gap count.
+        step = Signal(name="step_in_copy")
+        m.d.sync += step.eq(~phase & advance)
 
         # Input stage: the beat the array takes this tick, held for both cycles.
         beat = Signal(operand_layout(rows, cols), reset_less=True)  # `beat_full` says
@@ -243,16 +260,23 @@ class PumpedCore(wiring.Component):
             with m.Elif(since_last < gap):
                 m.d.sync += since_last.eq(since_last + 1)
 
-        pes = [[DualProcessingElement(acc_width=width) for _ in range(cols)]
-               for _ in range(pairs)]
+        # On a known ECP5 die each row of multipliers sits in whole DSP slices side by
+        # side (hw.dsp_sites): the 16x8 board build's placer had spread a row across the
+        # die, and its step copy's net took 11 ns.
+        sites = array_dsp_sites(platform, pairs, cols) or {}
+        pes = [[DualProcessingElement(acc_width=width, site=sites.get((p, j)))
+                for j in range(cols)]
+               for p in range(pairs)]
         for p in range(pairs):
             for j in range(cols):
                 pe = pes[p][j]
                 m.submodules[f"pe_{p}_{j}"] = pe
-                m.d.comb += [pe.advance.eq(advance_rows[p]), pe.step.eq(step_rows[p])]
+                copy = (p, j // COPY_COLUMNS)
+                m.d.comb += [pe.advance.eq(advance_copies[copy]),
+                             pe.step.eq(step_copies[copy])]
                 if j == 0:
                     for r in range(2):
-                        i, row_step = 2 * p + r, step_rows[p]
+                        i, row_step = 2 * p + r, step_copies[p, 0]
                         m.d.comb += [
                             pe.a_in[r].eq(delayed(m, beat.a[i], i, row_step, f"a{i}",
                                                   reset_less=True)),
@@ -307,7 +331,7 @@ class PumpedCore(wiring.Component):
         m.d.comb += advance_next.eq(next_advance(advance, out_free, stall_if))
         with m.If(phase):
             m.d.sync += [pending.eq(pending_next), advance.eq(advance_next),
-                         *(copy.eq(advance_next) for copy in advance_rows)]
+                         *(copy.eq(advance_next) for copy in advance_copies.values())]
             with m.If(reading):
                 m.d.sync += [out_valid.eq(1), row.eq(Cat(row[rows - 1], row[:rows - 1]))]
             with m.Elif(self.results.ready):
