@@ -4,6 +4,7 @@ around it. Read by the hardware generators, the cycle model, the testbenches and
 """
 
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 
 from .requant import ACC_WIDTH
 from .streams import WORD_BITS
@@ -33,6 +34,13 @@ STREAM_WIDTHS = (WORD_BITS,)
 #: Design clock range (MHz) a configuration may ask for; the board's PLL refuses what it
 #: cannot make within it.
 MIN_CLOCK_MHZ, MAX_CLOCK_MHZ = 1.0, 1000.0
+#: The design clock of a configuration without ``clock_mhz`` where one is needed anyway:
+#: the twin's nominal clock (what profiles price its cycles at, and the base of the array
+#: clock's ratio).
+NOMINAL_CLOCK_MHZ = 50.0
+#: The largest term of the array clock's ratio to the design clock (the twin's harness
+#: steps the two clocks by it: ``harness/array_clock.h``).
+MAX_CLOCK_RATIO_TERM = 16
 #: The values ``ArrayConfig.pump`` may take: logical rows per multiplier, and the array
 #: clock's multiple of the engine's (``hw/double_pumped.py``).
 PUMP_CHOICES = (1, 2)
@@ -225,6 +233,12 @@ class ConvEngineConfig:
     clock_mhz : float or None
         Design clock; None means the target's own (a board's default PLL output, the
         twin's nominal 50 MHz). Not part of the netlist's name: the clock is a constraint.
+    array_clock_mhz : float or None
+        The array's own clock, with ``array.pump`` 2 only; None means ``pump`` times the
+        design clock, where the array keeps up with one operand beat per engine cycle.
+        Slower, the array takes a beat every ``2 * clock / array_clock`` engine cycles
+        (its crossings are asynchronous FIFOs, so any ratio is correct). Not part of the
+        netlist's name either.
     residual_add : bool
         Whether the post-processing bank has the residual add's datapath (ADD passes).
         Without it the bank keeps only the requantizer's rescalers (``contract.postprocess``:
@@ -265,6 +279,7 @@ class ConvEngineConfig:
     max_col_tiles: int = 16
     stream_width: int = WORD_BITS
     clock_mhz: float | None = None
+    array_clock_mhz: float | None = None
     residual_add: bool = True
     perf_counters: bool = True
     csr_readback: bool = True
@@ -289,6 +304,16 @@ class ConvEngineConfig:
                 or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
             raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
                              f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
+        if self.array_clock_mhz is not None:
+            if (isinstance(self.array_clock_mhz, bool)
+                    or not isinstance(self.array_clock_mhz, (int, float))
+                    or not MIN_CLOCK_MHZ <= self.array_clock_mhz <= MAX_CLOCK_MHZ):
+                raise ValueError(f"array_clock_mhz must be a number from {MIN_CLOCK_MHZ:g} "
+                                 f"to {MAX_CLOCK_MHZ:g}, not {self.array_clock_mhz!r}")
+            if self.array.pump == 1:
+                raise ValueError("array_clock_mhz is the clock of an array on its own clock "
+                                 "(array.pump 2); with array.pump 1 the array runs at "
+                                 "clock_mhz")
         for name, flag in ENGINE_FLAGS.items():
             check_bool(name, getattr(self, name), meaning=flag.meaning)
         if self.add_lanes not in ADD_LANES_CHOICES or isinstance(self.add_lanes, bool):
@@ -336,6 +361,16 @@ class ConvEngineConfig:
                           if getattr(self, name) != flag.default)
                 + (f"-al{self.add_lanes}" if self.add_lanes != ADD_LANES_PER_UNIT else "")
                 + (f"-m{self.resident_words}p{self.program_words}" if self.resident else ""))
+
+    def array_clock_ratio(self):
+        """The array's clock over the design clock, a fraction of small terms (the twin's
+        harness runs the two clocks at it, the cycle model counts with it): ``pump``
+        unless ``array_clock_mhz`` is set; without ``clock_mhz``, the design clock is
+        :data:`NOMINAL_CLOCK_MHZ`."""
+        if self.array_clock_mhz is None:
+            return Fraction(self.array.pump)
+        clock = self.clock_mhz if self.clock_mhz is not None else NOMINAL_CLOCK_MHZ
+        return Fraction(self.array_clock_mhz / clock).limit_denominator(MAX_CLOCK_RATIO_TERM)
 
     @property
     def resident(self):

@@ -116,6 +116,8 @@ FIELDS = {
     "max_col_tiles": ("int", range(1, MAX_COL_TILES + 1)),
     "stream_width": ("int", STREAM_WIDTHS),
     "clock_mhz": ("number", (MIN_CLOCK_MHZ, MAX_CLOCK_MHZ)),
+    # The array's own clock (array.pump 2); absent: pump times clock_mhz.
+    "array_clock_mhz": ("number", (MIN_CLOCK_MHZ, MAX_CLOCK_MHZ)),
     "residual_add": ("bool", (True, False)),
     "perf_counters": ("bool", (True, False)),
     "csr_readback": ("bool", (True, False)),
@@ -200,7 +202,7 @@ def parse_config(mapping, source="<config>"):
         if key in _TABLES:
             if not isinstance(value, dict):
                 raise ConfigFileError(f"{source}: {key} must be a table ([{key}]) of "
-                                      f"{', '.join(n for n in FIELDS if n.startswith(key))}"
+                                      f"{', '.join(n for n in FIELDS if n.startswith(key + '.'))}"
                                       f", not {_describe(value)}")
             for inner, item in value.items():
                 name = f"{key}.{inner}"
@@ -258,12 +260,13 @@ def load_config(spec):
 
 
 def config_to_dict(config):
-    """``config`` as a file holds it (every field written; ``clock_mhz`` only when set)."""
+    """``config`` as a file holds it (every field written; the clocks only when set)."""
     if not isinstance(config, ConvEngineConfig):
         raise TypeError(f"config must be a ConvEngineConfig, not {config!r}")
     data = {name: getattr(config, name) for name in FIELDS if "." not in name}
-    if data["clock_mhz"] is None:
-        del data["clock_mhz"]
+    for name in ("clock_mhz", "array_clock_mhz"):
+        if data[name] is None:
+            del data[name]
     data["array"] = {name.split(".", 1)[1]: getattr(config.array, name.split(".", 1)[1])
                      for name in FIELDS if name.startswith("array.")}
     return data

@@ -5,6 +5,9 @@ pass). It counts the words the host link carries (``contract.streams``), so it f
 stream format without importing the hardware.
 """
 
+from fractions import Fraction
+from math import ceil
+
 from contract.descriptor import DEPTHWISE_FIELDS
 from contract.postprocess import (
     REQUANT_LATENCY,
@@ -91,6 +94,9 @@ def pass_cycles(engine_pass, config):
     first also waits :data:`TILE_SWITCH_CYCLES`. Plus :data:`PASS_LATENCY_CYCLES`, and on
     a device with the depthwise mode :data:`DEPTHWISE_REGISTER_CYCLES`.
 
+    An array on its own clock at less than ``pump`` times the design clock takes a beat
+    every ``pump / ratio`` cycles, so K grows by that factor.
+
     A depthwise pass loads all its weights before the start; each column tile's groups
     wait for the words of that tile's own activations, which follow one another.
 
@@ -110,6 +116,10 @@ def pass_cycles(engine_pass, config):
             + param_words(cols) * engine_pass.bias.shape[0])
     per_output = max(output_words(cols), cols // requant_units(cols))
     k = engine_pass.beats // (tiles * groups)
+    # An array on its own clock slower than `pump` times the engine's takes a beat every
+    # pump / ratio engine cycles (``ConvEngineConfig.array_clock_ratio``).
+    beat_cycles = max(Fraction(1), Fraction(config.array.pump) / config.array_clock_ratio())
+    k = ceil(k * beat_cycles)
     if not config.pipelined:
         # The lean engine (``ConvEngineConfig.pipelined`` false): its address generator
         # rotates its R lanes between groups, and without the add its requantizer is the

@@ -191,7 +191,7 @@ def test_ulx3s_85f_top_elaborates_with_pll_uart_and_clock():
 
 def test_a_pumped_array_gets_the_plls_second_output_at_twice_the_clock():
     config = replace(PRESETS["ulx3s-85f"], array=ArrayConfig(rows=16, cols=8, pump=2))
-    settings = pll.ecp5_pll_settings(25.0, 62.5, array_multiple=2)
+    settings = pll.ecp5_pll_settings(25.0, 62.5, array_mhz=125.0)
     assert settings.f_array_mhz == pytest.approx(125.0)
     assert settings.clkop_div % 2 == 0 and settings.clkos_div * 2 == settings.clkop_div
     _, top, plan = bitstream.prepare_build("ulx3s-85f", config)
@@ -206,6 +206,21 @@ def test_a_pumped_array_gets_the_plls_second_output_at_twice_the_clock():
     with pytest.raises(ValueError, match="second PLL output"):
         AcceleratorBoardTop(replace(config, array=ArrayConfig(rows=2, cols=2, pump=2)),
                             family="iCE40", board_clock_mhz=12.0, clock_mhz=18.0)
+
+
+def test_a_pumped_array_runs_at_the_array_clock_its_configuration_asks():
+    config = replace(PRESETS["ulx3s-85f"], array=ArrayConfig(rows=16, cols=8, pump=2),
+                     array_clock_mhz=100.0)
+    _, top, plan = bitstream.prepare_build("ulx3s-85f", config)
+    assert (top.clock_mhz, top.array_clock_mhz) == (62.5, 100.0)
+    settings = top.pll_settings
+    assert settings.f_vco_mhz / settings.clkop_div == pytest.approx(62.5)
+    assert f"parameter \\CLKOS_DIV {settings.clkos_div}\n" in _text(plan, "il")
+    # 64 multipliers at 100 MHz.
+    assert bitstream.peak_throughput(config, top.array_clock_mhz, True)["peak_gops"] == 12.8
+    # A second output the VCO that makes the first cannot divide down to is refused.
+    with pytest.raises(pll.PllError, match="for the array beside 62.5 MHz"):
+        pll.ecp5_pll_settings(25.0, 62.5, array_mhz=101.7)
 
 
 def test_peak_of_a_pumped_array_counts_its_multipliers_at_their_clock():

@@ -4,6 +4,7 @@ taken by every command that builds or simulates hardware (``--config``, make ``C
 import json
 import subprocess
 from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -96,6 +97,11 @@ def test_round_trip_with_every_field_set(tmp_path):
     (tmp_path / "p.toml").write_text(dumps_toml(pumped))
     assert load_config(tmp_path / "p.toml") == pumped
     assert pumped.name.startswith("conv_engine-r16c8a32p2-")
+    # Its own clock, which the netlist's name leaves out as it does the design clock.
+    clocked = replace(pumped, clock_mhz=62.5, array_clock_mhz=100.0)
+    (tmp_path / "c2.toml").write_text(dumps_toml(clocked))
+    assert load_config(tmp_path / "c2.toml") == clocked
+    assert clocked.name == pumped.name and clocked.array_clock_ratio() == Fraction(8, 5)
 
 
 def test_a_file_overrides_its_base_preset(tmp_path):
@@ -126,6 +132,10 @@ BAD_TOML = [
     ("clock_mhz = 0", "clock_mhz must be a number from 1 to 1000, not 0"),
     ("clock_mhz = nan", "clock_mhz must be a number from 1 to 1000, not nan (a number)"),
     ('clock_mhz = "fast"', "clock_mhz must be a number from 1 to 1000, not 'fast' (a string)"),
+    ("array_clock_mhz = 0", "array_clock_mhz must be a number from 1 to 1000, not 0"),
+    # The default preset's array is on the design clock.
+    ("array_clock_mhz = 100", "array_clock_mhz is the clock of an array on its own clock "
+                              "(array.pump 2)"),
     ("rows = 2", "unknown field 'rows'; known fields: base, array.rows, array.cols, "
                  "array.acc_width, array.pump, act_depth, weight_depth, max_col_tiles, "
                  "stream_width, clock_mhz"),

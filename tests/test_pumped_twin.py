@@ -4,6 +4,8 @@
 are the same array's on one clock but for the crossings' latency, which the cycle model
 counts."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import qdq_models
@@ -110,3 +112,40 @@ def test_pumped_twin_recovers_from_an_aborted_layer(fault, rng, seed):
     finally:
         transport.close()
     assert_exact(got, want, f"seed={seed} after {fault.name}", names=("twin", "golden"))
+
+
+#: The same engine with its array clock below twice the engine's: 100 MHz beside 62.5
+#: (a ratio of 8/5, a beat every 1.25 engine cycles at most) and 50 beside 50 (one beat
+#: every two cycles).
+SLOWER_ARRAY = [dataclasses.replace(PUMPED, clock_mhz=62.5, array_clock_mhz=100.0),
+                dataclasses.replace(PUMPED, clock_mhz=50.0, array_clock_mhz=50.0)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", SLOWER_ARRAY, ids=["8-5", "1-1"])
+def test_a_slower_array_clock_gives_the_same_results_in_the_modelled_cycles(config,
+                                                                             monkeypatch):
+    """The harness steps the array clock at the configuration's ratio
+    (harness/array_clock.h): the digits CNN stays exact, and each layer's cycles are the
+    cycle model's for that ratio within 10 %."""
+    _, _, x, _ = load_digits_split()
+    provider = SimProvider(config, log=lambda message: None)
+    try:
+        monkeypatch.setattr(provider, "fuse", False)
+        session, got = _run(provider, x[:4])
+        layers = {layer.name: layer for layer in session.graph.layers}
+        checked = 0
+        for entry in session.profile():
+            if entry["provider"] == "sim":
+                model = device_work(layers[entry["layer"]], DIGITS_SHAPES[entry["layer"]],
+                                    config)
+                print(entry["layer"], "model", model.cycles, "twin", entry["cycles"])
+                assert abs(model.cycles - entry["cycles"]) <= 0.1 * entry["cycles"], \
+                    (entry["layer"], model.cycles, entry["cycles"])
+                checked += 1
+        assert checked >= 3
+    finally:
+        provider.close()
+    _, want = _run("cpu", x[:4])
+    assert_exact(got, want, f"digits at array/engine clock {config.array_clock_ratio()}",
+                 names=("sim", "cpu"), same_dtype=True)

@@ -102,9 +102,13 @@ class AcceleratorBoardTop(wiring.Component):
                              f"ECP5's second PLL output; {family} builds take array.pump 1")
         try:
             if family == "ecp5":
+                # The array's clock: its own where the configuration sets one, else
+                # `pump` times the design clock (one beat per engine cycle).
+                array_mhz = (None if pump == 1 else
+                             config.array_clock_mhz or pump * clock_mhz)
                 self.pll_settings = ecp5_pll_settings(board_clock_mhz, clock_mhz,
                                                       tolerance=tolerance,
-                                                      array_multiple=pump)
+                                                      array_mhz=array_mhz)
             else:
                 self.pll_settings = ice40_pll_settings(board_clock_mhz, clock_mhz,
                                                        tolerance=tolerance)

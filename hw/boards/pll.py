@@ -66,22 +66,18 @@ class Ecp5PllSettings:
     clki_div: int
     clkfb_div: int
     clkop_div: int
-    #: ``CLKOS = f_out * array_multiple`` (``f_vco / (clkop_div / array_multiple)``) for an
-    #: array on its own clock (``hw.double_pumped``); 1: no second output.
-    array_multiple: int = 1
+    #: ``CLKOS = f_vco / clkos_div``: the array's clock when it has its own
+    #: (``hw.double_pumped``); 0: no second output.
+    clkos_div: int = 0
 
     @property
     def f_out_mhz(self):
         return self.f_in_mhz * self.clkfb_div / self.clki_div
 
     @property
-    def clkos_div(self):
-        return self.clkop_div // self.array_multiple
-
-    @property
     def f_array_mhz(self):
-        """The second output's frequency (the array's clock), ``array_multiple`` times
-        ``f_out_mhz`` and in phase with it."""
+        """The second output's frequency (the array's clock), its rising edges aligned
+        with ``f_out_mhz``'s whenever both have one."""
         return self.f_vco_mhz / self.clkos_div
 
     @property
@@ -98,19 +94,20 @@ class Ecp5PllSettings:
                 "CLKI_DIV": self.clki_div, "CLKFB_DIV": self.clkfb_div,
                 "CLKOP_DIV": self.clkop_div,
                 **({"CLKOS_DIV": self.clkos_div, "f_array_mhz": round(self.f_array_mhz, 6)}
-                   if self.array_multiple != 1 else {})}
+                   if self.clkos_div else {})}
 
 
-def ecp5_pll_settings(f_in_mhz, f_out_mhz, *, tolerance=DEFAULT_TOLERANCE, array_multiple=1):
+def ecp5_pll_settings(f_in_mhz, f_out_mhz, *, tolerance=DEFAULT_TOLERANCE, array_mhz=None):
     """The EHXPLLL dividers whose output is closest to ``f_out_mhz``.
 
     Ties go to the highest VCO frequency (lowest jitter). Raises :class:`PllError` when the
-    best setting is more than ``tolerance`` (relative) away. ``array_multiple`` > 1 also
-    asks for ``CLKOS`` at that multiple of the output (the array's clock): only ``CLKOP``
-    dividers that are multiples of it qualify, and the second output must be in range too.
+    best setting is more than ``tolerance`` (relative) away. ``array_mhz`` also asks for
+    ``CLKOS`` (the array's clock) from the same VCO: among the settings that make the
+    output, the one whose second output is closest to it, within ``tolerance`` too.
     """
     f_in = _check_mhz("f_in_mhz", f_in_mhz)
     f_out = _check_mhz("f_out_mhz", f_out_mhz)
+    f_array = None if array_mhz is None else _check_mhz("array_mhz", array_mhz)
     best, best_key = None, None
     if ECP5_OUT_MHZ[0] <= f_out <= ECP5_OUT_MHZ[1]:
         for clki_div in ECP5_CLKI_DIV:
@@ -129,18 +126,38 @@ def ecp5_pll_settings(f_in_mhz, f_out_mhz, *, tolerance=DEFAULT_TOLERANCE, array
                     vco = out * clkop_div
                     if vco > ECP5_VCO_MHZ[1]:
                         break
-                    if vco < ECP5_VCO_MHZ[0] or clkop_div % array_multiple \
-                            or out * array_multiple > ECP5_OUT_MHZ[1]:
+                    if vco < ECP5_VCO_MHZ[0]:
                         continue
-                    key = (abs(out - f_out), -vco, clki_div)
+                    clkos_div, array_error = 0, 0.0
+                    if f_array is not None:
+                        clkos_div = _nearest_divider(vco, f_array)
+                        if clkos_div is None:
+                            continue
+                        array_error = abs(vco / clkos_div - f_array)
+                    key = (abs(out - f_out), array_error, -vco, clki_div)
                     if best_key is None or key < best_key:
                         best_key = key
                         best = Ecp5PllSettings(f_in, clki_div, clkfb_div, clkop_div,
-                                               array_multiple)
+                                               clkos_div)
     if best is None or abs(best.f_out_mhz - f_out) > tolerance * f_out:
         _refuse("ECP5", f_in, f_out, None if best is None else best.f_out_mhz,
                 ECP5_OUT_MHZ, tolerance)
+    if f_array is not None and abs(best.f_array_mhz - f_array) > tolerance * f_array:
+        raise PllError(
+            f"ECP5 PLL cannot make {f_array:g} MHz for the array beside {f_out:g} MHz from "
+            f"{f_in:g} MHz within {100 * tolerance:g}%: the second output divides the "
+            f"VCO ({ECP5_VCO_MHZ[0]:g}-{ECP5_VCO_MHZ[1]:g} MHz) that makes the first "
+            f"(nearest setting: {best.f_array_mhz:.4g} MHz)")
     return best
+
+
+def _nearest_divider(vco, f_array):
+    """The CLKOS divider putting ``vco`` nearest ``f_array`` inside the output range, or
+    None where none does."""
+    candidates = [div for div in (int(vco // f_array), int(vco // f_array) + 1)
+                  if div in ECP5_CLKOP_DIV
+                  and ECP5_OUT_MHZ[0] <= vco / div <= ECP5_OUT_MHZ[1]]
+    return min(candidates, key=lambda div: abs(vco / div - f_array), default=None)
 
 
 @dataclass(frozen=True)
@@ -219,7 +236,7 @@ class Ecp5Pll(wiring.Component):
             raise TypeError(f"settings must be Ecp5PllSettings, not {settings!r}")
         self.settings = settings
         ports = {"clk_in": In(1), "clk_out": Out(1), "locked": Out(1)}
-        if settings.array_multiple != 1:
+        if settings.clkos_div:
             ports["array_clk_out"] = Out(1)  # CLKOS: the array's clock
         super().__init__(ports)
 
@@ -227,7 +244,7 @@ class Ecp5Pll(wiring.Component):
         m = Module()
         s = self.settings
         second = {}
-        if s.array_multiple != 1:
+        if s.clkos_div:
             # CLKOS from the same VCO, its edges aligned with CLKOP's (no phase shift).
             second = dict(a_FREQUENCY_PIN_CLKOS=f"{s.f_array_mhz:.6g}",
                           p_CLKOS_ENABLE="ENABLED", p_CLKOS_DIV=s.clkos_div,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.config import NOMINAL_CLOCK_MHZ
 from models.eltwise import add_multipliers
 
 from .. import graph as g
@@ -133,7 +134,7 @@ def add_refusal(layer, config=None):
 DEVICE_LAYERS = "Conv, Dense, MatMul, 2x2 MaxPool, GlobalAveragePool and Add"
 #: The clock profiles price a device's cycles at when neither the provider nor the
 #: configuration names one: the twin's nominal 50 MHz.
-NOMINAL_CLOCK_HZ = 50e6
+NOMINAL_CLOCK_HZ = NOMINAL_CLOCK_MHZ * 1e6
 #: The register map from which a resident player takes host segments (the model's input
 #: straight into its pass, ``contract.resident``).
 HOST_SEGMENTS_SINCE = (0, 9)

@@ -1,21 +1,45 @@
 // The second clock of a design whose array runs on its own (a double-pumped array,
-// hw/double_pumped.py; built with -DTWIN_ARRAY_CLOCK, twin/top.py's `array_clock` port):
-// twice the design clock, one rising edge halfway through each cycle and one with the
-// design clock's. The crossings are asynchronous FIFOs, so only the ratio matters.
+// hw/double_pumped.py; built with -DTWIN_ARRAY_CLOCK, twin/top.py's `array_clock` port).
+// Its frequency is TWIN_ARRAY_CLOCK_NUM / TWIN_ARRAY_CLOCK_DEN times the design clock's
+// (2 / 1 unless the build says otherwise, twin/dma.py's clock_flags): in time units where
+// a design cycle lasts NUM and an array cycle DEN, the array's rising edges fall at the
+// multiples of DEN. One that falls on a design clock edge rises with it; the others rise
+// between the design clock's edges. The crossings are asynchronous FIFOs, so only the
+// ratio matters, not the phase.
 #pragma once
 
+#include <cstdint>
+
+#ifndef TWIN_ARRAY_CLOCK_NUM
+#define TWIN_ARRAY_CLOCK_NUM 2
+#define TWIN_ARRAY_CLOCK_DEN 1
+#endif
+
+// Where a twin is in the array clock's time: the start of its current design cycle.
+struct ArrayClockTime {
+    uint64_t now = 0;
+};
+
 #ifdef TWIN_ARRAY_CLOCK
-#define TWIN_ARRAY_CLOCK_LOW(top) ((top)->array_clock = 0)
-#define TWIN_ARRAY_CLOCK_MIDCYCLE(top) \
-    do {                               \
-        (top)->array_clock = 1;        \
-        (top)->eval();                 \
-        (top)->array_clock = 0;        \
-        (top)->eval();                 \
+#define TWIN_ARRAY_CLOCK_LOW(top, time) ((top)->array_clock = 0)
+#define TWIN_ARRAY_CLOCK_MIDCYCLE(top, time)                                              \
+    do {                                                                                  \
+        const uint64_t end_ = (time).now + TWIN_ARRAY_CLOCK_NUM;                          \
+        for (uint64_t edge_ = ((time).now / TWIN_ARRAY_CLOCK_DEN + 1) * TWIN_ARRAY_CLOCK_DEN; \
+             edge_ < end_; edge_ += TWIN_ARRAY_CLOCK_DEN) {                               \
+            (top)->array_clock = 1;                                                       \
+            (top)->eval();                                                                \
+            (top)->array_clock = 0;                                                       \
+            (top)->eval();                                                                \
+        }                                                                                 \
     } while (0)
-#define TWIN_ARRAY_CLOCK_HIGH(top) ((top)->array_clock = 1)
+#define TWIN_ARRAY_CLOCK_HIGH(top, time)                                                  \
+    do {                                                                                  \
+        (time).now += TWIN_ARRAY_CLOCK_NUM;                                               \
+        if ((time).now % TWIN_ARRAY_CLOCK_DEN == 0) (top)->array_clock = 1;              \
+    } while (0)
 #else
-#define TWIN_ARRAY_CLOCK_LOW(top) ((void)0)
-#define TWIN_ARRAY_CLOCK_MIDCYCLE(top) ((void)0)
-#define TWIN_ARRAY_CLOCK_HIGH(top) ((void)0)
+#define TWIN_ARRAY_CLOCK_LOW(top, time) ((void)0)
+#define TWIN_ARRAY_CLOCK_MIDCYCLE(top, time) ((void)0)
+#define TWIN_ARRAY_CLOCK_HIGH(top, time) ((void)0)
 #endif

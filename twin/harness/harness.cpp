@@ -33,6 +33,7 @@ struct Twin {
     std::unique_ptr<Vtessera_top> top;
     std::unique_ptr<VerilatedFstC> trace;
     uint64_t cycle = 0;
+    ArrayClockTime array_time;  // the array clock's (harness/array_clock.h)
     std::deque<uint64_t> to_device;  // word | last << 32
     std::vector<uint32_t> from_device;
     int fault = FAULT_NONE;
@@ -58,15 +59,15 @@ struct Twin {
         top->dbg_force_error = raise_error;
         raise_error = false;
         top->clock = 0;
-        TWIN_ARRAY_CLOCK_LOW(top);
+        TWIN_ARRAY_CLOCK_LOW(top, array_time);
         top->eval();
         const bool h2c_fire = sending && top->h2c___05Fready;
         const bool c2h_fire = top->c2h___05Fvalid;  // already qualified by the twin's ready
         const uint64_t c2h_word = top->c2h___05Fpayload;
         dump();
-        TWIN_ARRAY_CLOCK_MIDCYCLE(top);
+        TWIN_ARRAY_CLOCK_MIDCYCLE(top, array_time);
         top->clock = 1;
-        TWIN_ARRAY_CLOCK_HIGH(top);
+        TWIN_ARRAY_CLOCK_HIGH(top, array_time);
         top->eval();
         dump();
         if (h2c_fire) {

@@ -17,6 +17,7 @@ struct SerialTwin {
     std::unique_ptr<Vtessera_top> top;
     uint64_t cycle = 0;
     uint64_t pace = 1;
+    ArrayClockTime array_time;  // the array clock's (harness/array_clock.h)
     uint64_t rx_wait = 0;  // cycles until the next host-to-device byte may be offered
     uint64_t tx_wait = 0;
     std::deque<uint8_t> to_device;
@@ -28,14 +29,14 @@ struct SerialTwin {
         if (sending) top->rx___05Fpayload = to_device.front();
         top->tx___05Fready = tx_wait == 0;
         top->clock = 0;
-        TWIN_ARRAY_CLOCK_LOW(top);
+        TWIN_ARRAY_CLOCK_LOW(top, array_time);
         top->eval();
         const bool rx_fire = sending && top->rx___05Fready;
         const bool tx_fire = top->tx___05Fvalid;  // qualified by the registered ready
         const uint8_t tx_byte = top->tx___05Fpayload;
-        TWIN_ARRAY_CLOCK_MIDCYCLE(top);
+        TWIN_ARRAY_CLOCK_MIDCYCLE(top, array_time);
         top->clock = 1;
-        TWIN_ARRAY_CLOCK_HIGH(top);
+        TWIN_ARRAY_CLOCK_HIGH(top, array_time);
         top->eval();
         if (rx_wait) --rx_wait;
         if (tx_wait) --tx_wait;
