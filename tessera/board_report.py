@@ -49,8 +49,9 @@ def print_summary(report, console=None):
         array = report["config"]["array"]
         pump = array.get("pump", 1)
         if pump != 1:
+            ratio = report["array_clock_mhz"] / report["clock_mhz"]
             console.print(f"array clock: {report['array_clock_mhz']:g} MHz (the PLL's second "
-                          f"output, {pump}x), fmax [bold]{report['array_fmax_mhz']} MHz"
+                          f"output, {ratio:.3g}x), fmax [bold]{report['array_fmax_mhz']} MHz"
                           f"[/bold]")
         if report.get("peak_gops") is not None:
             size = f"{array['rows']}x{array['cols']}"

@@ -218,6 +218,9 @@ def test_a_pumped_array_runs_at_the_array_clock_its_configuration_asks():
     assert f"parameter \\CLKOS_DIV {settings.clkos_div}\n" in _text(plan, "il")
     # 64 multipliers at 100 MHz.
     assert bitstream.peak_throughput(config, top.array_clock_mhz, True)["peak_gops"] == 12.8
+    # Above twice the design clock the array waits for the engine's beats: no more than
+    # 128 MACs a design cycle count.
+    assert bitstream.peak_throughput(config, 150.0, True, clock_mhz=62.5)["peak_gops"] == 16.0
     # A second output the VCO that makes the first cannot divide down to is refused.
     with pytest.raises(pll.PllError, match="for the array beside 62.5 MHz"):
         pll.ecp5_pll_settings(25.0, 62.5, array_mhz=101.7)

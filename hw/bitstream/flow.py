@@ -16,7 +16,8 @@ progress lines, into ``build/<board>/``. ``report.json`` there carries:
   per part, and the resident memories' depths; ``image``: a built-in model's key,
   checksum and sizes (None without one),
 - ``array_clock_mhz`` (the clock the array runs at: the design clock, which it shares, or
-  for ``array.pump`` 2 the PLL's second output at twice it; ``array_fmax_mhz`` is
+  for ``array.pump`` 2 the PLL's second output, ``array_clock_mhz`` of the configuration
+  or twice the design clock; ``array_fmax_mhz`` is
   nextpnr's fmax of that clock, and ``timing_met`` needs both clocks met)
   and ``peak_gops`` (2 x multipliers x that clock, in GOP/s; None when timing is not
   met, since the build does not run at that clock),
@@ -184,12 +185,16 @@ def image_report(image):
             "program_words": len(image.program), "data_words": len(image.data)}
 
 
-def peak_throughput(config, array_clock_mhz, timing_met):
+def peak_throughput(config, array_clock_mhz, timing_met, *, clock_mhz=None):
     """``report.json``'s ``array_clock_mhz`` and ``peak_gops``: two operations (a multiply
     and an add) per multiplier a cycle at the clock the array runs at (a double-pumped
-    array's multiplier does two PEs' work at twice the clock), counted only where the
-    build meets that clock."""
-    peak = 2 * config.array.multipliers * array_clock_mhz / 1e3
+    array's multiplier does two PEs' work in two of its cycles), counted only where the
+    build meets that clock. Given the design clock, no more than the R x C MACs of one
+    operand beat per design cycle (an array clock above ``pump`` times it waits)."""
+    macs_per_us = config.array.multipliers * array_clock_mhz
+    if clock_mhz is not None:
+        macs_per_us = min(macs_per_us, config.rows * config.cols * clock_mhz)
+    peak = 2 * macs_per_us / 1e3
     return {"array_clock_mhz": round(array_clock_mhz, 6),
             "peak_gops": round(peak, 3) if timing_met else None}
 
@@ -225,7 +230,8 @@ def accelerator_report(board, config, clock_mhz, *, platform, top, raw, times, b
         "fmax_mhz": fmax_mhz,
         "timing_met": failure is None,
         "array_fmax_mhz": array_fmax_mhz,
-        **peak_throughput(config, top.array_clock_mhz, failure is None),
+        **peak_throughput(config, top.array_clock_mhz, failure is None,
+                          clock_mhz=top.clock_mhz),
         "pll": top.pll_settings.as_dict(),
         "uart": {"baud": baud, "divisor": top.divisor,
                  "baud_error_percent": round(100 * top.baud_error, 3)},
