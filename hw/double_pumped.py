@@ -39,7 +39,6 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ArrayConfig
 
-from .dsp_sites import array_dsp_sites
 from .multiplier import mult18x18d
 from .pipeline import SkidBuffer
 from .systolic import (
@@ -59,8 +58,8 @@ PUMP = 2
 DRAIN_GROUP = 4
 #: Engine cycles the crossings and the core are held in reset after a reset of ``sync``.
 FLUSH_CYCLES = 4
-#: Columns of dual processing elements that share one copy of `advance` and `step`: a DSP
-#: slice's four multipliers on ECP5 (hw.dsp_sites).
+#: Columns of dual processing elements that share one copy of `advance` and `step` (a DSP
+#: slice's four multipliers on ECP5).
 COPY_COLUMNS = 4
 #: Depth of each crossing FIFO: enough to cover the pointer synchronizers' round trip at
 #: one beat per engine cycle.
@@ -82,10 +81,6 @@ class PumpedMultiplier(wiring.Component):
 
     latency = 2 * PUMP
 
-    def __init__(self, *, site=None):
-        self.site = site  # the DSP site on ECP5 (hw.dsp_sites), or the placer's choice
-        super().__init__()
-
     def elaborate(self, platform):
         m = Module()
         # Data registers have no reset (nor do the DSP block's): only control flags do, so
@@ -97,7 +92,7 @@ class PumpedMultiplier(wiring.Component):
             dsp_p = Signal(36)
             m.submodules.dsp = mult18x18d(Cat(self.a, self.a[7].replicate(10)),
                                           Cat(self.b, self.b[7].replicate(10)),
-                                          dsp_p, en=self.en, site=self.site)
+                                          dsp_p, en=self.en)
             product = dsp_p[:16]
         else:
             a_reg = Signal(signed(8), reset_less=True)
@@ -119,8 +114,8 @@ class DualProcessingElement(wiring.Component):
     ports are ``hw.pe.ProcessingElement``'s, one per row; ``b`` passes through both rows.
     """
 
-    def __init__(self, *, acc_width=32, site=None):
-        self.acc_width, self.site = acc_width, site
+    def __init__(self, *, acc_width=32):
+        self.acc_width = acc_width
         pair = data.ArrayLayout(signed(8), 2)
         super().__init__({
             "advance": In(1),
@@ -167,7 +162,7 @@ class DualProcessingElement(wiring.Component):
         # holds (en low) and the select does not matter.
         phase = Signal()
         m.d.sync += phase.eq(~phase)
-        m.submodules.mul = mul = PumpedMultiplier(site=self.site)
+        m.submodules.mul = mul = PumpedMultiplier()
         m.d.comb += [mul.a.eq(Mux(phase, self.a_in[1], self.a_in[0])),
                      mul.b.eq(Mux(phase, b_mid, self.b_in)), mul.en.eq(advance)]
 
@@ -219,9 +214,13 @@ class PumpedCore(wiring.Component):
 
         # 0, 1: the cycle of the tick. Copies for the wide registers that load at a tick's
         # end (the input beat, the result row), so that no one toggle drives them all.
+        # (And one for the result stream's valid, which reaches the crossing's skid buffer:
+        # from the shared toggle it was the 16x8 build's array-clock critical path, 8.3 ns
+        # of routing.)
         phase = Signal()
         phase_in, phase_out = Signal(name="phase_in_copy"), Signal(name="phase_out_copy")
-        m.d.sync += [toggle.eq(~toggle) for toggle in (phase, phase_in, phase_out)]
+        phase_valid = Signal(name="phase_valid_copy")
+        m.d.sync += [toggle.eq(~toggle) for toggle in (phase, phase_in, phase_out, phase_valid)]
         # Whether the logical array advances this tick; decided at the end of the last one.
         # (Named `*_copy*`, as the copies below: the board build keeps it apart from
         # them, hw/bitstream/tops.py; merged into a row's copy, it had to reach the input
@@ -237,11 +236,14 @@ class PumpedCore(wiring.Component):
                           for p in range(pairs) for g in groups}
         step_copies = {(p, g): Signal(name=f"step_copy{p}_{g}")
                        for p in range(pairs) for g in groups}
-        m.d.sync += [step_copies[key].eq(~phase & advance_copies[key])
+        # Each with its own toggle of the phase beside it, so no one toggle reaches them all.
+        phase_copies = {key: Signal(name=f"phase_copy{key[0]}_{key[1]}") for key in step_copies}
+        m.d.sync += [toggle.eq(~toggle) for toggle in phase_copies.values()]
+        m.d.sync += [step_copies[key].eq(~phase_copies[key] & advance_copies[key])
                      for key in step_copies]
         # The input stage's own: the first row's delay lines and the tile-gap count.
         step = Signal(name="step_in_copy")
-        m.d.sync += step.eq(~phase & advance)
+        m.d.sync += step.eq(~phase_in & advance)
 
         # Input stage: the beat the array takes this tick, held for both cycles.
         beat = Signal(operand_layout(rows, cols), reset_less=True)  # `beat_full` says
@@ -260,13 +262,8 @@ class PumpedCore(wiring.Component):
             with m.Elif(since_last < gap):
                 m.d.sync += since_last.eq(since_last + 1)
 
-        # On a known ECP5 die each row of multipliers sits in whole DSP slices side by
-        # side (hw.dsp_sites): the 16x8 board build's placer had spread a row across the
-        # die, and its step copy's net took 11 ns.
-        sites = array_dsp_sites(platform, pairs, cols) or {}
-        pes = [[DualProcessingElement(acc_width=width, site=sites.get((p, j)))
-                for j in range(cols)]
-               for p in range(pairs)]
+        pes = [[DualProcessingElement(acc_width=width) for _ in range(cols)]
+               for _ in range(pairs)]
         for p in range(pairs):
             for j in range(cols):
                 pe = pes[p][j]
@@ -325,7 +322,7 @@ class PumpedCore(wiring.Component):
         m.d.comb += [
             out_free.eq(~out_valid | self.results.ready),
             reading.eq(readable.any() & out_free),
-            self.results.valid.eq(out_valid & phase),
+            self.results.valid.eq(out_valid & phase_valid),
         ]
         advance_next = Signal()
         m.d.comb += advance_next.eq(next_advance(advance, out_free, stall_if))

@@ -11,10 +11,9 @@ from amaranth.lib.wiring import In, Out
 from contract.config import MULTIPLIER_LATENCY
 
 
-def mult18x18d(a, b, p, *, en, site=None):
+def mult18x18d(a, b, p, *, en):
     """An ECP5 MULT18X18D computing ``p = a * b`` (signed 18 x 18 -> 36 bits) with its input
-    and output registers enabled by ``en``: two cycles of latency inside the DSP block.
-    ``site`` (e.g. ``"X22/Y34/MULT18_0"``, hw.dsp_sites) fixes where nextpnr places it."""
+    and output registers enabled by ``en``: two cycles of latency inside the DSP block."""
     ports = {f"i_A{i}": a[i] for i in range(18)}
     ports.update({f"i_B{i}": b[i] for i in range(18)})
     ports.update({f"o_P{i}": p[i] for i in range(36)})
@@ -34,7 +33,6 @@ def mult18x18d(a, b, p, *, en, site=None):
         i_SOURCEA=Const(0, 1), i_SOURCEB=Const(0, 1),
         i_CLK0=ClockSignal(), i_CE0=en, i_RST0=Const(0, 1),
         **ports,
-        **({"a_BEL": site} if site is not None else {}),
     )
 
 
