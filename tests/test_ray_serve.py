@@ -19,9 +19,21 @@ import numpy as np
 import pytest
 
 from sw_driver import InferenceSession
-from tessera.ray_cluster import LOCAL, ResourceUnavailable, connect, parse_resources
+from tessera.ray_cluster import (
+    LOCAL,
+    RayClusterError,
+    ResourceUnavailable,
+    connect,
+    parse_resources,
+)
 from tessera.serve import load_config
-from tessera.serve.on_ray import deploy, replica_config, replica_options
+from tessera.serve.on_ray import (
+    PROXY_START_ATTEMPTS,
+    deploy,
+    replica_config,
+    replica_options,
+    start_proxy,
+)
 from tests.serve_helpers import (
     AUTH_A,
     AUTH_B,
@@ -172,3 +184,33 @@ def test_replicas_no_node_can_hold_are_refused_before_serve_starts(tmp_path):
             deploy(ray, config, replicas=1, port=_free_port())
         assert "SERVE_CONTROLLER_ACTOR" not in str(ray.util.list_named_actors(all_namespaces=True))
     assert time.monotonic() - started < 60
+
+
+class _FlakyServe:
+    """Ray Serve's start whose proxy actor dies before it runs, ``deaths`` times."""
+
+    def __init__(self, deaths):
+        self.deaths, self.starts, self.shutdowns = deaths, 0, 0
+
+    def start(self, **kwargs):
+        import ray.exceptions
+
+        self.starts += 1
+        if self.starts <= self.deaths:
+            raise ray.exceptions.ActorDiedError()
+
+    def shutdown(self):
+        self.shutdowns += 1
+
+
+def test_a_proxy_killed_before_it_ran_is_started_again():
+    import ray
+
+    serve = _FlakyServe(deaths=2)
+    start_proxy(ray, serve, {"host": "127.0.0.1", "port": 0})
+    assert (serve.starts, serve.shutdowns) == (3, 2)
+    serve = _FlakyServe(deaths=PROXY_START_ATTEMPTS)
+    with pytest.raises(RayClusterError, match=f"died before it started, "
+                                              f"{PROXY_START_ATTEMPTS} times: The actor died"):
+        start_proxy(ray, serve, {"host": "127.0.0.1", "port": 0})
+    assert serve.starts == PROXY_START_ATTEMPTS

@@ -32,6 +32,10 @@ APPLICATION = "tessera"
 #: Constructor attempts of a replica: a model that fails to load fails the same way again,
 #: so Ray Serve's default of 20 attempts only delays the error.
 CONSTRUCTOR_RETRIES = 1
+#: Starts of Ray Serve's HTTP proxy. On a loaded machine its controller may kill a proxy
+#: that is slow to come up (a 5 s ready check) before it ran, and ``serve.start`` then
+#: fails with the actor's death; a second start usually finds the machine less busy.
+PROXY_START_ATTEMPTS = 3
 
 
 def _device_providers(config):
@@ -111,8 +115,7 @@ def deploy(ray, config, *, replicas=1, port=None):
     shared = replica_config(config, replicas)
     options = replica_options(config)
     require_resources(ray, options, replicas, what="replicas of tessera serve")
-    serve.start(proxy_location="HeadOnly",
-                http_options={"host": config.host,
+    start_proxy(ray, serve, {"host": config.host,
                               "port": config.port if port is None else port})
     # Every request reaches a replica at once, so tessera serve's own admission (priorities,
     # SLOs, per-device queues) decides, not Serve's queue in the proxy (5 by default).
@@ -126,6 +129,21 @@ def deploy(ray, config, *, replicas=1, port=None):
         raise RayClusterError(f"Ray Serve could not start the replicas of {config.source}: "
                               f"{' '.join(str(exc).split())[:2000]}") from None
     return options
+
+
+def start_proxy(ray, serve, http_options):
+    """``serve.start`` with the proxy on the head node, tried up to
+    :data:`PROXY_START_ATTEMPTS` times while its proxy actor dies before it runs."""
+    for attempt in range(1, PROXY_START_ATTEMPTS + 1):
+        try:
+            serve.start(proxy_location="HeadOnly", http_options=http_options)
+            return
+        except ray.exceptions.RayActorError as exc:
+            serve.shutdown()
+            if attempt == PROXY_START_ATTEMPTS:
+                raise RayClusterError(
+                    f"Ray Serve's HTTP proxy died before it started, {attempt} times: "
+                    f"{' '.join(str(exc).split())[:500]}") from None
 
 
 def serve_on_ray(config, address, *, replicas=1, port=None, say=print):
