@@ -58,10 +58,10 @@ PUMP = 2
 DRAIN_GROUP = 4
 #: Engine cycles the crossings and the core are held in reset after a reset of ``sync``.
 FLUSH_CYCLES = 4
-#: Columns of dual processing elements that share one copy of `advance` and `step`: one,
-#: each its own. With four (a DSP slice's multipliers on ECP5) the placer spread a copy's
-#: PEs across the die, and the copy's net took 11.8 ns (5a5fcff's 16x8 board build).
-COPY_COLUMNS = 1
+#: Columns of dual processing elements that share one copy of `advance` and `step` (a DSP
+#: slice's four multipliers on ECP5). One each (c37bd97) left router2 unconverged on the
+#: 85F's 16x8; with four it routes, though the placer may spread a copy's PEs apart.
+COPY_COLUMNS = 4
 #: Depth of each crossing FIFO: enough to cover the pointer synchronizers' round trip at
 #: one beat per engine cycle.
 CROSSING_DEPTH = 8
