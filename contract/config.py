@@ -148,6 +148,16 @@ def check_count(name, value, *, maximum):
     return value
 
 
+def check_clock_mhz(name, value):
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is None or a number of MHz in
+    [MIN_CLOCK_MHZ, MAX_CLOCK_MHZ]."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not MIN_CLOCK_MHZ <= value <= MAX_CLOCK_MHZ):
+        raise ValueError(f"{name} must be a number from {MIN_CLOCK_MHZ:g} to "
+                         f"{MAX_CLOCK_MHZ:g}, not {value!r}")
+    return value
+
+
 def check_bool(name, value, *, meaning=None):
     """Raise ``ValueError`` naming ``name`` unless ``value`` is ``True`` or ``False``.
 
@@ -299,21 +309,11 @@ class ConvEngineConfig:
         if self.stream_width not in STREAM_WIDTHS or isinstance(self.stream_width, bool):
             raise ValueError(f"stream_width must be one of {list(STREAM_WIDTHS)} (bits per "
                              f"beat the host link carries), not {self.stream_width!r}")
-        if self.clock_mhz is not None and (
-                isinstance(self.clock_mhz, bool) or not isinstance(self.clock_mhz, (int, float))
-                or not MIN_CLOCK_MHZ <= self.clock_mhz <= MAX_CLOCK_MHZ):
-            raise ValueError(f"clock_mhz must be a number from {MIN_CLOCK_MHZ:g} to "
-                             f"{MAX_CLOCK_MHZ:g}, not {self.clock_mhz!r}")
-        if self.array_clock_mhz is not None:
-            if (isinstance(self.array_clock_mhz, bool)
-                    or not isinstance(self.array_clock_mhz, (int, float))
-                    or not MIN_CLOCK_MHZ <= self.array_clock_mhz <= MAX_CLOCK_MHZ):
-                raise ValueError(f"array_clock_mhz must be a number from {MIN_CLOCK_MHZ:g} "
-                                 f"to {MAX_CLOCK_MHZ:g}, not {self.array_clock_mhz!r}")
-            if self.array.pump == 1:
-                raise ValueError("array_clock_mhz is the clock of an array on its own clock "
-                                 "(array.pump 2); with array.pump 1 the array runs at "
-                                 "clock_mhz")
+        check_clock_mhz("clock_mhz", self.clock_mhz)
+        check_clock_mhz("array_clock_mhz", self.array_clock_mhz)
+        if self.array_clock_mhz is not None and self.array.pump == 1:
+            raise ValueError("array_clock_mhz is the clock of an array on its own clock "
+                             "(array.pump 2); with array.pump 1 the array runs at clock_mhz")
         for name, flag in ENGINE_FLAGS.items():
             check_bool(name, getattr(self, name), meaning=flag.meaning)
         if self.add_lanes not in ADD_LANES_CHOICES or isinstance(self.add_lanes, bool):

@@ -41,7 +41,7 @@ Post-processing: the requantizer's rescalers also serve the residual add of ADD 
 picks the mode and may change only between passes (docs/conv-engine.md, "Post-processing").
 """
 
-from amaranth import Module, Mux, ResetInserter, Signal, signed, unsigned
+from amaranth import Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -62,6 +62,7 @@ from .postprocess import (
     sum_layout,
 )
 from .postprocess_lean import SerialRequantizer
+from .soft_reset import with_own_reset
 from .systolic import SystolicArray
 
 
@@ -230,20 +231,17 @@ class ConvEngine(wiring.Component):
         # --- Address generator -> buffer reads -> array operands ------------------------
         # Without the timing registers, the generator that shares its logic over cycles.
         generator = AddressGenerator if cfg.pipelined else LeanAddressGenerator
-        def with_own_reset(name, block):
-            copy = Signal(name=f"{name}_reset_copy")  # kept apart: hw/bitstream/tops.py
-            m.d.sync += copy.eq(self.soft_reset_next)
-            return ResetInserter(copy)(block)
-
+        # Each block resets on its own copy of the soft reset (hw.soft_reset).
+        reset_next = self.soft_reset_next
         addrgen = generator(cfg)
-        m.submodules.addrgen = with_own_reset("addrgen", addrgen)
+        m.submodules.addrgen = with_own_reset(m, "addrgen", reset_next, addrgen)
         if cfg.array.pump == 1:
             array = SystolicArray(cfg.array, input_skid=cfg.pipelined, depthwise=cfg.depthwise)
         else:
             # Its processing elements in their own clock domain (hw.double_pumped), which
             # the top provides; the same streams and results.
             array = DoublePumpedArray(cfg.array)
-        m.submodules.array = with_own_reset("array", array)
+        m.submodules.array = with_own_reset(m, "array", reset_next, array)
         # A depthwise pass (docs/conv-engine.md, "Depthwise convolution"): each beat reads
         # the whole word at a lane's (word) address, and column j of the array takes byte
         # j % 4 of it. The descriptor holds still for the pass, so these are static selects.
@@ -335,7 +333,7 @@ class ConvEngine(wiring.Component):
         else:
             post = PostProcessBank(lanes=cols, residual_add=cfg.residual_add,
                                    add_lanes=cfg.add_lanes)
-        m.submodules.postprocess = with_own_reset("postprocess", post)
+        m.submodules.postprocess = with_own_reset(m, "postprocess", reset_next, post)
         # The mode fans out to every multiplexer of the bank: it leaves a register (a pass's
         # first beat comes cycles after the opcode is latched, and the bank's streams stay
         # not ready until its mode matches).

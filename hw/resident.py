@@ -37,16 +37,15 @@ from .pipeline import SkidBuffer
 from .postprocess import add_params_layout
 from .resident_add import ResidentAdder
 from .resident_segments import SegmentReader, SegmentWriter
+from .soft_reset import soft_reset_write
 from .top import AcceleratorTop
 
 __all__ = ["DataMemory", "ProgramMemory", "ResidentPlayer", "ResidentTop", "accelerator_top"]
 
 _REG = by_name()
-_CSR_STATUS, _CSR_ERROR_CODE, _CSR_CTRL = (_REG[name].offset
-                                           for name in ("STATUS", "ERROR_CODE", "CTRL"))
+_CSR_STATUS, _CSR_ERROR_CODE = (_REG[name].offset for name in ("STATUS", "ERROR_CODE"))
 _STATUS_DONE, _STATUS_ERROR = (1 << {f.name: f for f in _REG["STATUS"].fields}[name].lsb
                                for name in ("done", "error"))
-_CTRL_SOFT_RESET = 1 << {f.name: f for f in _REG["CTRL"].fields}["soft_reset"].lsb
 _RES_CTRL = {f.name: f.lsb for f in _REG["RES_CTRL"].fields}
 #: Cycles from the player's read strobe on the accelerator's bus to the answer it samples.
 _POLL_PERIOD = 3
@@ -623,8 +622,7 @@ class ResidentTop(wiring.Component):
         # The host's soft reset aborts the player too (a cycle later, as the core's).
         host = self.csr
         resident_side = host.addr >= _REG["RES_DATA_WORDS"].offset
-        soft_reset = (host.w_en & ~resident_side & (host.addr == _CSR_CTRL)
-                      & (host.w_data & _CTRL_SOFT_RESET).any())
+        soft_reset = soft_reset_write(host)
         abort = Signal()
         m.d.sync += abort.eq(soft_reset)
         m.submodules.player = player = ResetInserter(abort)(ResidentPlayer(

@@ -27,7 +27,7 @@ Port names at the Verilog top (``csr__addr``, ``h2c__payload``, ...) map one-to-
 AXI4-Lite / AXI4-Stream bridge such as XDMA in stream mode.
 """
 
-from amaranth import Module, ResetInserter, Signal
+from amaranth import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -44,11 +44,9 @@ from .perf_counters import PerfCounters
 from .pipeline import skid_after, skid_between
 from .result_writer import ResultWriter
 from .sequencer import CommandSequencer, Phase, command_fields
+from .soft_reset import SOFT_RESET_BIT, soft_reset_write, with_own_reset
 
 __all__ = ["AcceleratorTop", "word_layout"]
-
-_CTRL = by_name()["CTRL"]
-_SOFT_RESET_BIT = {f.name: f for f in _CTRL.fields}["soft_reset"].lsb
 
 
 class AcceleratorTop(wiring.Component):
@@ -91,28 +89,19 @@ class AcceleratorTop(wiring.Component):
         m.submodules.csr = csr = CsrBank(implemented_registers(**cfg.features()),
                                          readback=cfg.csr_readback)
         wiring.connect(m, wiring.flipped(self.csr), csr.bus)
-        soft_reset = csr.ctrl[_SOFT_RESET_BIT]
-        # The engine and the pool reset on their own copies of the soft reset, registered
-        # from the write that raises it (so, in the same cycle as `soft_reset`): with one
-        # shared register, the LUT that ORs it with the domain's reset drove every one of
-        # their flip-flops across the die (the 16x8 board build's critical path). The
-        # engine passes the write on to its blocks, which do the same.
-        bus = self.csr
-        soft_reset_next = (bus.w_en & (bus.addr == _CTRL.offset)
-                           & bus.w_data[_SOFT_RESET_BIT])
-
-        def reset_copy(name):
-            copy = Signal(name=f"{name}_reset_copy")  # kept apart: hw/bitstream/tops.py
-            m.d.sync += copy.eq(soft_reset_next)
-            return copy
+        soft_reset = csr.ctrl[SOFT_RESET_BIT]
+        # The engine and the pool reset on their own copies of the soft reset
+        # (hw.soft_reset); the engine passes the write on to its blocks, which do the same.
+        soft_reset_next = soft_reset_write(self.csr)
 
         m.submodules.sequencer = seq = CommandSequencer(residual_add=cfg.residual_add,
                                                         depthwise=cfg.depthwise)
         m.submodules.loader = loader = HostLoader(cols)
-        m.submodules.engine = engine = ResetInserter(reset_copy("engine"))(ConvEngine(cfg))
+        m.submodules.engine = engine = with_own_reset(m, "engine", soft_reset_next,
+                                                      ConvEngine(cfg))
         m.d.comb += engine.soft_reset_next.eq(soft_reset_next)
-        m.submodules.pool = pool = ResetInserter(reset_copy("pool"))(
-            MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH))
+        m.submodules.pool = pool = with_own_reset(
+            m, "pool", soft_reset_next, MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH))
         m.submodules.writer = writer = ResultWriter(cols)
 
         # --- registers: identity, configuration, layer parameters, status --------------

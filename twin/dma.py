@@ -70,14 +70,13 @@ write_verilog -norename -noattr {target}
 
 def clock_flags(config):
     """Verilator flags for the harness's clocks: ``-DTWIN_ARRAY_CLOCK`` where the array has
-    its own clock (``harness/array_clock.h``, ``twin/top.py``), and its ratio to the
-    design clock where that is not ``pump`` (``ConvEngineConfig.array_clock_ratio``)."""
+    its own clock (``harness/array_clock.h``, ``twin/top.py``), with its ratio to the
+    design clock (``ConvEngineConfig.array_clock_ratio``)."""
     if config.array.pump == 1:
         return []
     ratio = config.array_clock_ratio()
-    if ratio == config.array.pump:
-        return ["-CFLAGS", "-DTWIN_ARRAY_CLOCK"]
-    return ["-CFLAGS", "-DTWIN_ARRAY_CLOCK", "-CFLAGS", f"-DTWIN_ARRAY_CLOCK_NUM={ratio.numerator}",
+    return ["-CFLAGS", "-DTWIN_ARRAY_CLOCK",
+            "-CFLAGS", f"-DTWIN_ARRAY_CLOCK_NUM={ratio.numerator}",
             "-CFLAGS", f"-DTWIN_ARRAY_CLOCK_DEN={ratio.denominator}"]
 
 

@@ -19,7 +19,8 @@ from hw.resident import accelerator_top
 def clock_ports(config):
     """The ports a twin top's clocks take: ``clock`` and ``reset``, and ``array_clock``
     where the array runs on its own clock (``config.array.pump`` 2; the harness drives it
-    at twice ``clock`` when built with ``-DTWIN_ARRAY_CLOCK``: ``harness/array_clock.h``)."""
+    at ``config.array_clock_ratio()`` times ``clock`` when built with
+    ``-DTWIN_ARRAY_CLOCK``: ``harness/array_clock.h``)."""
     ports = {"clock": In(1), "reset": In(1)}
     if config.array.pump != 1:
         ports["array_clock"] = In(1)

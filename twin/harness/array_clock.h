@@ -1,7 +1,7 @@
 // The second clock of a design whose array runs on its own (a double-pumped array,
 // hw/double_pumped.py; built with -DTWIN_ARRAY_CLOCK, twin/top.py's `array_clock` port).
 // Its frequency is TWIN_ARRAY_CLOCK_NUM / TWIN_ARRAY_CLOCK_DEN times the design clock's
-// (2 / 1 unless the build says otherwise, twin/dma.py's clock_flags): in time units where
+// (twin/dma.py's clock_flags define both): in time units where
 // a design cycle lasts NUM and an array cycle DEN, the array's rising edges fall at the
 // multiples of DEN. One that falls on a design clock edge rises with it; the others rise
 // between the design clock's edges. The crossings are asynchronous FIFOs, so only the
@@ -10,17 +10,15 @@
 
 #include <cstdint>
 
-#ifndef TWIN_ARRAY_CLOCK_NUM
-#define TWIN_ARRAY_CLOCK_NUM 2
-#define TWIN_ARRAY_CLOCK_DEN 1
-#endif
-
 // Where a twin is in the array clock's time: the start of its current design cycle.
 struct ArrayClockTime {
     uint64_t now = 0;
 };
 
 #ifdef TWIN_ARRAY_CLOCK
+#if !defined(TWIN_ARRAY_CLOCK_NUM) || !defined(TWIN_ARRAY_CLOCK_DEN)
+#error "TWIN_ARRAY_CLOCK needs TWIN_ARRAY_CLOCK_NUM and TWIN_ARRAY_CLOCK_DEN (twin/dma.py)"
+#endif
 #define TWIN_ARRAY_CLOCK_LOW(top, time) ((top)->array_clock = 0)
 #define TWIN_ARRAY_CLOCK_MIDCYCLE(top, time)                                              \
     do {                                                                                  \
