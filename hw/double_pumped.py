@@ -13,11 +13,15 @@ rate (on a board, exactly that, from the same PLL). Both streams cross through A
 
 Inside ``ARRAY_DOMAIN`` a *tick* is ``PUMP`` cycles, ``phase`` 0 then 1. The logical
 array is ``hw.systolic``'s dataflow (PE(i, j) sees the pair for k at tick k + i + j) with a
-two-tick multiplier: its registers move at the end of a tick (``step``), and its stall and
-drain are decided once a tick. The DSP block of physical PE (p, j) takes logical row 2p's
-pair in phase 0 and row 2p+1's in phase 1; its pipeline advances on both cycles of a tick
-that advances, so the products come back two ticks later in the same order, each into its
-own row's accumulator (docs/architecture.md, "The array's own clock").
+two-tick multiplier: its registers move at the end of every tick, and its drain reads a row
+a tick. The DSP block of physical PE (p, j) takes logical row 2p's pair in phase 0 and row
+2p+1's in phase 1; its pipeline advances on every cycle, so the products come back two
+ticks later in the same order, each into its own row's accumulator.
+
+Unlike the one-clock array it never stalls, so no enable spans it: each PE moves on its
+own toggle of the phase. The result crossing keeps room for the rows of every tile whose
+end has entered, and a tile ends only against that room (docs/architecture.md, "The
+array's own clock").
 """
 
 from amaranth import (
@@ -41,14 +45,7 @@ from contract.config import ArrayConfig
 
 from .multiplier import mult18x18d
 from .pipeline import SkidBuffer
-from .systolic import (
-    delayed,
-    next_advance,
-    operand_layout,
-    or_all,
-    result_layout,
-    stall_terms,
-)
+from .systolic import delayed, operand_layout, or_all, result_layout
 
 #: The clock domain the processing elements run in.
 ARRAY_DOMAIN = "array"
@@ -58,12 +55,8 @@ PUMP = 2
 DRAIN_GROUP = 4
 #: Engine cycles the crossings and the core are held in reset after a reset of ``sync``.
 FLUSH_CYCLES = 4
-#: Columns of dual processing elements that share one copy of `advance` and `step` (a DSP
-#: slice's four multipliers on ECP5). One each (c37bd97) left router2 unconverged on the
-#: 85F's 16x8; with four it routes, though the placer may spread a copy's PEs apart.
-COPY_COLUMNS = 4
-#: Depth of each crossing FIFO: enough to cover the pointer synchronizers' round trip at
-#: one beat per engine cycle.
+#: Depth of the operand crossing: enough to cover the pointer synchronizers' round trip at
+#: one beat per engine cycle. (The result crossing's is ``result_depth``.)
 CROSSING_DEPTH = 8
 
 
@@ -110,17 +103,16 @@ class DualProcessingElement(wiring.Component):
     """Two processing elements of one array column, logical rows 2p (index 0) and 2p+1
     (index 1), on one multiplier.
 
-    ``advance`` is high for both cycles of a tick in which the logical array advances;
-    ``step`` is high in the second of them (the logical registers move at its end). The
-    ports are ``hw.pe.ProcessingElement``'s, one per row; ``b`` passes through both rows.
+    Nothing enables it from outside: it moves every tick, on its own toggle of the tick's
+    phase (0 in a tick's first cycle, 1 in its second, whose end moves the logical
+    registers). Bubbles travel through it as beats with ``valid`` low. The ports are
+    ``hw.pe.ProcessingElement``'s, one per row; ``b`` passes through both rows.
     """
 
     def __init__(self, *, acc_width=32):
         self.acc_width = acc_width
         pair = data.ArrayLayout(signed(8), 2)
         super().__init__({
-            "advance": In(1),
-            "step": In(1),
             "a_in": In(pair),
             "b_in": In(signed(8)),
             "valid_in": In(2),
@@ -130,13 +122,16 @@ class DualProcessingElement(wiring.Component):
             "valid_out": Out(2),
             "last_out": Out(2),
             "capture": Out(2),
-            "capture_next": Out(2),
             "hold": Out(data.ArrayLayout(signed(acc_width), 2)),
         })
 
     def elaborate(self, platform):
         m = Module()
-        step, advance = self.step, self.advance
+        # This PE's own copy of the phase: a toggle from reset, in step with every other
+        # one of the array, so no enable or select net spans the array.
+        phase = Signal()
+        m.d.sync += phase.eq(~phase)
+        step = phase
         # Row 1's b is row 0's, a tick later (it moves down one row a tick).
         # Operands and sums have no reset (PumpedMultiplier says why); flags do.
         b_mid = Signal(signed(8), reset_less=True)
@@ -152,20 +147,14 @@ class DualProcessingElement(wiring.Component):
                 valid_d1.eq(self.valid_in), valid_d2.eq(valid_d1),
                 last_d1.eq(self.last_in), last_d2.eq(last_d1),
                 # As ProcessingElement's with a two-tick multiplier: `capture` is high in
-                # the tick whose end writes `hold`, `capture_next` a tick before.
+                # the tick whose end writes `hold`.
                 self.capture.eq(valid_d1 & last_d1),
-                self.capture_next.eq(self.valid_in & self.last_in),
             ]
 
-        # Row 0's pair goes in on the first cycle of the tick, row 1's on the second; the
-        # select is this PE's own copy of the tick's phase (a toggle from reset, in step
-        # with the array's), so no select net spans the array. Stalled, the multiplier
-        # holds (en low) and the select does not matter.
-        phase = Signal()
-        m.d.sync += phase.eq(~phase)
+        # Row 0's pair goes in on the first cycle of the tick, row 1's on the second.
         m.submodules.mul = mul = PumpedMultiplier()
         m.d.comb += [mul.a.eq(Mux(phase, self.a_in[1], self.a_in[0])),
-                     mul.b.eq(Mux(phase, b_mid, self.b_in)), mul.en.eq(advance)]
+                     mul.b.eq(Mux(phase, b_mid, self.b_in)), mul.en.eq(1)]
 
         # The products come back two ticks later in the same phases: row 0's at the end of
         # the first cycle, row 1's at the end of the second.
@@ -175,9 +164,9 @@ class DualProcessingElement(wiring.Component):
         total = [Signal(signed(self.acc_width), name=f"total{r}") for r in range(2)]
         for r in range(2):
             m.d.comb += total[r].eq(Mux(fresh[r], 0, acc[r]) + mul.p)
-        with m.If(advance & ~phase & valid_d2[0]):
+        with m.If(~phase & valid_d2[0]):
             m.d.sync += [acc[0].eq(total[0]), fresh[0].eq(last_d2[0])]
-        with m.If(step & valid_d2[1]):
+        with m.If(phase & valid_d2[1]):
             m.d.sync += [acc[1].eq(total[1]), fresh[1].eq(last_d2[1])]
         # `hold` is written at the tick's end, as the logical array's is: row 0's finished
         # sum has been in its accumulator since the first cycle. Two registers, not two
@@ -194,10 +183,24 @@ class DualProcessingElement(wiring.Component):
         return m
 
 
+def result_depth(rows, cols):
+    """Rows the result crossing holds: a power of two (an ``AsyncFIFO``'s depth) of at
+    least ``2 * rows + cols``, so that a tile may end while the one before it drains
+    (its rows are promised from its end until the engine has read them and the read
+    pointer is back across the synchronizers, some ``rows + cols`` ticks)."""
+    return 1 << (2 * rows + cols - 1).bit_length()
+
+
 class PumpedCore(wiring.Component):
     """The logical R x C array on R/2 x C ``DualProcessingElement``s, in one clock domain
-    (``sync`` here; ``DoublePumpedArray`` renames it). Its streams move at the end of a
-    tick only (``operands.ready`` and ``results.valid`` are low in phase 0)."""
+    (``sync`` here; ``DoublePumpedArray`` renames it).
+
+    It never stalls: every register moves every tick, and a tile's R result rows leave at
+    one a tick, a fixed number of ticks after its last beat entered. So whoever takes
+    ``results`` (always ready) must have room for them: a tile's last beat enters only
+    while ``admit`` is high (room for ``rows`` more rows than those already promised),
+    and ``tile_ended`` pulses when it did. The streams move at the end of a tick only
+    (``operands.ready`` and ``results.valid`` are low in a tick's first cycle)."""
 
     def __init__(self, config):
         if config.rows % PUMP:
@@ -206,58 +209,47 @@ class PumpedCore(wiring.Component):
         self.config = config
         super().__init__({
             "operands": In(stream.Signature(operand_layout(config.rows, config.cols))),
-            "results": Out(stream.Signature(result_layout(config.cols, config.acc_width))),
+            "results": Out(stream.Signature(result_layout(config.cols, config.acc_width),
+                                            always_ready=True)),
+            "admit": In(1),
+            "tile_ended": Out(1),
         })
 
     def elaborate(self, platform):
         m = Module()
         rows, cols, width = self.config.rows, self.config.cols, self.config.acc_width
-
-        # 0, 1: the cycle of the tick. Copies for the wide registers that load at a tick's
-        # end (the input beat, the result row), so that no one toggle drives them all.
-        # (And one for the result stream's valid, which reaches the crossing's skid buffer:
-        # from the shared toggle it was the 16x8 build's array-clock critical path, 8.3 ns
-        # of routing.)
-        phase = Signal()
-        phase_in, phase_out = Signal(name="phase_in_copy"), Signal(name="phase_out_copy")
-        phase_valid = Signal(name="phase_valid_copy")
-        m.d.sync += [toggle.eq(~toggle) for toggle in (phase, phase_in, phase_out, phase_valid)]
-        # Whether the logical array advances this tick; decided at the end of the last one.
-        # (Named `*_copy*`, as the copies below: the board build keeps it apart from
-        # them, hw/bitstream/tops.py; merged into a row's copy, it had to reach the input
-        # stage from that row's corner of the die.)
-        advance = Signal(init=1, name="advance_in_copy")
         pairs = rows // PUMP
-        # Each group of COPY_COLUMNS dual PEs of a row (one DSP slice on ECP5) has its own
-        # copies of `advance` and of `step` (advance, in the tick's second cycle), set
-        # from the same next-state logic: one register enables a few hundred flip-flops
-        # next to it, not a row's spread over the die.
-        groups = range(-(-cols // COPY_COLUMNS))
-        advance_copies = {(p, g): Signal(init=1, name=f"advance_copy{p}_{g}")
-                          for p in range(pairs) for g in groups}
-        step_copies = {(p, g): Signal(name=f"step_copy{p}_{g}")
-                       for p in range(pairs) for g in groups}
-        # Each with its own toggle of the phase beside it, so no one toggle reaches them all.
-        phase_copies = {key: Signal(name=f"phase_copy{key[0]}_{key[1]}") for key in step_copies}
-        m.d.sync += [toggle.eq(~toggle) for toggle in phase_copies.values()]
-        m.d.sync += [step_copies[key].eq(~phase_copies[key] & advance_copies[key])
-                     for key in step_copies]
-        # The input stage's own: the first row's delay lines and the tile-gap count.
-        step = Signal(name="step_in_copy")
-        m.d.sync += step.eq(~phase_in & advance)
 
-        # Input stage: the beat the array takes this tick, held for both cycles.
+        # 0, 1: the cycle of the tick; every group of registers has its own toggle (named
+        # `*_copy*`: the board build keeps such flip-flops apart, hw/bitstream/tops.py),
+        # all reset together, so they agree without a net that spans the array.
+        def toggle(name):
+            phase = Signal(name=f"phase_{name}_copy")
+            m.d.sync += phase.eq(~phase)
+            return phase
+
+        phase_in, phase_drain, phase_out = toggle("in"), toggle("drain"), toggle("out")
+        phase_valid = toggle("valid")   # the result stream's valid, into the crossing
+        phase_rows = [toggle(f"row{p}") for p in range(pairs)]      # row p's delay lines
+        phase_cols = [toggle(f"col{j}") for j in range(cols)]       # column j's delay line
+
+        # Input stage: the beat the array takes this tick, held for both cycles. A bubble
+        # (no beat) enters as a beat with valid low; a tile's last beat waits (bubbles go
+        # in instead) until `gap` ticks after the last tile end and until `admit`.
         beat = Signal(operand_layout(rows, cols), reset_less=True)  # `beat_full` says
         beat_full = Signal()
         gap = max(rows, cols)       # hw.systolic: two tile ends enter >= gap ticks apart
         since_last = Signal(range(gap + 1), init=gap)
-        take = advance & ~(beat.last & (since_last < gap))
+        take = ~beat.last | ((since_last == gap) & self.admit)
         entering = Signal()
         load = ~beat_full | take
-        m.d.comb += [entering.eq(beat_full & take), self.operands.ready.eq(load & phase_in)]
-        with m.If(phase_in & load):
-            m.d.sync += [beat.eq(self.operands.payload), beat_full.eq(self.operands.valid)]
-        with m.If(step):
+        m.d.comb += [entering.eq(beat_full & take),
+                     self.operands.ready.eq(load & phase_in),
+                     self.tile_ended.eq(phase_in & entering & beat.last)]
+        with m.If(phase_in):
+            with m.If(load):
+                m.d.sync += [beat.eq(self.operands.payload),
+                             beat_full.eq(self.operands.valid)]
             with m.If(entering & beat.last):
                 m.d.sync += since_last.eq(1)
             with m.Elif(since_last < gap):
@@ -269,12 +261,9 @@ class PumpedCore(wiring.Component):
             for j in range(cols):
                 pe = pes[p][j]
                 m.submodules[f"pe_{p}_{j}"] = pe
-                copy = (p, j // COPY_COLUMNS)
-                m.d.comb += [pe.advance.eq(advance_copies[copy]),
-                             pe.step.eq(step_copies[copy])]
                 if j == 0:
                     for r in range(2):
-                        i, row_step = 2 * p + r, step_copies[p, 0]
+                        i, row_step = 2 * p + r, phase_rows[p]
                         m.d.comb += [
                             pe.a_in[r].eq(delayed(m, beat.a[i], i, row_step, f"a{i}",
                                                   reset_less=True)),
@@ -287,7 +276,7 @@ class PumpedCore(wiring.Component):
                     m.d.comb += [pe.a_in.eq(left.a_out), pe.valid_in.eq(left.valid_out),
                                  pe.last_in.eq(left.last_out)]
                 if p == 0:
-                    m.d.comb += pe.b_in.eq(delayed(m, beat.b[j], j, step, f"b{j}",
+                    m.d.comb += pe.b_in.eq(delayed(m, beat.b[j], j, phase_cols[j], f"b{j}",
                                                    reset_less=True))
                 else:
                     m.d.comb += pe.b_in.eq(pes[p - 1][j].b_out)
@@ -295,45 +284,33 @@ class PumpedCore(wiring.Component):
         def row_pe(i, j):
             return pes[i // PUMP][j], i % PUMP
 
-        # Row bookkeeping and drain: hw.systolic's, once a tick (at the end of phase 1).
-        # Everything they read from the PEs (capture flags, hold registers) and the row
-        # state itself changes only at a tick's end, so the terms that span the array are
-        # registered at the end of phase 0 and used at the end of phase 1: each path that
-        # crosses the array has a cycle of its own (routing, not logic, is what limits it).
-        cap_first, cap_last = Signal(rows), Signal(rows)
-        pending, pending_next, full = Signal(rows), Signal(rows), Signal(rows)
-        row = Signal(rows, init=1)
-        out_valid = Signal()
-        out_free = Signal()
-        reading = Signal()
+        # Drain: a row is `full` from the tick its last column captured until it is read,
+        # in row order, one a tick. Rows complete one a tick in that order and tile ends
+        # are `gap >= cols` ticks apart, so a row is read before the next tile's capture
+        # reaches its first column: nothing waits. What it reads from the PEs (capture
+        # flags, hold registers) changes only at a tick's end, so the terms that span the
+        # array are registered at the end of the tick's first cycle and used at the end of
+        # its second: each path that crosses the array has a cycle of its own.
+        cap_last, cap_last_copy = Signal(rows), Signal(rows)
         for i in range(rows):
-            first, r = row_pe(i, 0)
             last_pe, r_last = row_pe(i, cols - 1)
-            m.d.comb += [cap_first[i].eq(first.capture[r]),
-                         cap_last[i].eq(last_pe.capture[r_last])]
-        cap_next = Cat(row_pe(i, 0)[0].capture_next[row_pe(i, 0)[1]] for i in range(rows))
-        cap_first_copy, cap_last_copy = Signal(rows), Signal(rows)
-        m.d.sync += [cap_first_copy.eq(cap_first), cap_last_copy.eq(cap_last)]
-        readable = Signal(rows)
-        m.d.comb += readable.eq(full & row)
-        stall_if = {}
-        for key, term in stall_terms(cap_first, cap_next, pending, readable).items():
-            stall_if[key] = Signal(name=f"stall_if_adv{key[0]}_free{key[1]}")
-            m.d.sync += stall_if[key].eq(term)
-        m.d.comb += [
-            out_free.eq(~out_valid | self.results.ready),
-            reading.eq(readable.any() & out_free),
-            self.results.valid.eq(out_valid & phase_valid),
-        ]
-        advance_next = Signal()
-        m.d.comb += advance_next.eq(next_advance(advance, out_free, stall_if))
-        with m.If(phase):
-            m.d.sync += [pending.eq(pending_next), advance.eq(advance_next),
-                         *(copy.eq(advance_next) for copy in advance_copies.values())]
+            m.d.comb += cap_last[i].eq(last_pe.capture[r_last])
+        m.d.sync += cap_last_copy.eq(cap_last)
+        full = Signal(rows)
+        row = Signal(rows, init=1)  # one-hot: the next row to read out
+        out_valid = Signal()
+        reading = Signal()
+        m.d.comb += [reading.eq((full & row).any()),
+                     self.results.valid.eq(out_valid & phase_valid)]
+        with m.If(phase_drain):
+            m.d.sync += out_valid.eq(reading)
             with m.If(reading):
-                m.d.sync += [out_valid.eq(1), row.eq(Cat(row[rows - 1], row[:rows - 1]))]
-            with m.Elif(self.results.ready):
-                m.d.sync += out_valid.eq(0)
+                m.d.sync += row.eq(Cat(row[rows - 1], row[:rows - 1]))
+            for i in range(rows):
+                with m.If(cap_last_copy[i]):
+                    m.d.sync += full[i].eq(1)
+                with m.Elif(row[i]):
+                    m.d.sync += full[i].eq(0)
         # The row read out, in two steps: the OR of each group of DRAIN_GROUP rows into a
         # register, then the OR of the groups into the result register.
         groups = [range(g, min(g + DRAIN_GROUP, rows)) for g in range(0, rows, DRAIN_GROUP)]
@@ -349,22 +326,11 @@ class PumpedCore(wiring.Component):
                 m.d.sync += partial[g][j].eq(or_all(picked))
         payload = Signal.like(self.results.payload, reset_less=True)  # `out_valid` says
         m.d.comb += self.results.payload.eq(payload)
-        with m.If(phase_out & out_free):
+        with m.If(phase_out):
             m.d.sync += payload.last.eq(row[rows - 1])
             for j in range(cols):
                 m.d.sync += payload.c[j].eq(
                     or_all([partial[g][j] for g in range(len(groups))]))
-        with m.If(phase):
-            for i in range(rows):
-                read_now = full[i] & row[i] & out_free
-                with m.If(cap_last_copy[i] & advance):
-                    m.d.sync += full[i].eq(1)
-                with m.Elif(read_now):
-                    m.d.sync += full[i].eq(0)
-        for i in range(rows):
-            read_now = full[i] & row[i] & out_free
-            m.d.comb += pending_next[i].eq(Mux(cap_first_copy[i] & advance, 1,
-                                               Mux(read_now, 0, pending[i])))
         return m
 
 
@@ -422,23 +388,31 @@ class DoublePumpedArray(wiring.Component):
         skid = SkidBuffer(operand_layout(cfg.rows, cfg.cols))
         m.submodules.operand_skid = DomainRenamer("far")(skid)
         wiring.connect(m, skid.source, self.core.operands)
-        # And the results enter theirs through one: the core's `out_free`, which enables
-        # its result register, is then a register's, not the crossing's full flag (the
-        # 8x8 pumped build's array critical path at c8bfbdb: 13.85 ns).
-        result_skid = SkidBuffer(result_layout(cfg.cols, cfg.acc_width))
-        m.submodules.result_skid = DomainRenamer("far")(result_skid)
-        wiring.connect(m, self.core.results, result_skid.sink)
+        # The results cross without a handshake into the core: the crossing keeps room
+        # for every row a tile whose end has entered will bring. `promised` counts rows
+        # promised and not yet written; the crossing's `w_level` counts a write two
+        # cycles later, so a written row leaves `promised` a cycle after it is written.
+        depth = result_depth(cfg.rows, cfg.cols)
         m.submodules.result_crossing = out = AsyncFIFO(
             width=Shape.cast(result_layout(cfg.cols, cfg.acc_width)).width,
-            depth=CROSSING_DEPTH, w_domain="far", r_domain="near")
+            depth=depth, w_domain="far", r_domain="near")
+        promised = Signal(range(depth + 1))
+        written = Signal()
+        ending = Mux(self.core.tile_ended, cfg.rows, 0)
+        m.d.far += [
+            written.eq(out.w_en),
+            promised.eq(promised + ending - written),
+            # Decided a cycle ahead, from this cycle's counts and the end that enters now
+            # (tile ends are ticks apart, so no second end can come in between).
+            self.core.admit.eq(out.w_level + promised + ending + cfg.rows <= depth),
+        ]
         m.d.comb += [
             # No transfer in the cycle the crossings are reset.
             into.w_data.eq(self.operands.payload), into.w_en.eq(self.operands.valid & alive),
             self.operands.ready.eq(into.w_rdy & alive),
             skid.sink.payload.eq(into.r_data), skid.sink.valid.eq(into.r_rdy),
             into.r_en.eq(skid.sink.ready),
-            out.w_data.eq(result_skid.source.payload), out.w_en.eq(result_skid.source.valid),
-            result_skid.source.ready.eq(out.w_rdy),
+            out.w_data.eq(self.core.results.payload), out.w_en.eq(self.core.results.valid),
             self.results.payload.eq(out.r_data), self.results.valid.eq(out.r_rdy & alive),
             out.r_en.eq(self.results.ready & alive),
         ]
