@@ -107,10 +107,16 @@ class DualProcessingElement(wiring.Component):
     phase (0 in a tick's first cycle, 1 in its second, whose end moves the logical
     registers). Bubbles travel through it as beats with ``valid`` low. The ports are
     ``hw.pe.ProcessingElement``'s, one per row; ``b`` passes through both rows.
+
+    Nor does the drain select it: a finished sum is read ``read_delay`` ticks after this PE
+    captured it (the columns' count less this PE's column, the tick after its row's last
+    column captured), so ``read`` is this PE's capture flag that many ticks later, and
+    ``drained`` is ``hold`` in that tick and zero otherwise, ready for the drain's OR.
     """
 
-    def __init__(self, *, acc_width=32):
+    def __init__(self, *, acc_width=32, read_delay=1):
         self.acc_width = acc_width
+        self.read_delay = read_delay
         pair = data.ArrayLayout(signed(8), 2)
         super().__init__({
             "a_in": In(pair),
@@ -121,8 +127,8 @@ class DualProcessingElement(wiring.Component):
             "b_out": Out(signed(8)),
             "valid_out": Out(2),
             "last_out": Out(2),
-            "capture": Out(2),
-            "hold": Out(data.ArrayLayout(signed(acc_width), 2)),
+            "read": Out(2),
+            "drained": Out(data.ArrayLayout(signed(acc_width), 2)),
         })
 
     def elaborate(self, platform):
@@ -138,8 +144,8 @@ class DualProcessingElement(wiring.Component):
         a_out = Signal(data.ArrayLayout(signed(8), 2), reset_less=True)
         b_out = Signal(signed(8), reset_less=True)
         m.d.comb += [self.a_out.eq(a_out), self.b_out.eq(b_out)]
-        valid_d1, valid_d2, last_d1, last_d2 = (Signal(2, name=n) for n in
-                                                ("valid_d1", "valid_d2", "last_d1", "last_d2"))
+        valid_d1, valid_d2, last_d1, last_d2, capture = (
+            Signal(2, name=n) for n in ("valid_d1", "valid_d2", "last_d1", "last_d2", "capture"))
         with m.If(step):
             m.d.sync += [
                 a_out.eq(self.a_in), b_mid.eq(self.b_in), b_out.eq(b_mid),
@@ -148,8 +154,9 @@ class DualProcessingElement(wiring.Component):
                 last_d1.eq(self.last_in), last_d2.eq(last_d1),
                 # As ProcessingElement's with a two-tick multiplier: `capture` is high in
                 # the tick whose end writes `hold`.
-                self.capture.eq(valid_d1 & last_d1),
+                capture.eq(valid_d1 & last_d1),
             ]
+        m.d.comb += self.read.eq(delayed(m, capture, self.read_delay, step, "read"))
 
         # Row 0's pair goes in on the first cycle of the tick, row 1's on the second.
         m.submodules.mul = mul = PumpedMultiplier()
@@ -175,11 +182,12 @@ class DualProcessingElement(wiring.Component):
         # both drove it, which nextpnr refused ("multiply driven").
         hold = [Signal(signed(self.acc_width), name=f"hold{r}", reset_less=True)
                 for r in range(2)]
-        with m.If(step & self.capture[0]):
+        with m.If(step & capture[0]):
             m.d.sync += hold[0].eq(acc[0])
-        with m.If(step & self.capture[1]):
+        with m.If(step & capture[1]):
             m.d.sync += hold[1].eq(total[1])
-        m.d.comb += [self.hold[r].eq(hold[r]) for r in range(2)]
+        m.d.comb += [self.drained[r].eq(hold[r] & self.read[r].replicate(self.acc_width))
+                     for r in range(2)]
         return m
 
 
@@ -255,7 +263,8 @@ class PumpedCore(wiring.Component):
             with m.Elif(since_last < gap):
                 m.d.sync += since_last.eq(since_last + 1)
 
-        pes = [[DualProcessingElement(acc_width=width) for _ in range(cols)]
+        pes = [[DualProcessingElement(acc_width=width, read_delay=cols - j)
+                for j in range(cols)]
                for _ in range(pairs)]
         for p in range(pairs):
             for j in range(cols):
@@ -284,33 +293,23 @@ class PumpedCore(wiring.Component):
         def row_pe(i, j):
             return pes[i // PUMP][j], i % PUMP
 
-        # Drain: a row is `full` from the tick its last column captured until it is read,
-        # in row order, one a tick. Rows complete one a tick in that order and tile ends
-        # are `gap >= cols` ticks apart, so a row is read before the next tile's capture
-        # reaches its first column: nothing waits. What it reads from the PEs (capture
-        # flags, hold registers) changes only at a tick's end, so the terms that span the
-        # array are registered at the end of the tick's first cycle and used at the end of
-        # its second: each path that crosses the array has a cycle of its own.
-        cap_last, cap_last_copy = Signal(rows), Signal(rows)
+        # Drain: row i is read the tick after its last column captured, which is when
+        # each of its PEs raises `read` (rows complete one a tick, in order, and tile ends
+        # are `gap >= max(rows, cols)` ticks apart, so no two rows are read in one tick and
+        # a row is read before the next tile's capture reaches it): no row pointer, and no
+        # select net that spans the array. The flags of the last column say when a row
+        # leaves; they and the PEs' sums change only at a tick's end, so the terms that
+        # span the array are registered at the end of the tick's first cycle and used at
+        # the end of its second: each path that crosses the array has a cycle of its own.
+        reads, reads_copy = Signal(rows), Signal(rows)
         for i in range(rows):
             last_pe, r_last = row_pe(i, cols - 1)
-            m.d.comb += cap_last[i].eq(last_pe.capture[r_last])
-        m.d.sync += cap_last_copy.eq(cap_last)
-        full = Signal(rows)
-        row = Signal(rows, init=1)  # one-hot: the next row to read out
+            m.d.comb += reads[i].eq(last_pe.read[r_last])
+        m.d.sync += reads_copy.eq(reads)
         out_valid = Signal()
-        reading = Signal()
-        m.d.comb += [reading.eq((full & row).any()),
-                     self.results.valid.eq(out_valid & phase_valid)]
+        m.d.comb += self.results.valid.eq(out_valid & phase_valid)
         with m.If(phase_drain):
-            m.d.sync += out_valid.eq(reading)
-            with m.If(reading):
-                m.d.sync += row.eq(Cat(row[rows - 1], row[:rows - 1]))
-            for i in range(rows):
-                with m.If(cap_last_copy[i]):
-                    m.d.sync += full[i].eq(1)
-                with m.Elif(row[i]):
-                    m.d.sync += full[i].eq(0)
+            m.d.sync += out_valid.eq(reads_copy.any())
         # The row read out, in two steps: the OR of each group of DRAIN_GROUP rows into a
         # register, then the OR of the groups into the result register.
         groups = [range(g, min(g + DRAIN_GROUP, rows)) for g in range(0, rows, DRAIN_GROUP)]
@@ -322,12 +321,12 @@ class PumpedCore(wiring.Component):
                 picked = []
                 for i in group:
                     pe, r = row_pe(i, j)
-                    picked.append(pe.hold[r] & row[i].replicate(width))
+                    picked.append(pe.drained[r])
                 m.d.sync += partial[g][j].eq(or_all(picked))
         payload = Signal.like(self.results.payload, reset_less=True)  # `out_valid` says
         m.d.comb += self.results.payload.eq(payload)
         with m.If(phase_out):
-            m.d.sync += payload.last.eq(row[rows - 1])
+            m.d.sync += payload.last.eq(reads_copy[rows - 1])
             for j in range(cols):
                 m.d.sync += payload.c[j].eq(
                     or_all([partial[g][j] for g in range(len(groups))]))

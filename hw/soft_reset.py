@@ -3,12 +3,15 @@ blocks reset on.
 
 ``CTRL.soft_reset`` is a write-one-pulse bit (``hw.csr``): high for the cycle after the
 write. A block that resets on its own register copy, written from the same bus write, sees
-it in that same cycle, and the LUT that ORs it with the domain's reset then drives that
-block's flip-flops only, not every one of the design's across the die (the 16x8 board
-build's critical path).
+it in that same cycle. The copy also takes the domain's own reset (a cycle later), and the
+block runs in a clock domain of its own whose reset is that copy alone: one flip-flop
+drives the block's resets, with no LUT between it and them. (A LUT that ORed the soft
+reset with the domain's reset, and one more per nested block, drove every reset of the
+engine across the die: the 16x8 board builds' engine-clock critical path.)
 """
 
-from amaranth import ResetInserter, Signal
+from amaranth import ClockDomain, ClockSignal, ResetSignal, Signal
+from amaranth.hdl import DomainRenamer
 
 from contract.regmap import by_name
 
@@ -24,8 +27,13 @@ def soft_reset_write(bus):
 
 
 def with_own_reset(m, name, reset_next, block):
-    """``block`` reset by its own register copy of ``reset_next`` (a cycle later), named
-    ``{name}_reset_copy`` so that board builds keep it apart (hw/bitstream/tops.py)."""
-    copy = Signal(name=f"{name}_reset_copy")
-    m.d.sync += copy.eq(reset_next)
-    return ResetInserter(copy)(block)
+    """``block`` (its ``sync`` domain) in a domain ``{name}_sync`` of its own on ``sync``'s
+    clock, reset by a register copy of ``reset_next`` or of ``sync``'s reset, a cycle
+    later; the copy is named ``{name}_reset_copy`` so that board builds keep it apart
+    (hw/bitstream/tops.py)."""
+    copy = Signal(name=f"{name}_reset_copy", init=1, reset_less=True)
+    m.d.sync += copy.eq(reset_next | ResetSignal("sync"))
+    domain = ClockDomain(f"{name}_sync", local=True)
+    m.domains += domain
+    m.d.comb += [domain.clk.eq(ClockSignal("sync")), domain.rst.eq(copy)]
+    return DomainRenamer({"sync": domain.name})(block)
