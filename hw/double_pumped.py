@@ -386,7 +386,14 @@ class DoublePumpedArray(wiring.Component):
         # pumped build's array-clock critical path: 12.44 ns).
         skid = SkidBuffer(operand_layout(cfg.rows, cfg.cols))
         m.submodules.operand_skid = DomainRenamer("far")(skid)
-        wiring.connect(m, skid.source, self.core.operands)
+        # And a second one, so that the core's input stage (its ready: whether a tile may
+        # end) steers registers half way to the crossing rather than the crossing's own
+        # skid (since_last -> that skid's valid, 13.6 ns of routing, was the stall-free
+        # 16x8's array-clock critical path at a9c52a9).
+        near_core = SkidBuffer(operand_layout(cfg.rows, cfg.cols))
+        m.submodules.operand_skid_core = DomainRenamer("far")(near_core)
+        wiring.connect(m, skid.source, near_core.sink)
+        wiring.connect(m, near_core.source, self.core.operands)
         # The results cross without a handshake into the core: the crossing keeps room
         # for every row a tile whose end has entered will bring. `promised` counts rows
         # promised and not yet written; the crossing's `w_level` counts a write two
