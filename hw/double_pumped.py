@@ -28,6 +28,8 @@ from amaranth import (
     Cat,
     ClockDomain,
     ClockSignal,
+    Const,
+    Instance,
     Module,
     Mux,
     ResetSignal,
@@ -333,6 +335,18 @@ class PumpedCore(wiring.Component):
         return m
 
 
+def global_net(m, platform, signal, name):
+    """``signal`` on a global network of the FPGA where one can carry a high fan-out net
+    with little skew (an ECP5 ``DCCA``, submodule ``{name}_dcca``); ``signal`` itself
+    elsewhere."""
+    if getattr(platform, "family", None) != "ecp5":
+        return signal
+    out = Signal(name=f"{name}_global")
+    m.submodules[f"{name}_dcca"] = Instance("DCCA", i_CLKI=signal, i_CE=Const(1, 1),
+                                            o_CLKO=out)
+    return out
+
+
 class DoublePumpedArray(wiring.Component):
     """``hw.systolic.SystolicArray``'s streams and results (rows even, no depthwise mode),
     its processing elements in ``ARRAY_DOMAIN`` on half as many DSP blocks.
@@ -375,8 +389,15 @@ class DoublePumpedArray(wiring.Component):
         m.d.comb += [near.clk.eq(ClockSignal("sync")),
                      near.rst.eq(ResetSignal("sync") | ~alive),
                      far.clk.eq(ClockSignal(ARRAY_DOMAIN))]
+        # The array's reset reaches a flag register in every PE across the die: on ECP5 it
+        # leaves its synchronizer through a global buffer (DCCA), on one of the clock
+        # networks (in general routing, 18.5 ns of one net into a PE's phase toggle at
+        # 58f9919: the array clock's critical path once nothing else spanned the array).
+        m.domains.far_raw = far_raw = ClockDomain(local=True)
+        m.d.comb += far_raw.clk.eq(ClockSignal(ARRAY_DOMAIN))
         m.submodules.far_reset = ResetSynchronizer(ResetSignal(ARRAY_DOMAIN) | ~alive,
-                                                   domain="far")
+                                                   domain="far_raw")
+        m.d.comb += far.rst.eq(global_net(m, platform, ResetSignal("far_raw"), "far_reset"))
         m.submodules.core = DomainRenamer("far")(self.core)
         m.submodules.operand_crossing = into = AsyncFIFO(
             width=Shape.cast(operand_layout(cfg.rows, cfg.cols)).width, depth=CROSSING_DEPTH,
