@@ -101,6 +101,15 @@ class PumpedMultiplier(wiring.Component):
         return m
 
 
+def phase_toggle(m, name):
+    """A register ``name`` that toggles every cycle from reset: the tick's phase, 0 in its
+    first cycle and 1 in its second. Every copy leaves reset with the others, so they
+    agree."""
+    phase = Signal(name=name)
+    m.d.sync += phase.eq(~phase)
+    return phase
+
+
 class DualProcessingElement(wiring.Component):
     """Two processing elements of one array column, logical rows 2p (index 0) and 2p+1
     (index 1), on one multiplier.
@@ -140,13 +149,8 @@ class DualProcessingElement(wiring.Component):
         # group of registers the placer may put apart (the operand registers, the DSP
         # block's input select, each row's sums): with one for the whole PE, it reached
         # a row's sum across the die (12.7 ns of one net at e79a1d6).
-        def toggle(name):
-            phase = Signal(name=f"phase_{name}")
-            m.d.sync += phase.eq(~phase)
-            return phase
-
-        step, phase = toggle("operands"), toggle("select")
-        phase_sums = [toggle(f"row{r}") for r in range(2)]
+        step, phase = phase_toggle(m, "phase_operands"), phase_toggle(m, "phase_select")
+        phase_sums = [phase_toggle(m, f"phase_row{r}") for r in range(2)]
         # Row 1's b is row 0's, a tick later (it moves down one row a tick).
         # Operands and sums have no reset (PumpedMultiplier says why); flags do.
         b_mid = Signal(signed(8), reset_less=True)
@@ -241,9 +245,7 @@ class PumpedCore(wiring.Component):
         # `*_copy*`: the board build keeps such flip-flops apart, hw/bitstream/tops.py),
         # all reset together, so they agree without a net that spans the array.
         def toggle(name):
-            phase = Signal(name=f"phase_{name}_copy")
-            m.d.sync += phase.eq(~phase)
-            return phase
+            return phase_toggle(m, f"phase_{name}_copy")
 
         phase_in, phase_drain, phase_out = toggle("in"), toggle("drain"), toggle("out")
         phase_valid = toggle("valid")   # the result stream's valid, into the crossing
