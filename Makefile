@@ -32,6 +32,7 @@ help:
 	@echo "make verilog-xdma [R=8 C=8]    the whole accelerator for Xilinx XDMA (docs/xdma.md)"
 	@echo "make bitstream BOARD=ulx3s-85f the whole accelerator for a board (ulx3s-25f/45f/85f,"
 	@echo "     [R=.. C=..] [CLOCK=MHz]   icebreaker): bitstream + build/<board>/report.json"
+	@echo "     [SEED=1]                  ... nextpnr's placer seed"
 	@echo "make bitstream-array BOARD=..  the bare systolic array under an on-chip pattern"
 	@echo "make flash BOARD=.. [FLASH=1]  load build/<board>'s bitstream into the FPGA (SRAM),"
 	@echo "                               FLASH=1: into its configuration flash (openFPGALoader)"
@@ -84,11 +85,13 @@ verilog-xdma: setup
 GIVEN = $(filter command line environment,$(origin $(1)))
 bitstream: setup
 	$(TESSERA) bitstream --board $(BOARD) $(if $(call GIVEN,R),--rows $(R)) \
-		$(if $(call GIVEN,C),--cols $(C)) $(if $(CLOCK),--clock-mhz $(CLOCK)) $(HW_FILE)
+		$(if $(call GIVEN,C),--cols $(C)) $(if $(CLOCK),--clock-mhz $(CLOCK)) \
+		$(if $(call GIVEN,SEED),--seed $(SEED)) $(HW_FILE)
 
 bitstream-array: setup
 	$(TESSERA) bitstream --array --board $(BOARD) $(if $(call GIVEN,R),--rows $(R)) \
-		$(if $(call GIVEN,C),--cols $(C)) $(HW_FILE)
+		$(if $(call GIVEN,C),--cols $(C)) \
+		$(if $(call GIVEN,SEED),--seed $(SEED)) $(HW_FILE)
 
 # The bitstream of `make bitstream BOARD=..` into the board's SRAM (lost at power-off), or
 # with FLASH=1 into its configuration flash; needs the board on USB (docs/boards.md).

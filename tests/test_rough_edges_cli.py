@@ -185,14 +185,16 @@ def test_the_saturation_fraction_is_documented():
 
 # ------------------------------------------------------------------ bitstream report
 
-def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys):
-    """`tessera bitstream --board icebreaker` with the tools stood in for: the report's
-    configuration has the clock the build ran at, not None beside it."""
+def _stand_in_tools(monkeypatch):
+    """`tessera bitstream`'s flow with the tools stood in for (an iCE40 that reaches
+    24 MHz); returns the keyword arguments each build was prepared with."""
     from hw.bitstream import flow
 
     platform = types.SimpleNamespace(device="iCE40UP5K", package="SG48", family="iCE40")
+    prepared = []
 
     def fake_prepare(board, config, *, clock_mhz, baud, seed, image=None, router=None):
+        prepared.append({"clock_mhz": clock_mhz, "seed": seed})
         pll = types.SimpleNamespace(as_dict=lambda: {"primitive": "SB_PLL40_PAD"})
         top = types.SimpleNamespace(clock_mhz=clock_mhz, array_clock_mhz=clock_mhz,
                                     pll_settings=pll, divisor=6, baud_error=0.0)
@@ -212,6 +214,15 @@ def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(flow, "tool_versions", lambda family, env: {})
     monkeypatch.setattr(flow, "source_state", lambda: {})
     monkeypatch.setattr(flow, "tool_env", lambda: {})
+    return prepared
+
+
+def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys):
+    """`tessera bitstream --board icebreaker` with the tools stood in for: the report's
+    configuration has the clock the build ran at, not None beside it."""
+    from hw.bitstream import flow
+
+    _stand_in_tools(monkeypatch)
     assert flow.default_config("icebreaker").clock_mhz is None  # the case that matters
     assert main(["bitstream", "--board", "icebreaker", "--build", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "icebreaker" / "report.json").read_text())
@@ -219,6 +230,22 @@ def test_bitstream_report_config_carries_the_clock(tmp_path, monkeypatch, capsys
     assert report["config"]["clock_mhz"] == report["target_mhz"] == 18.0
     # No resident block on the UP5K's preset, no image; no DP16KD on an iCE40.
     assert report["image"] is None and report["block_ram"] == {}
+    capsys.readouterr()
+
+
+def test_bitstream_seed_reaches_nextpnr_and_the_report(tmp_path, monkeypatch, capsys):
+    """`--seed N` is the placer seed the build is prepared with (nextpnr's `--seed`) and
+    the one its report records; without it, the flow's fixed seed."""
+    from hw.bitstream import DEFAULT_SEED
+
+    prepared = _stand_in_tools(monkeypatch)
+    assert main(["bitstream", "--board", "icebreaker", "--build", str(tmp_path / "a")]) == 0
+    assert main(["bitstream", "--board", "icebreaker", "--seed", "7",
+                 "--build", str(tmp_path / "b")]) == 0
+    assert [p["seed"] for p in prepared] == [DEFAULT_SEED, 7] and DEFAULT_SEED != 7
+    for folder, seed in (("a", DEFAULT_SEED), ("b", 7)):
+        report = json.loads((tmp_path / folder / "icebreaker" / "report.json").read_text())
+        assert report["seed"] == seed
     capsys.readouterr()
 
 

@@ -114,6 +114,7 @@ def cmd_bitstream(args):
 
     from contract.config import ArrayConfig
     from hw.bitstream import (
+        DEFAULT_SEED,
         KNOWN_BOARDS,
         BitstreamError,
         build_array_bitstream,
@@ -137,6 +138,7 @@ def cmd_bitstream(args):
             if args.config is not None:
                 config = engine_config(args).array
             report = build_array_bitstream(args.board, config, build_root=args.build,
+                                           seed=pick(args.seed, DEFAULT_SEED),
                                            say=console_say(console))
             print_summary(report, console=console)
             return 0
@@ -151,7 +153,8 @@ def cmd_bitstream(args):
         # --clock-mhz, else the configuration's clock, else the board's (None).
         report = build_bitstream(args.board, config, build_root=args.build,
                                  clock_mhz=pick(args.clock_mhz, config.clock_mhz),
-                                 router=args.router, say=console_say(console))
+                                 seed=pick(args.seed, DEFAULT_SEED), router=args.router,
+                                 say=console_say(console))
     except BitstreamError as error:
         print_error(error, prefix="bitstream failed: ")
         return 1
@@ -199,5 +202,8 @@ def add_commands(sub):
                    help="nextpnr's router (default: router2 for the 85F with the "
                         "resident block, which router1 does not route; else nextpnr's, "
                         "router1)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="nextpnr's placer seed (default: the flow's fixed one, "
+                        "hw.bitstream.DEFAULT_SEED); report.json records it")
     add_config_option(p, "the accelerator to build", "the board's own configuration")
     p.set_defaults(func=cmd_bitstream)
