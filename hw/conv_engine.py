@@ -234,14 +234,14 @@ class ConvEngine(wiring.Component):
         # Each block resets on its own copy of the soft reset (hw.soft_reset).
         reset_next = self.soft_reset_next
         addrgen = generator(cfg)
-        m.submodules.addrgen = with_own_reset(m, "addrgen", reset_next, addrgen)
+        m.submodules.addrgen = with_own_reset(m, "addrgen", reset_next, addrgen, platform)
         if cfg.array.pump == 1:
             array = SystolicArray(cfg.array, input_skid=cfg.pipelined, depthwise=cfg.depthwise)
         else:
             # Its processing elements in their own clock domain (hw.double_pumped), which
             # the top provides; the same streams and results.
             array = DoublePumpedArray(cfg.array)
-        m.submodules.array = with_own_reset(m, "array", reset_next, array)
+        m.submodules.array = with_own_reset(m, "array", reset_next, array, platform)
         # A depthwise pass (docs/conv-engine.md, "Depthwise convolution"): each beat reads
         # the whole word at a lane's (word) address, and column j of the array takes byte
         # j % 4 of it. The descriptor holds still for the pass, so these are static selects.
@@ -333,7 +333,7 @@ class ConvEngine(wiring.Component):
         else:
             post = PostProcessBank(lanes=cols, residual_add=cfg.residual_add,
                                    add_lanes=cfg.add_lanes)
-        m.submodules.postprocess = with_own_reset(m, "postprocess", reset_next, post)
+        m.submodules.postprocess = with_own_reset(m, "postprocess", reset_next, post, platform)
         # The mode fans out to every multiplexer of the bank: it leaves a register (a pass's
         # first beat comes cycles after the opcode is latched, and the bank's streams stay
         # not ready until its mode matches).

@@ -28,8 +28,6 @@ from amaranth import (
     Cat,
     ClockDomain,
     ClockSignal,
-    Const,
-    Instance,
     Module,
     Mux,
     ResetSignal,
@@ -45,6 +43,7 @@ from amaranth.lib.wiring import In, Out
 
 from contract.config import ArrayConfig
 
+from .global_net import global_net
 from .multiplier import mult18x18d
 from .pipeline import SkidBuffer
 from .systolic import delayed, operand_layout, or_all, result_layout
@@ -348,18 +347,6 @@ class PumpedCore(wiring.Component):
                 m.d.sync += payload.c[j].eq(
                     or_all([partial[g][j] for g in range(len(groups))]))
         return m
-
-
-def global_net(m, platform, signal, name):
-    """``signal`` on a global network of the FPGA where one can carry a high fan-out net
-    with little skew (an ECP5 ``DCCA``, submodule ``{name}_dcca``); ``signal`` itself
-    elsewhere."""
-    if getattr(platform, "family", None) != "ecp5":
-        return signal
-    out = Signal(name=f"{name}_global")
-    m.submodules[f"{name}_dcca"] = Instance("DCCA", i_CLKI=signal, i_CE=Const(1, 1),
-                                            o_CLKO=out)
-    return out
 
 
 class DoublePumpedArray(wiring.Component):

@@ -98,10 +98,11 @@ class AcceleratorTop(wiring.Component):
                                                         depthwise=cfg.depthwise)
         m.submodules.loader = loader = HostLoader(cols)
         m.submodules.engine = engine = with_own_reset(m, "engine", soft_reset_next,
-                                                      ConvEngine(cfg))
+                                                      ConvEngine(cfg), platform)
         m.d.comb += engine.soft_reset_next.eq(soft_reset_next)
         m.submodules.pool = pool = with_own_reset(
-            m, "pool", soft_reset_next, MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH))
+            m, "pool", soft_reset_next, MaxPool2x2(lanes=cols, max_width=POOL_MAX_WIDTH),
+            platform)
         m.submodules.writer = writer = ResultWriter(cols)
 
         # --- registers: identity, configuration, layer parameters, status --------------
