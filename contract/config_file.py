@@ -83,6 +83,14 @@ PRESETS = {
                                            weight_depth=1024, max_col_tiles=16,
                                            resident_words=36864, program_words=8192,
                                            clock_mhz=54),
+    # The 85F's engine with a 16x8 array on 64 multipliers in its own clock domain
+    # (array.pump 2, docs/architecture.md "The array's own clock") at 89.29 MHz beside the
+    # engine's 62.5: the PLL's nearest setting below the 91.42 MHz its board build reached,
+    # where it met both clocks (engine 64.02 MHz; docs/boards.md). Peak 11.43 GOP/s against
+    # the 8x8's 8.0; not the board's default yet (docs/boards.md, Known limits).
+    "ulx3s-85f-pumped": ConvEngineConfig(array=ArrayConfig(rows=16, cols=8, pump=2),
+                                         act_depth=4096, weight_depth=1024, max_col_tiles=16,
+                                         clock_mhz=62.5, array_clock_mhz=89.2857),
     "ulx3s-45f-resident": ConvEngineConfig(array=ArrayConfig(rows=6, cols=8), act_depth=4096,
                                            weight_depth=1024, max_col_tiles=16,
                                            resident_words=35840, program_words=6144),

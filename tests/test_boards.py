@@ -461,3 +461,19 @@ def test_the_85f_resident_preset_has_its_own_clock_and_router():
     # The clock the PLL makes for it still divides into 3 Mbaud within 2 %.
     top = bitstream.board_top("ulx3s-85f", resident)
     assert top.clock_mhz == pytest.approx(54.1667, abs=1e-3) and top.divisor == 18
+
+
+def test_the_85f_pumped_preset_builds_at_the_clocks_it_met_with_router2():
+    """The 16x8 on its own clock: 62.5 MHz for the engine and the PLL's 89.29 for the
+    array (CLKOS 7 of a 625 MHz VCO) without being asked, router2 (router1 does not route
+    it), its multipliers on the 85F, and a peak above the 8x8 default's."""
+    pumped = PRESETS["ulx3s-85f-pumped"]
+    assert bitstream.default_router("ulx3s-85f", pumped) == "router2"
+    assert bitstream.design_clock_mhz("ulx3s-85f", pumped) == 62.5
+    top = bitstream.board_top("ulx3s-85f", pumped)
+    assert top.array_clock_mhz == pytest.approx(625 / 7)
+    assert (top.pll_settings.clkop_div, top.pll_settings.clkos_div) == (10, 7)
+    assert bitstream.multipliers_needed(pumped) == 64 + 16 <= 156
+    peak = bitstream.peak_throughput(pumped, top.array_clock_mhz, True)["peak_gops"]
+    default = bitstream.default_config("ulx3s-85f")
+    assert peak == 11.429 > bitstream.peak_throughput(default, 62.5, True)["peak_gops"] == 8.0

@@ -96,8 +96,8 @@ def build_bitstream(board, config=None, build_root="build", *, clock_mhz=None,
         (``report.json``'s ``image``); the build folder is ``<board>-<image key>``.
     router : str, optional
         nextpnr's router; default :func:`~.registry.default_router` (router2 for the 85F
-        with the resident block, which router1 does not route; else nextpnr's own,
-        router1). ``report.json`` says which.
+        with the resident block and for a pumped array, which router1 does not route;
+        else nextpnr's own, router1). ``report.json`` says which.
 
     Returns
     -------

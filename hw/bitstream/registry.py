@@ -22,6 +22,8 @@ DEFAULT_CLOCK_MHZ = {**ulx3s.DEFAULT_CLOCK_MHZ, **icebreaker.DEFAULT_CLOCK_MHZ}
 #: Board name -> nextpnr's router for a build with the resident block, where the board
 #: needs one other than nextpnr's default.
 RESIDENT_ROUTER = dict(ulx3s.RESIDENT_ROUTER)
+#: Board name -> nextpnr's router for a build with a pumped array (its own clock).
+PUMPED_ROUTER = dict(ulx3s.PUMPED_ROUTER)
 
 #: FPGA device -> its hardware multipliers (18x18 or 16x16 DSP blocks).
 MULTIPLIERS = {**ulx3s.MULTIPLIERS, **icebreaker.MULTIPLIERS}
@@ -172,10 +174,15 @@ def board_clock_mhz(board):
 
 def default_router(board, config):
     """nextpnr's router for ``config`` on ``board`` when none is asked: the board's
-    :data:`RESIDENT_ROUTER` for a configuration with the resident block, else None
-    (nextpnr's own, router1)."""
+    :data:`RESIDENT_ROUTER` for a configuration with the resident block, its
+    :data:`PUMPED_ROUTER` for one whose array runs on its own clock, else None (nextpnr's
+    own, router1)."""
     check_board(board)
-    return RESIDENT_ROUTER.get(board) if config.resident else None
+    if config.resident and board in RESIDENT_ROUTER:
+        return RESIDENT_ROUTER[board]
+    if config.array.pump != 1:
+        return PUMPED_ROUTER.get(board)
+    return None
 
 
 def design_clock_mhz(board, config, clock_mhz=None):

@@ -50,3 +50,8 @@ DEFAULT_CLOCK_MHZ = {"ulx3s-85f": 62.5, "ulx3s-45f": 62.5, "ulx3s-25f": 62.5}
 # does not route it: on the 85F router1 left 100 to 200 arcs unrouted after 17 and 33 min,
 # router2 routes it in 10 to 15 min (tessera/explore/board_builds.json).
 RESIDENT_ROUTER = {"ulx3s-85f": "router2"}
+
+# nextpnr's router for a build whose array runs on its own clock (``array.pump`` 2): on the
+# 85F's 16x8, router1 had 174 812 of 183 569 arcs left after 8 min, router2 routes it in
+# 11 to 15 min (tessera/explore/board_builds.json).
+PUMPED_ROUTER = {name: "router2" for name in PLATFORMS}

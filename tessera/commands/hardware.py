@@ -200,8 +200,8 @@ def add_commands(sub):
     p.add_argument("--build", default="build")
     p.add_argument("--router", choices=("router1", "router2"), default=None,
                    help="nextpnr's router (default: router2 for the 85F with the "
-                        "resident block, which router1 does not route; else nextpnr's, "
-                        "router1)")
+                        "resident block and for a pumped array, which router1 does not "
+                        "route; else nextpnr's, router1)")
     p.add_argument("--seed", type=int, default=None,
                    help="nextpnr's placer seed (default: the flow's fixed one, "
                         "hw.bitstream.DEFAULT_SEED); report.json records it")
