@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import metric, random_feeds, write_results
 from contract.config_file import PRESETS
 from hw.bitstream import design_clock_mhz
 from models.zoo import random_models
@@ -36,11 +36,9 @@ def device_cycles_per_image(path, config, batch=BATCH, seed=SEED):
     checking its outputs equal the CPU provider's."""
     session = InferenceSession(path, providers=[SimProvider(config), "cpu"])
     cpu = InferenceSession(path, providers=["cpu"])
-    info = session.get_inputs()[0]
-    rng = np.random.default_rng(seed)
-    for _ in range(2):  # the first run builds and warms the twin
-        feed = {info.name: rng.random([batch, *info.shape[1:]], dtype=np.float32)}
-        outputs = session.run(None, feed)
+    session.run(None, random_feeds(session, batch, seed))  # builds and warms the twin
+    feed = random_feeds(session, batch, seed + 1)
+    outputs = session.run(None, feed)
     expected = cpu.run(None, feed)
     if not all(np.array_equal(a, b) for a, b in zip(outputs, expected, strict=True)):
         raise AssertionError(f"{config.name}: the twin's ResNet-8 outputs differ from the "

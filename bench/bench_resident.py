@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import metric, write_results
+from bench.common import metric, random_feeds, write_results
 from contract.config_file import PRESETS
 from models.zoo import DIGITS_QDQ, random_models
 from sw_driver import InferenceSession
@@ -43,12 +43,6 @@ TARGETS = {"link_bytes_per_inference_ratio": 1.25, "uart_images_per_second_digit
            "whole_model_utilization_resident": 0.90, "cycle_model_error_resident": 0.05}
 
 
-def _feeds(session, batch, seed):
-    info = session.get_inputs()[0]
-    rng = np.random.default_rng(seed)
-    return {info.name: rng.random([batch, *info.shape[1:]], dtype=np.float32)}
-
-
 def _io_bytes(session):
     """The model's input and output int8 elements of one inference."""
     return sum(int(np.prod(i.shape[1:])) for i in (*session.get_inputs(),
@@ -64,8 +58,8 @@ def _useful_macs(session, batch):
 
 def _run(session, batch, seed):
     """Bytes, device cycles and the resident segments' rows of one steady-state batch."""
-    session.run(None, _feeds(session, batch, seed))  # the first run loads the image
-    session.run(None, _feeds(session, batch, seed + 1))
+    session.run(None, random_feeds(session, batch, seed))  # the first run loads the image
+    session.run(None, random_feeds(session, batch, seed + 1))
     rows = [r for r in session.profile() if r["provider"] != "cpu"]
     return (sum(r.get("bytes", 0) for r in rows), sum(r.get("cycles", 0) for r in rows),
             [r for r in rows if "segment" in r])

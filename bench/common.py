@@ -5,11 +5,13 @@ written, and the timing helpers."""
 import statistics
 import time
 
+import numpy as np
+
 # Where they go and what this process wrote (RESULTS, WRITTEN) live in tessera.results alone,
 # so that there is one value to patch.
 from tessera.results import metric, write_results
 
-__all__ = ["images_per_second", "metric", "require_counters", "write_results"]
+__all__ = ["images_per_second", "metric", "random_feeds", "require_counters", "write_results"]
 
 
 def require_counters(config, bench):
@@ -22,6 +24,13 @@ def require_counters(config, bench):
             f"(the PERF_* registers read 0); measure a configuration with "
             f"perf_counters = true")
     return config
+
+
+def random_feeds(session, batch, seed):
+    """A feed of ``batch`` uniform [0, 1) images, seeded, for ``session``'s first input."""
+    info = session.get_inputs()[0]
+    rng = np.random.default_rng(seed)
+    return {info.name: rng.random([batch, *info.shape[1:]], dtype=np.float32)}
 
 
 def _timed(run, batch, min_seconds):

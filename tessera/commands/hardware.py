@@ -130,6 +130,7 @@ def cmd_bitstream(args):
     def pick(value, default):
         return default if value is None else value
 
+    seed = pick(args.seed, DEFAULT_SEED)
     try:
         if args.array:
             # The bare systolic array under its on-chip pattern load (no host link).
@@ -138,8 +139,7 @@ def cmd_bitstream(args):
             if args.config is not None:
                 config = engine_config(args).array
             report = build_array_bitstream(args.board, config, build_root=args.build,
-                                           seed=pick(args.seed, DEFAULT_SEED),
-                                           say=console_say(console))
+                                           seed=seed, say=console_say(console))
             print_summary(report, console=console)
             return 0
         if args.config is not None:  # the file or preset instead of the board's own
@@ -153,8 +153,7 @@ def cmd_bitstream(args):
         # --clock-mhz, else the configuration's clock, else the board's (None).
         report = build_bitstream(args.board, config, build_root=args.build,
                                  clock_mhz=pick(args.clock_mhz, config.clock_mhz),
-                                 seed=pick(args.seed, DEFAULT_SEED), router=args.router,
-                                 say=console_say(console))
+                                 seed=seed, router=args.router, say=console_say(console))
     except BitstreamError as error:
         print_error(error, prefix="bitstream failed: ")
         return 1
